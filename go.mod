@@ -1,0 +1,9 @@
+module rdmafs
+
+go 1.26
+
+require (
+	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
+	github.com/spf13/pflag v1.1.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)
