@@ -1,0 +1,58 @@
+package qp
+
+import "strings"
+
+// maskNames names each attribute-mask bit by the text key that sets it. AV
+// and CAP are groups of keys (dgid, sl, … and max_send_wr, …); they are
+// named "av" and "cap" in messages.
+var maskNames = []struct {
+	bit  AttrMask
+	name string
+}{
+	{MaskState, "qp_state"},
+	{MaskCurState, "cur_qp_state"},
+	{MaskEnSQDAsyncNotify, "en_sqd_async_notify"},
+	{MaskAccessFlags, "qp_access_flags"},
+	{MaskPKeyIndex, "pkey_index"},
+	{MaskPort, "port_num"},
+	{MaskQKey, "qkey"},
+	{MaskAV, "av"},
+	{MaskPathMTU, "path_mtu"},
+	{MaskTimeout, "timeout"},
+	{MaskRetryCnt, "retry_cnt"},
+	{MaskRNRRetry, "rnr_retry"},
+	{MaskRQPSN, "rq_psn"},
+	{MaskMaxQPRdAtomic, "max_rd_atomic"},
+	{MaskAltPath, "alt_path"},
+	{MaskMinRNRTimer, "min_rnr_timer"},
+	{MaskSQPSN, "sq_psn"},
+	{MaskMaxDestRdAtomic, "max_dest_rd_atomic"},
+	{MaskPathMigState, "path_mig_state"},
+	{MaskCap, "cap"},
+	{MaskDestQPN, "dest_qp_num"},
+	{MaskRateLimit, "rate_limit"},
+}
+
+// Names lists the key of every bit in m, in bit order.
+func (m AttrMask) Names() []string {
+	var out []string
+	for _, n := range maskNames {
+		if m&n.bit != 0 {
+			out = append(out, n.name)
+		}
+	}
+	return out
+}
+
+func (m AttrMask) String() string {
+	if m == 0 {
+		return "none"
+	}
+	return strings.Join(m.Names(), ",")
+}
+
+// AVKeys are the text keys that together make the address vector (MaskAV).
+var AVKeys = []string{"dgid", "sgid_index", "hop_limit", "traffic_class", "flow_label", "sl", "dlid", "static_rate"}
+
+// CapKeys are the text keys of ibv_qp_cap (MaskCap).
+var CapKeys = []string{"max_send_wr", "max_recv_wr", "max_send_sge", "max_recv_sge", "max_inline_data"}
