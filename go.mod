@@ -1,9 +1,5 @@
 module rdmafs
 
-go 1.26
+go 1.26.0
 
-require (
-	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
-	github.com/spf13/pflag v1.1.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
-)
+require golang.org/x/sys v0.50.0

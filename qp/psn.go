@@ -11,7 +11,7 @@ const PSNMask = 0xFFFFFF
 // Add returns p+n modulo 2^24.
 func (p PSN) Add(n uint32) PSN { return PSN((uint32(p) + n) & PSNMask) }
 
-// Sub returns the signed distance p-q in (-2^23, 2^23].
+// Sub returns the signed distance p-q in [-2^23, 2^23), as rxe's psn_compare.
 func (p PSN) Sub(q PSN) int32 { return int32((uint32(p)-uint32(q))<<8) >> 8 }
 
 // Compare returns -1, 0, 1 as p is before, equal to, after q.

@@ -1,0 +1,330 @@
+package device
+
+import (
+	"encoding/binary"
+
+	"rdmafs/qp"
+)
+
+// compState is the completer's transport state.
+type compState struct {
+	psn          qp.PSN // first PSN not yet acknowledged
+	retryLeft    uint8  // retries left after timeouts / sequence NAKs
+	rnrLeft      uint8  // RNR retries left (7 = infinite)
+	timeoutFired bool   // the retransmit timer expired
+}
+
+// completeResponseLocked handles an ACK, NAK, read response or atomic
+// acknowledgement arriving for this QP's requester (rxe_comp.c's job).
+func (q *QP) completeResponseLocked(p *packet) {
+	if q.Type != qp.TypeRC || !q.attr.QPState.CanPostSend() || q.attr.QPState == qp.StateErr {
+		q.dropLocked(p)
+		return
+	}
+	// A response beyond everything sent, or before the unacked window, is
+	// stale or bogus.
+	if p.psn.Sub(q.req.psn) >= 0 || p.psn.Before(q.comp.psn) && opInfo(p.opcode)&ofRead == 0 {
+		if p.opcode&opMask != opAcknowledge || p.psn.Before(q.comp.psn.Add(^uint32(0))) {
+			q.dropLocked(p)
+			return
+		}
+	}
+	op := p.opcode & opMask
+	switch op {
+	case opAcknowledge:
+		q.handleAETHLocked(p)
+	case opReadResponseFirst, opReadResponseMiddle, opReadResponseLast, opReadResponseOnly:
+		q.handleReadResponseLocked(p)
+	case opAtomicAcknowledge:
+		q.handleAtomicAckLocked(p)
+	}
+	q.dev.pool.put(p)
+}
+
+func (q *QP) dropLocked(p *packet) {
+	q.Counters.Dropped++
+	q.dev.Counters.DroppedPackets.Add(1)
+	q.dev.pool.put(p)
+}
+
+// ackThroughLocked completes every SEND/WRITE WQE whose last PSN is at or
+// before psn. It stops at a READ or atomic that has not got its response.
+func (q *QP) ackThroughLocked(psn qp.PSN) {
+	progressed := false
+	for i := q.sqCons.Tail(); i != q.reqIdx; i++ {
+		w := &q.swq[i&q.sqMask()]
+		if w.state == wqeDone {
+			continue
+		}
+		if w.state != wqePending && w.state != wqeSending {
+			break
+		}
+		if w.info.Read || w.info.Atomic || w.lastPSN.Sub(psn) > 0 {
+			break
+		}
+		w.state, w.status = wqeDone, qp.WCSuccess
+		progressed = true
+	}
+	if psn.Add(1).Sub(q.comp.psn) > 0 {
+		q.comp.psn = psn.Add(1)
+		progressed = true
+	}
+	if progressed {
+		q.comp.retryLeft = q.attr.RetryCnt
+		q.comp.rnrLeft = q.attr.RNRRetry
+	}
+}
+
+// handleAETHLocked processes an ACKNOWLEDGE: an ACK, an RNR NAK or a NAK.
+func (q *QP) handleAETHLocked(p *packet) {
+	d := q.dev
+	syn := p.syndrome
+	switch syn & aethTypeMask {
+	case aethACK:
+		q.ackThroughLocked(p.psn)
+		q.armRetryLocked()
+	case aethRNR:
+		q.Counters.RNRNaksRecv++
+		d.Counters.RNRNaksRecv.Add(1)
+		q.ackThroughLocked(p.psn.Add(^uint32(0)))
+		w := q.wqeAtLocked(p.psn)
+		if w == nil {
+			return
+		}
+		if q.attr.RNRRetry != 7 {
+			if q.comp.rnrLeft == 0 {
+				q.failWQELocked(w, qp.WCRNRRetryExcErr)
+				return
+			}
+			q.comp.rnrLeft--
+		}
+		q.stopRetryLocked()
+		q.req.waitRNR = true
+		gen := q.timerGen
+		if q.rnrTimer != nil {
+			q.rnrTimer.Stop()
+		}
+		q.rnrTimer = d.clock.AfterFunc(qp.RNRDelay(syn&0x1F), func() { q.rnrExpired(gen) })
+	case aethNAK:
+		q.ackThroughLocked(p.psn.Add(^uint32(0)))
+		switch syn {
+		case aethNAKSeq:
+			q.Counters.SeqErrNaks++
+			d.Counters.SeqErrNaks.Add(1)
+			q.retryLocked()
+			return
+		}
+		q.Counters.RemoteErrNak++
+		d.Counters.RemoteErrNaks.Add(1)
+		w := q.wqeAtLocked(p.psn)
+		if w == nil {
+			return
+		}
+		status := qp.WCRemOpErr
+		switch syn {
+		case aethNAKInvReq:
+			status = qp.WCRemInvReqErr
+		case aethNAKRemAccess:
+			status = qp.WCRemAccessErr
+		}
+		q.failWQELocked(w, status)
+	}
+}
+
+// wqeAtLocked finds the outstanding WQE whose PSN range holds psn.
+func (q *QP) wqeAtLocked(psn qp.PSN) *sendWQE {
+	for i := q.sqCons.Tail(); i != q.reqIdx+1 && i != q.sqFetched; i++ {
+		w := &q.swq[i&q.sqMask()]
+		if w.state == wqeDone || w.state == wqePosted || w.info.Local {
+			continue
+		}
+		if psn.Sub(w.firstPSN) >= 0 && w.lastPSN.Sub(psn) >= 0 {
+			return w
+		}
+	}
+	return nil
+}
+
+// failWQELocked completes w with an error status. The QP goes to ERR when
+// the completer reaches it (its error completion comes first, then flushes).
+func (q *QP) failWQELocked(w *sendWQE, s qp.WCStatus) {
+	w.state, w.status = wqeDone, s
+	q.stopRetryLocked()
+}
+
+func (q *QP) handleReadResponseLocked(p *packet) {
+	w := q.wqeAtLocked(p.psn)
+	if w == nil || !w.info.Read || p.psn != q.comp.psn {
+		// Out of order or duplicate: rxe drops it and lets the retry
+		// timer or a later response sort it out.
+		q.dropLocked(&packet{})
+		return
+	}
+	// A response implicitly acknowledges everything before it.
+	q.ackThroughLocked(p.psn.Add(^uint32(0)))
+	off := uint64(p.psn.Sub(w.firstPSN)) * uint64(q.mtu())
+	if f := q.dev.scatterLocked(q.pd, w.wr.SGL, off, p.payload); f != faultNone {
+		q.failWQELocked(w, qp.WCLocProtErr)
+		return
+	}
+	q.comp.psn = p.psn.Add(1)
+	q.comp.retryLeft = q.attr.RetryCnt
+	if op := p.opcode & opMask; op == opReadResponseLast || op == opReadResponseOnly {
+		w.state, w.status = wqeDone, qp.WCSuccess
+	}
+	q.armRetryLocked()
+}
+
+func (q *QP) handleAtomicAckLocked(p *packet) {
+	w := q.wqeAtLocked(p.psn)
+	if w == nil || !w.info.Atomic {
+		q.dropLocked(&packet{})
+		return
+	}
+	q.ackThroughLocked(p.psn.Add(^uint32(0)))
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], p.orig)
+	if f := q.dev.scatterLocked(q.pd, w.wr.SGL, 0, b[:]); f != faultNone {
+		q.failWQELocked(w, qp.WCLocProtErr)
+		return
+	}
+	w.state, w.status = wqeDone, qp.WCSuccess
+	q.comp.psn = p.psn.Add(1)
+	q.comp.retryLeft = q.attr.RetryCnt
+	q.armRetryLocked()
+}
+
+// retryLocked starts a go-back-N retry, or fails the oldest WQE with
+// RETRY_EXC_ERR when retry_cnt retries are used up.
+func (q *QP) retryLocked() {
+	w := q.wqeAtLocked(q.comp.psn)
+	if w == nil {
+		return
+	}
+	if q.comp.retryLeft == 0 {
+		q.failWQELocked(w, qp.WCRetryExcErr)
+		return
+	}
+	q.comp.retryLeft--
+	q.req.needRetry = true
+}
+
+// retireLocked completes finished WQEs in order from the tail, writing
+// their completions, and publishes the SQ consumer index. A WQE that failed
+// takes the QP to ERR after its own completion.
+func (q *QP) retireLocked() {
+	moved := false
+	for q.sqCons.Tail() != q.reqIdx && q.sqCons.Tail() != q.sqFetched {
+		w := &q.swq[q.sqCons.Tail()&q.sqMask()]
+		if w.state != wqeDone {
+			break
+		}
+		q.completeSendLocked(w, w.status)
+		q.sqCons.Advance(1)
+		moved = true
+		if w.status != qp.WCSuccess {
+			if q.reqIdx == q.sqCons.Tail()-1 {
+				q.reqIdx = q.sqCons.Tail()
+			}
+			q.enterErrLocked()
+			break
+		}
+	}
+	// A failed WQE the requester stopped at (it is at reqIdx) retires too.
+	if q.sqCons.Tail() == q.reqIdx && q.reqIdx != q.sqFetched {
+		w := &q.swq[q.reqIdx&q.sqMask()]
+		if w.state == wqeDone && w.status != qp.WCSuccess {
+			q.completeSendLocked(w, w.status)
+			q.sqCons.Advance(1)
+			q.reqIdx++
+			moved = true
+			q.enterErrLocked()
+		}
+	}
+	if moved {
+		q.sqCons.Publish()
+		if q.sqCons.Tail() == q.reqIdx {
+			q.stopRetryLocked()
+		}
+	}
+}
+
+// completeSendLocked writes a send completion when it is due: signaled, or
+// sq_sig_all, or an error (IBA 10.7.3.1). It returns the initiator slot.
+func (q *QP) completeSendLocked(w *sendWQE, status qp.WCStatus) {
+	if w.rdAtomic {
+		w.rdAtomic = false
+		q.req.rdAtomic++
+	}
+	if status == qp.WCSuccess && !q.SQSigAll && w.wr.SendFlags&qp.SendSignaled == 0 {
+		return
+	}
+	wc := qp.WC{WRID: w.wr.WRID, Status: status, Opcode: w.info.WC, QPNum: q.QPN}
+	if status == qp.WCSuccess {
+		wc.ByteLen = uint32(w.length)
+	}
+	if !w.wr.Opcode.Valid() {
+		wc.Opcode = 0
+	}
+	if !q.sendCQ.postLocked(&wc, status != qp.WCSuccess) && status != qp.WCWRFlushErr {
+		q.enterErrLocked()
+	}
+}
+
+// armRetryLocked keeps the retransmit timer running while PSNs are
+// unacknowledged (timeout 0 disables it, as in rxe).
+func (q *QP) armRetryLocked() {
+	outstanding := q.req.psn != q.comp.psn
+	if !outstanding {
+		q.stopRetryLocked()
+		return
+	}
+	if q.attr.Timeout == 0 || q.retryTimer != nil {
+		return
+	}
+	gen := q.timerGen
+	q.retryTimer = q.dev.clock.AfterFunc(qp.AckTimeout(q.attr.Timeout), func() { q.retryExpired(gen) })
+}
+
+func (q *QP) stopRetryLocked() {
+	if q.retryTimer != nil {
+		q.retryTimer.Stop()
+		q.retryTimer = nil
+	}
+}
+
+// Timer callbacks only mark the QP and wake the engine; the engine does the
+// protocol work under Device.mu (rxe's retransmit_timer).
+func (q *QP) retryExpired(gen uint64) {
+	d := q.dev
+	d.mu.Lock()
+	if gen == q.timerGen && !q.destroyed {
+		q.retryTimer = nil
+		q.comp.timeoutFired = true
+	}
+	d.mu.Unlock()
+	d.engine.schedule(q)
+}
+
+func (q *QP) rnrExpired(gen uint64) {
+	d := q.dev
+	d.mu.Lock()
+	if gen == q.timerGen && !q.destroyed && q.req.waitRNR {
+		q.rnrTimer = nil
+		q.req.waitRNR = false
+		q.req.needRetry = true
+	}
+	d.mu.Unlock()
+	d.engine.schedule(q)
+}
+
+// timeoutLocked handles a retransmit timeout.
+func (q *QP) timeoutLocked() {
+	q.comp.timeoutFired = false
+	if q.req.psn == q.comp.psn || !q.attr.QPState.ProcessSend() {
+		return
+	}
+	q.Counters.RetryTimeouts++
+	q.dev.Counters.RetryTimeouts.Add(1)
+	q.retryLocked()
+}

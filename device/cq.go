@@ -1,0 +1,304 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
+
+// Arming values of the CQ ring header's armed word (ibv_req_notify_cq).
+const (
+	armNone      = 0
+	armNext      = 1
+	armSolicited = 2
+)
+
+// CQ is a completion queue: a ring in shared memory that the engine
+// produces CQEs into and a client (or Poll) consumes.
+type CQ struct {
+	dev    *Device
+	Handle uint32
+	Owner  Owner
+	// CQE is the capacity reported to the user (ibv_cq.cqe).
+	CQE    uint32
+	region *ring.Region
+	ring   *ring.Ring
+	prod   *ring.Producer // engine side; guarded by Device.mu
+	users  int            // QPs completing into this CQ
+	// overflowed is sticky: an overflowed CQ is in error (IBA 11.4.2.1) and
+	// accepts no more entries until resized.
+	overflowed bool
+
+	pollMu sync.Mutex // serializes in-daemon pollers (Poll); orders before Device.mu
+	gone   bool       // destroyed or device closed: the ring is unmapped; guarded by pollMu
+
+	evMu     sync.Mutex
+	fired    uint64        // events fired
+	taken    uint64        // events taken by WaitEvent
+	evWake   chan struct{} // closed and replaced when an event fires
+	destroyed bool
+	hook     func() // called (without blocking) on every event; see SetEventHook
+}
+
+// CreateCQ is ibv_create_cq.
+func (d *Device) CreateCQ(owner Owner, req qp.CreateCQ) (*CQ, error) {
+	const op = "create_cq"
+	if req.CQE < 1 || req.CQE > d.cfg.MaxCQE {
+		return nil, errf(op, syscall.EINVAL, "cqe: %d not in 1..%d", req.CQE, d.cfg.MaxCQE)
+	}
+	if req.CompVector != 0 {
+		return nil, errf(op, syscall.EINVAL, "comp_vector: %d (the device has one completion vector, 0)", req.CompVector)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked(op); err != nil {
+		return nil, err
+	}
+	if uint32(d.cqs.len()) >= d.cfg.MaxCQ {
+		return nil, errf(op, syscall.ENOMEM, "max_cq (%d) reached", d.cfg.MaxCQ)
+	}
+	cq := &CQ{dev: d, Owner: owner, evWake: make(chan struct{})}
+	if err := cq.allocRing(req.CQE); err != nil {
+		return nil, errf(op, syscall.ENOMEM, "%v", err)
+	}
+	cq.Handle = d.cqs.add(cq)
+	return cq, nil
+}
+
+func (cq *CQ) allocRing(cqe uint32) error {
+	slots := ring.SlotCount(cqe)
+	region, err := ring.NewRegion(fmt.Sprintf("rdmafs-cq%d", cq.Handle), ring.Size(ring.CQESize, slots))
+	if err != nil {
+		return err
+	}
+	r, err := ring.Init(region.Bytes(), ring.KindCQ, ring.CQESize, slots)
+	if err != nil {
+		region.Close()
+		return err
+	}
+	cq.region, cq.ring, cq.prod, cq.CQE = region, r, ring.NewProducer(r), slots
+	return nil
+}
+
+// CQ looks a CQ up by handle.
+func (d *Device) CQ(h uint32) *CQ {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cqs.get(h)
+}
+
+func (d *Device) lookupCQLocked(op, key string, h uint32, owner Owner) (*CQ, error) {
+	cq := d.cqs.get(h)
+	if cq == nil {
+		return nil, errf(op, syscall.EINVAL, "%s: cq %d does not exist", key, h)
+	}
+	if !owner.mayUse(cq.Owner) {
+		return nil, errf(op, syscall.EACCES, "%s: cq %d belongs to another user", key, h)
+	}
+	return cq, nil
+}
+
+// Region is the CQ ring's shared memory. It changes on Resize.
+func (cq *CQ) Region() *ring.Region {
+	cq.dev.mu.Lock()
+	defer cq.dev.mu.Unlock()
+	return cq.region
+}
+
+// Overflowed reports whether the CQ has overflowed.
+func (cq *CQ) Overflowed() bool {
+	cq.dev.mu.Lock()
+	defer cq.dev.mu.Unlock()
+	return cq.overflowed
+}
+
+// Destroy is ibv_destroy_cq: EBUSY while a QP completes into it.
+func (cq *CQ) Destroy() error {
+	d := cq.dev
+	cq.pollMu.Lock() // a Poll in progress reads the ring we unmap
+	defer cq.pollMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cqs.get(cq.Handle) != cq {
+		return errf("destroy_cq", syscall.ENOENT, "cq %d does not exist", cq.Handle)
+	}
+	if cq.users > 0 {
+		return errf("destroy_cq", syscall.EBUSY, "cq %d is used by %d QPs", cq.Handle, cq.users)
+	}
+	d.cqs.del(cq.Handle)
+	cq.gone = true
+	cq.region.Close()
+	cq.evMu.Lock()
+	cq.destroyed = true
+	close(cq.evWake)
+	cq.evWake = make(chan struct{})
+	cq.evMu.Unlock()
+	return nil
+}
+
+// Resize is ibv_resize_cq: the live entries move to a new ring, which
+// clients must map again. The new size must hold them (EINVAL otherwise).
+func (cq *CQ) Resize(cqe uint32) error {
+	const op = "resize_cq"
+	d := cq.dev
+	if cqe < 1 || cqe > d.cfg.MaxCQE {
+		return errf(op, syscall.EINVAL, "cqe: %d not in 1..%d", cqe, d.cfg.MaxCQE)
+	}
+	cq.pollMu.Lock()
+	defer cq.pollMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cqs.get(cq.Handle) != cq {
+		return errf(op, syscall.ENOENT, "cq %d does not exist", cq.Handle)
+	}
+	cons := ring.NewConsumer(cq.ring)
+	n, err := cons.Pending()
+	if err != nil {
+		n = 0 // a corrupt consumer index: the live entries are unknowable
+	}
+	if ring.SlotCount(cqe) < n {
+		return errf(op, syscall.EINVAL, "cqe: %d cannot hold the %d completions in the queue", cqe, n)
+	}
+	old, oldRing := cq.region, cq.ring
+	armed := oldRing.Armed()
+	if err := cq.allocRing(cqe); err != nil {
+		cq.region, cq.ring = old, oldRing
+		return errf(op, syscall.ENOMEM, "%v", err)
+	}
+	for i := uint32(0); i < n; i++ {
+		copy(cq.prod.Next(), cons.Peek(i))
+		cq.prod.Advance()
+	}
+	cq.prod.Publish()
+	cq.ring.SetArmed(armed)
+	cq.overflowed = false
+	old.Close()
+	return nil
+}
+
+// postLocked writes one CQE; false when the CQ is full (overflow: cq_err is
+// raised once and the caller moves its QP to ERR, as rdmavt does).
+func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
+	d := cq.dev
+	free, err := cq.prod.Free()
+	if err != nil || free == 0 || cq.overflowed {
+		if !cq.overflowed {
+			cq.overflowed = true
+			d.Counters.CQOverflows.Add(1)
+			d.raise(EventCQErr, "cq", cq.Handle)
+		}
+		return false
+	}
+	ring.EncodeCQE(cq.prod.Next(), wc)
+	cq.prod.Advance()
+	cq.prod.Publish()
+	d.Counters.Completions.Add(1)
+	if wc.Status != qp.WCSuccess {
+		d.Counters.ErrCompletions.Add(1)
+	}
+	switch cq.ring.Armed() {
+	case armNext:
+	case armSolicited:
+		if !solicited && wc.Status == qp.WCSuccess {
+			return true
+		}
+	default:
+		return true
+	}
+	if cq.ring.SwapArmed(armNone) != armNone {
+		cq.fire()
+	}
+	return true
+}
+
+// fire delivers one completion event: the futex word for mapped clients,
+// WaitEvent for the notify file, and the hook for the channel FIFO.
+func (cq *CQ) fire() {
+	cq.ring.BumpEvent()
+	cq.ring.WakeEventWaiters()
+	cq.evMu.Lock()
+	cq.fired++
+	close(cq.evWake)
+	cq.evWake = make(chan struct{})
+	hook := cq.hook
+	cq.evMu.Unlock()
+	if hook != nil {
+		hook()
+	}
+}
+
+// SetEventHook installs f, called on every completion event. f must not
+// block and must not call into the device.
+func (cq *CQ) SetEventHook(f func()) {
+	cq.evMu.Lock()
+	cq.hook = f
+	cq.evMu.Unlock()
+}
+
+// ReqNotify is ibv_req_notify_cq. A pending request for the next completion
+// is never weakened to solicited-only (C11-31/32).
+func (cq *CQ) ReqNotify(solicitedOnly bool) {
+	if solicitedOnly {
+		if cq.ring.Armed() == armNone {
+			cq.ring.SetArmed(armSolicited)
+		}
+	} else {
+		cq.ring.SetArmed(armNext)
+	}
+}
+
+// WaitEvent is ibv_get_cq_event: it takes one fired event, blocking until
+// one fires, ctx ends or the CQ is destroyed.
+func (cq *CQ) WaitEvent(ctx context.Context) error {
+	for {
+		cq.evMu.Lock()
+		if cq.taken < cq.fired {
+			cq.taken++
+			cq.evMu.Unlock()
+			return nil
+		}
+		if cq.destroyed {
+			cq.evMu.Unlock()
+			return errf("get_cq_event", syscall.ENOENT, "cq %d was destroyed", cq.Handle)
+		}
+		w := cq.evWake
+		cq.evMu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Poll is ibv_poll_cq from inside the daemon: it consumes up to max CQEs
+// from the shared ring, exactly as a mapped client would.
+func (cq *CQ) Poll(max int) ([]qp.WC, error) {
+	cq.pollMu.Lock()
+	defer cq.pollMu.Unlock()
+	if cq.gone {
+		return nil, errf("poll_cq", syscall.ENOENT, "cq %d was destroyed", cq.Handle)
+	}
+	cq.dev.mu.Lock()
+	r := cq.ring
+	cq.dev.mu.Unlock()
+	cons := ring.NewConsumer(r)
+	n, err := cons.Pending()
+	if err != nil {
+		return nil, errf("poll_cq", syscall.EINVAL, "cq %d ring indices are corrupt: %v", cq.Handle, err)
+	}
+	if int(n) > max {
+		n = uint32(max)
+	}
+	out := make([]qp.WC, n)
+	for i := range out {
+		ring.DecodeCQE(cons.Peek(uint32(i)), &out[i])
+	}
+	cons.Advance(n)
+	cons.Publish()
+	return out, nil
+}

@@ -1,0 +1,620 @@
+// Package device is the core of rdmafs: one virtual RDMA device with its
+// verbs objects (PD, MR, MW, AH, CQ, SRQ, QP), the QPN and key tables, and
+// the engine that executes work requests.
+//
+// # Pieces
+//
+//   - device.go: Config (the limits ibv_query_device reports), the Device,
+//     counters and the async event queue.
+//   - objects.go, mem.go: PD, MR (memory is a memfd a client can map), MW, AH,
+//     the key table and the checks of lkeys and rkeys.
+//   - cq.go, srq.go: completion queues (a ring the engine produces into) and
+//     shared receive queues.
+//   - qp.go: create, modify (validate everything, then apply), query, reset,
+//     destroy and the post verbs.
+//   - engine.go: the scheduler. One goroutine per device runs every QP that
+//     has work; an idle device parks and uses no CPU.
+//   - packet.go, requester.go, responder.go, completer.go: the transport, in
+//     the shape of rxe. The requester turns WQEs into IB packets (PSNs, path
+//     MTU segmentation), the link delivers them (loopback now, RoCEv2 later),
+//     the responder executes them against its QP and answers with ACK, NAK,
+//     read responses and atomic acknowledgements, and the completer retires
+//     WQEs, retries, and writes completions.
+//
+// # Locking
+//
+// Device.mu guards every object and all engine state; the engine holds it
+// while it runs a batch, verbs hold it for their duration. Lock order:
+// Device.mu, then the per-queue producer locks (postMu, pollMu). Timers and
+// doorbells never take Device.mu: they mark a QP runnable under the
+// scheduler's own lock and wake the engine.
+package device
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"rdmafs/clock"
+	"rdmafs/qp"
+)
+
+// Config sets the device's limits and identity. Zero fields take the
+// defaults of DefaultConfig.
+type Config struct {
+	MaxQP           uint32
+	MaxQPWR         uint32
+	MaxSGE          uint32
+	MaxCQ           uint32
+	MaxCQE          uint32
+	MaxMR           uint32
+	MaxMRSize       uint64
+	MaxTotalMRBytes uint64 // device-wide cap on registered memory
+	MaxPD           uint32
+	MaxMW           uint32
+	MaxAH           uint32
+	MaxSRQ          uint32
+	MaxSRQWR        uint32
+	MaxSRQSGE       uint32
+	MaxQPRdAtom     uint8 // max_qp_rd_atom: responder resources (max_dest_rd_atomic)
+	MaxQPInitRdAtom uint8 // max_qp_init_rd_atom: initiator depth (max_rd_atomic)
+	MaxInlineData   uint32
+	MaxMTU          qp.MTU // port max_mtu
+	ActiveMTU       qp.MTU // port active_mtu, the UD MTU
+	GID             [16]byte
+	NodeGUID        uint64
+
+	Clock clock.Clock
+	Logf  func(format string, args ...any)
+}
+
+// DefaultConfig returns rxe-like limits scaled for a daemon whose every ring
+// and MR is a memfd.
+func DefaultConfig() Config {
+	return Config{
+		MaxQP:           1024,
+		MaxQPWR:         16384,
+		MaxSGE:          32,
+		MaxCQ:           1024,
+		MaxCQE:          65535,
+		MaxMR:           4096,
+		MaxMRSize:       1 << 32,
+		MaxTotalMRBytes: 4 << 30,
+		MaxPD:           1024,
+		MaxMW:           4096,
+		MaxAH:           4096,
+		MaxSRQ:          1024,
+		MaxSRQWR:        16384,
+		MaxSRQSGE:       27,
+		MaxQPRdAtom:     128,
+		MaxQPInitRdAtom: 128,
+		MaxInlineData:   512,
+		MaxMTU:          qp.MTU4096,
+		ActiveMTU:       qp.MTU4096,
+	}
+}
+
+func (c *Config) fill() error {
+	d := DefaultConfig()
+	set32 := func(v *uint32, def uint32) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set32(&c.MaxQP, d.MaxQP)
+	set32(&c.MaxQPWR, d.MaxQPWR)
+	set32(&c.MaxSGE, d.MaxSGE)
+	set32(&c.MaxCQ, d.MaxCQ)
+	set32(&c.MaxCQE, d.MaxCQE)
+	set32(&c.MaxMR, d.MaxMR)
+	set32(&c.MaxPD, d.MaxPD)
+	set32(&c.MaxMW, d.MaxMW)
+	set32(&c.MaxAH, d.MaxAH)
+	set32(&c.MaxSRQ, d.MaxSRQ)
+	set32(&c.MaxSRQWR, d.MaxSRQWR)
+	set32(&c.MaxSRQSGE, d.MaxSRQSGE)
+	set32(&c.MaxInlineData, d.MaxInlineData)
+	if c.MaxMRSize == 0 {
+		c.MaxMRSize = d.MaxMRSize
+	}
+	if c.MaxTotalMRBytes == 0 {
+		c.MaxTotalMRBytes = d.MaxTotalMRBytes
+	}
+	if c.MaxQPRdAtom == 0 {
+		c.MaxQPRdAtom = d.MaxQPRdAtom
+	}
+	if c.MaxQPInitRdAtom == 0 {
+		c.MaxQPInitRdAtom = d.MaxQPInitRdAtom
+	}
+	if c.MaxMTU == 0 {
+		c.MaxMTU = d.MaxMTU
+	}
+	if c.ActiveMTU == 0 {
+		c.ActiveMTU = c.MaxMTU
+	}
+	switch {
+	case !c.MaxMTU.Valid() || !c.ActiveMTU.Valid() || c.ActiveMTU > c.MaxMTU:
+		return fmt.Errorf("bad MTU: active %d max %d", c.ActiveMTU.Bytes(), c.MaxMTU.Bytes())
+	case c.MaxSGE > 255:
+		return fmt.Errorf("max_sge %d > 255", c.MaxSGE)
+	case c.MaxSRQSGE > 255:
+		return fmt.Errorf("max_srq_sge %d > 255", c.MaxSRQSGE)
+	case c.MaxInlineData > 65535:
+		return fmt.Errorf("max_inline_data %d > 65535", c.MaxInlineData)
+	case c.MaxQP > 1<<24-qpnStart:
+		return fmt.Errorf("max_qp %d exceeds the 24-bit QPN space", c.MaxQP)
+	case c.MaxMR+c.MaxMW >= 1<<24:
+		return fmt.Errorf("max_mr+max_mw %d exceeds the 24-bit key index space", c.MaxMR+c.MaxMW)
+	}
+	if c.NodeGUID == 0 {
+		var b [8]byte
+		rand.Read(b[:])
+		c.NodeGUID = binary.BigEndian.Uint64(b[:]) &^ (1 << 56) // unicast, locally administered style
+	}
+	if c.GID == ([16]byte{}) {
+		// Link-local GID from the node GUID, as IB ports derive their first GID.
+		c.GID[0], c.GID[1] = 0xfe, 0x80
+		binary.BigEndian.PutUint64(c.GID[8:], c.NodeGUID)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// Device is one virtual RDMA device with a single port.
+type Device struct {
+	cfg   Config
+	clock clock.Clock
+
+	mu     sync.Mutex
+	closed bool
+	pds    table[PD]
+	mrs    table[MR]
+	mws    table[MW]
+	ahs    table[AH]
+	cqs    table[CQ]
+	srqs   table[SRQ]
+	qps    map[uint32]*QP // by QPN
+	// keys maps a key's index (key >> 8) to its MR or MW.
+	keys       []keyEntry
+	freeKeys   []uint32
+	nextQPN    uint32
+	mrBytes    uint64 // registered bytes, against MaxTotalMRBytes
+	events     eventQueue
+	Counters   Counters
+	engine     engine
+	link       link
+	pool       packetPool
+}
+
+// New makes a device and starts its engine.
+func New(cfg Config) (*Device, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	d := &Device{
+		cfg:     cfg,
+		clock:   cfg.Clock,
+		qps:     map[uint32]*QP{},
+		nextQPN: qpnStart,
+		keys:    make([]keyEntry, 1), // index 0 is never a key
+	}
+	d.pds.init()
+	d.mrs.init()
+	d.mws.init()
+	d.ahs.init()
+	d.cqs.init()
+	d.srqs.init()
+	d.events.init()
+	d.link = loopbackLink{d}
+	d.engine.start(d)
+	return d, nil
+}
+
+// Config returns the effective configuration.
+func (d *Device) Config() Config { return d.cfg }
+
+// Close stops the engine and releases every object's memory. Mappings that
+// clients hold stay valid (they are their own references to the memfds).
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.engine.stop()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, q := range d.qps {
+		q.stopTimersLocked()
+		q.releaseLocked()
+	}
+	d.qps = map[uint32]*QP{}
+	d.mrs.each(func(m *MR) { m.valid = false; m.region.Close() })
+	var cqs []*CQ
+	d.cqs.each(func(c *CQ) { cqs = append(cqs, c) })
+	var srqs []*SRQ
+	d.srqs.each(func(s *SRQ) { srqs = append(srqs, s) })
+	d.mu.Unlock()
+	for _, s := range srqs {
+		s.postMu.Lock()
+		s.gone = true
+		s.region.Close()
+		s.postMu.Unlock()
+	}
+	// CQ rings are unmapped under their pollers' lock (which orders before
+	// Device.mu), so a Poll in flight finishes first.
+	for _, c := range cqs {
+		c.pollMu.Lock()
+		c.gone = true
+		c.region.Close()
+		c.pollMu.Unlock()
+	}
+	d.mu.Lock()
+	d.events.close()
+	return nil
+}
+
+func (d *Device) checkOpenLocked(op string) error {
+	if d.closed {
+		return errf(op, 19 /* ENODEV */, "device is closed")
+	}
+	return nil
+}
+
+// DeviceAttr is ibv_device_attr as rdmafs fills it.
+type DeviceAttr struct {
+	FwVer           string
+	NodeGUID        uint64
+	SysImageGUID    uint64
+	MaxMRSize       uint64
+	PageSizeCap     uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	HwVer           uint32
+	MaxQP           uint32
+	MaxQPWR         uint32
+	DeviceCapFlags  uint32
+	MaxSGE          uint32
+	MaxSGERd        uint32
+	MaxCQ           uint32
+	MaxCQE          uint32
+	MaxMR           uint32
+	MaxPD           uint32
+	MaxQPRdAtom     uint32
+	MaxResRdAtom    uint32
+	MaxQPInitRdAtom uint32
+	AtomicCap       string
+	MaxMW           uint32
+	MaxAH           uint32
+	MaxSRQ          uint32
+	MaxSRQWR        uint32
+	MaxSRQSGE       uint32
+	MaxPKeys        uint32
+	LocalCAAckDelay uint32
+	PhysPortCnt     uint32
+	MaxInlineData   uint32
+	MaxTotalMRBytes uint64
+}
+
+// ibv_device_cap_flags rdmafs has.
+const (
+	capBadPKeyCntr   = 1 << 1
+	capRCRNRNakGen   = 1 << 12
+	capSRQResize     = 1 << 13
+	capMemWindow     = 1 << 17
+	capMemWindowType = 1 << 23 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
+)
+
+// Attr is ibv_query_device.
+func (d *Device) Attr() DeviceAttr {
+	c := &d.cfg
+	return DeviceAttr{
+		FwVer:           "rdmafs 0.1",
+		NodeGUID:        c.NodeGUID,
+		SysImageGUID:    c.NodeGUID,
+		MaxMRSize:       c.MaxMRSize,
+		PageSizeCap:     4096,
+		VendorID:        0xFFFFFF,
+		VendorPartID:    0x5244, // "RD"
+		MaxQP:           c.MaxQP,
+		MaxQPWR:         c.MaxQPWR,
+		DeviceCapFlags:  capBadPKeyCntr | capRCRNRNakGen | capSRQResize | capMemWindow | capMemWindowType,
+		MaxSGE:          c.MaxSGE,
+		MaxSGERd:        c.MaxSGE,
+		MaxCQ:           c.MaxCQ,
+		MaxCQE:          c.MaxCQE,
+		MaxMR:           c.MaxMR,
+		MaxPD:           c.MaxPD,
+		MaxQPRdAtom:     uint32(c.MaxQPRdAtom),
+		MaxResRdAtom:    uint32(c.MaxQPRdAtom) * c.MaxQP,
+		MaxQPInitRdAtom: uint32(c.MaxQPInitRdAtom),
+		AtomicCap:       "hca", // IBV_ATOMIC_HCA: atomics are atomic within this device
+		MaxMW:           c.MaxMW,
+		MaxAH:           c.MaxAH,
+		MaxSRQ:          c.MaxSRQ,
+		MaxSRQWR:        c.MaxSRQWR,
+		MaxSRQSGE:       c.MaxSRQSGE,
+		MaxPKeys:        1,
+		LocalCAAckDelay: 15,
+		PhysPortCnt:     1,
+		MaxInlineData:   c.MaxInlineData,
+		MaxTotalMRBytes: c.MaxTotalMRBytes,
+	}
+}
+
+// PortAttr is ibv_port_attr for port 1.
+type PortAttr struct {
+	State     string // "ACTIVE"
+	MaxMTU    qp.MTU
+	ActiveMTU qp.MTU
+	GID       [16]byte
+	LID       uint16
+	LinkLayer string
+	GIDTblLen uint32
+	PKeyTblLen uint32
+	MaxMsgSz  uint32
+}
+
+// Port is ibv_query_port(1).
+func (d *Device) Port() PortAttr {
+	return PortAttr{
+		State:      "ACTIVE",
+		MaxMTU:     d.cfg.MaxMTU,
+		ActiveMTU:  d.cfg.ActiveMTU,
+		GID:        d.cfg.GID,
+		LinkLayer:  "ethernet",
+		GIDTblLen:  1,
+		PKeyTblLen: 1,
+		MaxMsgSz:   1 << 31,
+	}
+}
+
+// GIDString is the port GID in text form.
+func GIDString(g [16]byte) string { return netip.AddrFrom16(g).String() }
+
+func (d *Device) limits() qp.Limits {
+	return qp.Limits{
+		PhysPortCnt:     1,
+		MaxMTU:          d.cfg.MaxMTU,
+		MaxQPRdAtom:     d.cfg.MaxQPRdAtom,
+		MaxQPInitRdAtom: d.cfg.MaxQPInitRdAtom,
+		NumPKeys:        1,
+	}
+}
+
+// isLocalGID reports whether g addresses this device.
+func (d *Device) isLocalGID(g [16]byte) bool { return g == d.cfg.GID }
+
+// table is a handle → object map with handles counted from 1 and never
+// reused while the device lives, so a stale handle cannot reach a new object.
+type table[T any] struct {
+	m    map[uint32]*T
+	next uint32
+}
+
+func (t *table[T]) init() { t.m = map[uint32]*T{}; t.next = 1 }
+
+func (t *table[T]) add(v *T) uint32 {
+	h := t.next
+	t.next++
+	t.m[h] = v
+	return h
+}
+
+func (t *table[T]) get(h uint32) *T { return t.m[h] }
+func (t *table[T]) del(h uint32)    { delete(t.m, h) }
+func (t *table[T]) len() int        { return len(t.m) }
+func (t *table[T]) each(f func(*T)) {
+	for _, v := range t.m {
+		f(v)
+	}
+}
+
+// Counters are device-wide statistics, readable at any time without locks.
+type Counters struct {
+	PacketsSent     atomic.Uint64
+	PacketsRecv     atomic.Uint64
+	BytesSent       atomic.Uint64
+	BytesRecv       atomic.Uint64
+	Retransmits     atomic.Uint64
+	RetryTimeouts   atomic.Uint64
+	RNRNaksSent     atomic.Uint64
+	RNRNaksRecv     atomic.Uint64
+	SeqErrNaks      atomic.Uint64
+	DuplicateReqs   atomic.Uint64
+	RemoteErrNaks   atomic.Uint64
+	DroppedPackets  atomic.Uint64
+	NoRoute         atomic.Uint64
+	QKeyViolations  atomic.Uint64
+	CQOverflows     atomic.Uint64
+	Completions     atomic.Uint64
+	ErrCompletions  atomic.Uint64
+	UDOversizeDrops atomic.Uint64
+	EngineRuns      atomic.Uint64
+	EngineParks     atomic.Uint64
+	Doorbells       atomic.Uint64
+	AsyncEvents     atomic.Uint64
+}
+
+// Counter is one named value.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
+// List returns the counters in a fixed order.
+func (c *Counters) List() []Counter {
+	return []Counter{
+		{"packets_sent", c.PacketsSent.Load()},
+		{"packets_recv", c.PacketsRecv.Load()},
+		{"bytes_sent", c.BytesSent.Load()},
+		{"bytes_recv", c.BytesRecv.Load()},
+		{"retransmits", c.Retransmits.Load()},
+		{"retry_timeouts", c.RetryTimeouts.Load()},
+		{"rnr_naks_sent", c.RNRNaksSent.Load()},
+		{"rnr_naks_recv", c.RNRNaksRecv.Load()},
+		{"seq_err_naks", c.SeqErrNaks.Load()},
+		{"duplicate_requests", c.DuplicateReqs.Load()},
+		{"remote_err_naks", c.RemoteErrNaks.Load()},
+		{"dropped_packets", c.DroppedPackets.Load()},
+		{"no_route", c.NoRoute.Load()},
+		{"qkey_violations", c.QKeyViolations.Load()},
+		{"cq_overflows", c.CQOverflows.Load()},
+		{"completions", c.Completions.Load()},
+		{"error_completions", c.ErrCompletions.Load()},
+		{"ud_oversize_drops", c.UDOversizeDrops.Load()},
+		{"engine_runs", c.EngineRuns.Load()},
+		{"engine_parks", c.EngineParks.Load()},
+		{"doorbells", c.Doorbells.Load()},
+		{"async_events", c.AsyncEvents.Load()},
+	}
+}
+
+// EventType is an ibv_event_type rdmafs raises.
+type EventType uint8
+
+const (
+	EventCQErr EventType = iota
+	EventQPFatal
+	EventQPReqErr
+	EventQPAccessErr
+	EventCommEst
+	EventSQDrained
+	EventPathMig
+	EventPathMigErr
+	EventDeviceFatal
+	EventPortActive
+	EventPortErr
+	EventLIDChange
+	EventPKeyChange
+	EventSMChange
+	EventSRQErr
+	EventSRQLimitReached
+	EventQPLastWQEReached
+	EventClientReregister
+	EventGIDChange
+)
+
+var eventNames = map[EventType]string{
+	EventCQErr: "cq_err", EventQPFatal: "qp_fatal", EventQPReqErr: "qp_req_err",
+	EventQPAccessErr: "qp_access_err", EventCommEst: "comm_est", EventSQDrained: "sq_drained",
+	EventDeviceFatal: "device_fatal", EventSRQErr: "srq_err",
+	EventSRQLimitReached: "srq_limit_reached", EventQPLastWQEReached: "qp_last_wqe_reached",
+	EventPortActive: "port_active",
+}
+
+func (t EventType) String() string {
+	if n, ok := eventNames[t]; ok {
+		return n
+	}
+	return fmt.Sprintf("event(%d)", uint8(t))
+}
+
+// Event is one asynchronous event (ibv_async_event).
+type Event struct {
+	Seq  uint64
+	Type EventType
+	// Object the event is about: "qp", "cq", "srq" or "port", and its
+	// handle or QPN.
+	Kind   string
+	Handle uint32
+}
+
+func (e Event) String() string {
+	return fmt.Sprintf("event=%s %s=%d", e.Type, e.Kind, e.Handle)
+}
+
+const maxQueuedEvents = 4096
+
+// eventQueue holds async events until a reader takes them
+// (ibv_get_async_event). It is bounded: on overflow the oldest is dropped
+// and counted, so a device nobody listens to keeps constant memory.
+type eventQueue struct {
+	mu      sync.Mutex
+	q       []Event
+	seq     uint64
+	dropped uint64
+	wake    chan struct{} // closed and replaced on every push
+	closed  bool
+}
+
+func (e *eventQueue) init() { e.wake = make(chan struct{}) }
+
+func (e *eventQueue) push(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq++
+	ev.Seq = e.seq
+	if len(e.q) >= maxQueuedEvents {
+		e.q = e.q[1:]
+		e.dropped++
+	}
+	e.q = append(e.q, ev)
+	close(e.wake)
+	e.wake = make(chan struct{})
+}
+
+func (e *eventQueue) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		e.closed = true
+		close(e.wake)
+	}
+}
+
+// raise queues an async event.
+func (d *Device) raise(t EventType, kind string, h uint32) {
+	d.Counters.AsyncEvents.Add(1)
+	d.events.push(Event{Type: t, Kind: kind, Handle: h})
+}
+
+// ErrClosed is returned by blocking reads once the device is gone.
+var ErrClosed = &Error{Op: "device", Errno: 19, Err: fmt.Errorf("device is closed")}
+
+// ReadEvents takes every queued async event, blocking until there is one,
+// ctx ends (its error) or the device closes (ErrClosed).
+func (d *Device) ReadEvents(ctx context.Context) ([]Event, error) {
+	for {
+		e := &d.events
+		e.mu.Lock()
+		if len(e.q) > 0 {
+			out := e.q
+			e.q = nil
+			e.mu.Unlock()
+			return out, nil
+		}
+		if e.closed {
+			e.mu.Unlock()
+			return nil, ErrClosed
+		}
+		wake := e.wake
+		e.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// PendingEvents is the number of queued async events (for tests and cat).
+func (d *Device) PendingEvents() int {
+	d.events.mu.Lock()
+	defer d.events.mu.Unlock()
+	return len(d.events.q)
+}
+
+var _ = time.Second

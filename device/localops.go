@@ -1,0 +1,105 @@
+package device
+
+import (
+	"rdmafs/qp"
+)
+
+// localOpLocked executes LOCAL_INV and BIND_MW, the work requests that act
+// on this device's key table instead of sending packets. A failure ends the
+// QP like any other send error: LOC_QP_OP_ERR for LOCAL_INV, MW_BIND_ERR
+// for BIND_MW (rxe_do_local_ops).
+func (q *QP) localOpLocked(w *sendWQE) {
+	d := q.dev
+	status := qp.WCSuccess
+	switch w.wr.Opcode {
+	case qp.WRLocalInv:
+		status = d.invalidateKeyLocked(q, w.wr.InvalidateRKey, false)
+	case qp.WRBindMW:
+		status = d.bindMWLocked(q, &w.wr)
+	}
+	w.state, w.status = wqeDone, status
+}
+
+// invalidateKeyLocked invalidates the MR or type 2 MW that key names, for
+// QP q (same PD). remote is true for SEND_WITH_INV, which may invalidate
+// only remote-access keys.
+func (d *Device) invalidateKeyLocked(q *QP, key uint32, remote bool) qp.WCStatus {
+	idx := key >> 8
+	if idx == 0 || int(idx) >= len(d.keys) {
+		return qp.WCLocQPOpErr
+	}
+	e := d.keys[idx]
+	switch {
+	case e.mr != nil:
+		mr := e.mr
+		if mr.PD != q.pd || (mr.RKey != key && mr.LKey != key) || mr.boundMWs > 0 {
+			return qp.WCLocQPOpErr
+		}
+		if remote && mr.Access&qp.AccessRemote == 0 {
+			return qp.WCLocQPOpErr
+		}
+		mr.valid = false
+		d.detachPacketsLocked(mr)
+		return qp.WCSuccess
+	case e.mw != nil:
+		mw := e.mw
+		// Type 1 windows are not invalidated by work requests (o10-36.2.4).
+		if mw.Type != 2 || mw.PD != q.pd || mw.RKey != key {
+			return qp.WCLocQPOpErr
+		}
+		mw.unbindLocked()
+		return qp.WCSuccess
+	}
+	return qp.WCLocQPOpErr
+}
+
+// bindMWLocked binds a memory window through QP q (IBA 10.6.7; VERBS.md
+// §6.5): the MW and the MR on q's PD, the MR allowing MW_BIND and not zero
+// based, remote write or atomic windows only over MRs with local write, the
+// window inside the MR. Type 2 windows must be free; type 1 may be rebound,
+// and a zero length unbinds it. The rkey's low byte comes from the WR.
+func (d *Device) bindMWLocked(q *QP, wr *qp.SendWR) qp.WCStatus {
+	mw := d.mws.get(wr.MW)
+	if mw == nil || mw.PD != q.pd {
+		return qp.WCMWBindErr
+	}
+	if mw.Type == 2 && mw.valid {
+		return qp.WCMWBindErr
+	}
+	if wr.BindAccess&^qp.AccessSupportedMW != 0 {
+		return qp.WCMWBindErr
+	}
+	if wr.BindLength == 0 {
+		if mw.Type == 2 {
+			return qp.WCMWBindErr
+		}
+		mw.unbindLocked()
+		mw.RKey = mw.RKey&^0xFF | wr.RKey&0xFF
+		return qp.WCSuccess
+	}
+	idx := wr.BindLKey >> 8
+	if idx == 0 || int(idx) >= len(d.keys) || d.keys[idx].mr == nil {
+		return qp.WCMWBindErr
+	}
+	mr := d.keys[idx].mr
+	if mr.LKey != wr.BindLKey || !mr.valid || mr.PD != q.pd || mr.Access&qp.AccessMWBind == 0 ||
+		mr.Access&qp.AccessZeroBased != 0 {
+		return qp.WCMWBindErr
+	}
+	if wr.BindAccess&(qp.AccessRemoteWrite|qp.AccessRemoteAtomic) != 0 && mr.Access&qp.AccessLocalWrite == 0 {
+		return qp.WCMWBindErr
+	}
+	if _, ok := inRange(wr.BindAddr, wr.BindLength, mr.IOVA, mr.Length); !ok {
+		return qp.WCMWBindErr
+	}
+	mw.unbindLocked()
+	mw.mr = mr
+	mr.boundMWs++
+	mw.addr, mw.length, mw.access = wr.BindAddr, wr.BindLength, wr.BindAccess
+	mw.RKey = mw.RKey&^0xFF | wr.RKey&0xFF
+	mw.valid = true
+	if mw.Type == 2 {
+		mw.qp = q
+	}
+	return qp.WCSuccess
+}

@@ -1,0 +1,235 @@
+package device
+
+import (
+	"rdmafs/qp"
+)
+
+// Memory access. Every byte the engine moves goes through these functions:
+// a key is resolved through the key table on every use (never cached across
+// a verb), so deregistration or invalidation takes effect at once and the
+// engine never touches memory it was not given by a valid key of the right
+// PD with the right access (IBA 10.6; VERBS.md §6.3).
+
+// keyFault says why a key check failed; the caller picks the completion
+// status (local: loc_prot_err; remote: a NAK remote access error).
+type keyFault uint8
+
+const (
+	faultNone keyFault = iota
+	faultKey           // no such key, or its generation byte differs
+	faultInvalid       // invalidated
+	faultPD            // another PD
+	faultAccess        // the key lacks the access
+	faultRange         // outside the region
+)
+
+func (f keyFault) String() string {
+	return [...]string{"ok", "bad key", "invalidated key", "key of another PD", "access not granted", "out of range"}[f]
+}
+
+// inRange reports whether [addr, addr+n) lies in [base, base+size) without
+// overflowing, and returns the offset.
+func inRange(addr, n, base, size uint64) (uint64, bool) {
+	if addr < base {
+		return 0, false
+	}
+	off := addr - base
+	if off > size || n > size-off {
+		return 0, false
+	}
+	return off, true
+}
+
+// lkeyLocked resolves n bytes at addr through lkey for local access acc
+// (LOCAL_WRITE to write into it, 0 to read).
+func (d *Device) lkeyLocked(pd *PD, lkey uint32, addr, n uint64, acc qp.Access) ([]byte, keyFault) {
+	b, _, f := d.lkeyMRLocked(pd, lkey, addr, n, acc)
+	return b, f
+}
+
+// lkeyMRLocked is lkeyLocked that also names the MR.
+func (d *Device) lkeyMRLocked(pd *PD, lkey uint32, addr, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
+	idx := lkey >> 8
+	if idx == 0 || int(idx) >= len(d.keys) {
+		return nil, nil, faultKey
+	}
+	mr := d.keys[idx].mr
+	if mr == nil || mr.LKey != lkey {
+		return nil, nil, faultKey
+	}
+	if !mr.valid {
+		return nil, nil, faultInvalid
+	}
+	if mr.PD != pd {
+		return nil, nil, faultPD
+	}
+	if mr.Access&acc != acc {
+		return nil, nil, faultAccess
+	}
+	off, ok := inRange(addr, n, mr.IOVA, mr.Length)
+	if !ok {
+		return nil, nil, faultRange
+	}
+	return mr.mem[off : off+n : off+n], mr, faultNone
+}
+
+// rkeyLocked resolves n bytes at va through rkey for remote access acc on
+// behalf of QP q (whose PD must own the key; a type 2 window must be bound
+// through q).
+func (d *Device) rkeyLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) ([]byte, keyFault) {
+	b, _, f := d.rkeyMRLocked(q, rkey, va, n, acc)
+	return b, f
+}
+
+// rkeyMRLocked is rkeyLocked that also names the MR whose memory it is.
+func (d *Device) rkeyMRLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
+	idx := rkey >> 8
+	if idx == 0 || int(idx) >= len(d.keys) {
+		return nil, nil, faultKey
+	}
+	e := d.keys[idx]
+	switch {
+	case e.mr != nil:
+		mr := e.mr
+		if mr.RKey != rkey {
+			return nil, nil, faultKey
+		}
+		if !mr.valid {
+			return nil, nil, faultInvalid
+		}
+		if mr.PD != q.pd {
+			return nil, nil, faultPD
+		}
+		if mr.Access&acc != acc {
+			return nil, nil, faultAccess
+		}
+		off, ok := inRange(va, n, mr.IOVA, mr.Length)
+		if !ok {
+			return nil, nil, faultRange
+		}
+		return mr.mem[off : off+n : off+n], mr, faultNone
+	case e.mw != nil:
+		mw := e.mw
+		if mw.RKey != rkey {
+			return nil, nil, faultKey
+		}
+		if !mw.valid || mw.mr == nil || !mw.mr.valid {
+			return nil, nil, faultInvalid
+		}
+		if mw.PD != q.pd || (mw.Type == 2 && mw.qp != q) {
+			return nil, nil, faultPD
+		}
+		if mw.access&acc != acc {
+			return nil, nil, faultAccess
+		}
+		base := mw.addr
+		if mw.access&qp.AccessZeroBased != 0 {
+			base = 0
+		}
+		woff, ok := inRange(va, n, base, mw.length)
+		if !ok {
+			return nil, nil, faultRange
+		}
+		// The window lies inside its MR (checked at bind).
+		off := mw.addr - mw.mr.IOVA + woff
+		return mw.mr.mem[off : off+n : off+n], mw.mr, faultNone
+	}
+	return nil, nil, faultKey
+}
+
+// sglLength sums an SGL's lengths; ok is false past 2^31 (the IB message
+// size limit).
+func sglLength(sgl []qp.SGE) (uint64, bool) {
+	var n uint64
+	for _, s := range sgl {
+		n += uint64(s.Length)
+	}
+	return n, n <= 1<<31
+}
+
+// checkSGLLocked validates every SGE of a WQE once, when the engine takes
+// it, so a bad lkey fails the WQE before any packet is sent.
+func (d *Device) checkSGLLocked(pd *PD, sgl []qp.SGE, acc qp.Access) keyFault {
+	for _, s := range sgl {
+		if s.Length == 0 {
+			continue // zero-length SGEs are skipped, as rdmavt does
+		}
+		if _, f := d.lkeyLocked(pd, s.LKey, s.Addr, uint64(s.Length), acc); f != faultNone {
+			return f
+		}
+	}
+	return faultNone
+}
+
+// gatherLocked returns n bytes at offset off of the SGL's concatenation.
+// When they lie in one SGE the result aliases that MR, which it returns (no
+// copy); otherwise they are copied into scratch (mr is nil).
+func (d *Device) gatherLocked(pd *PD, sgl []qp.SGE, off uint64, n int, scratch []byte) (data []byte, mr *MR, f keyFault) {
+	if n == 0 {
+		return nil, nil, faultNone
+	}
+	out := scratch[:0]
+	need := uint64(n)
+	for _, s := range sgl {
+		l := uint64(s.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		take := min(l-off, need)
+		b, m, f := d.lkeyMRLocked(pd, s.LKey, s.Addr+off, take, 0)
+		if f != faultNone {
+			return nil, nil, f
+		}
+		if take == uint64(n) {
+			return b, m, faultNone
+		}
+		out = append(out, b...)
+		need -= take
+		off = 0
+		if need == 0 {
+			return out, nil, faultNone
+		}
+	}
+	return nil, nil, faultRange
+}
+
+// scatterLocked copies data into the SGL at offset off, needing acc
+// (LOCAL_WRITE) on each SGE it touches.
+func (d *Device) scatterLocked(pd *PD, sgl []qp.SGE, off uint64, data []byte) keyFault {
+	for _, s := range sgl {
+		if len(data) == 0 {
+			return faultNone
+		}
+		l := uint64(s.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		take := min(l-off, uint64(len(data)))
+		b, f := d.lkeyLocked(pd, s.LKey, s.Addr+off, take, qp.AccessLocalWrite)
+		if f != faultNone {
+			return f
+		}
+		copyOrdered(b, data[:take])
+		data = data[take:]
+		off = 0
+	}
+	if len(data) != 0 {
+		return faultRange
+	}
+	return faultNone
+}
+
+// copyOrdered copies src to dst so that the last bytes land last: a client
+// that polls the tail of a buffer for a flag sees the rest of the data
+// first (rdmavt's copy_last for RDMA WRITE into user memory).
+func copyOrdered(dst, src []byte) {
+	if len(src) <= 8 {
+		copy(dst, src)
+		return
+	}
+	k := len(src) - 8
+	copy(dst[:k], src[:k])
+	copy(dst[k:], src[k:])
+}

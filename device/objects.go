@@ -1,0 +1,387 @@
+package device
+
+import (
+	"crypto/rand"
+	"fmt"
+	"syscall"
+
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
+
+// Owner is the uid that created an object. Another uid may not use it,
+// neither directly nor by naming it in a request (a QP on someone's PD).
+// Root (0) may use anything, as it could anyway.
+type Owner uint32
+
+func (o Owner) mayUse(obj Owner) bool { return o == 0 || o == obj }
+
+// PD is a protection domain.
+type PD struct {
+	dev    *Device
+	Handle uint32
+	Owner  Owner
+	users  int // MRs, MWs, AHs, SRQs, QPs on this PD
+}
+
+// AllocPD is ibv_alloc_pd.
+func (d *Device) AllocPD(owner Owner) (*PD, error) {
+	const op = "alloc_pd"
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked(op); err != nil {
+		return nil, err
+	}
+	if uint32(d.pds.len()) >= d.cfg.MaxPD {
+		return nil, errf(op, syscall.ENOMEM, "max_pd (%d) reached", d.cfg.MaxPD)
+	}
+	pd := &PD{dev: d, Owner: owner}
+	pd.Handle = d.pds.add(pd)
+	return pd, nil
+}
+
+// PD looks a PD up by handle.
+func (d *Device) PD(h uint32) *PD {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pds.get(h)
+}
+
+// Dealloc is ibv_dealloc_pd: EBUSY while anything lives on the PD.
+func (pd *PD) Dealloc() error {
+	d := pd.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pds.get(pd.Handle) != pd {
+		return errf("dealloc_pd", syscall.ENOENT, "pd %d does not exist", pd.Handle)
+	}
+	if pd.users > 0 {
+		return errf("dealloc_pd", syscall.EBUSY, "pd %d still has %d objects", pd.Handle, pd.users)
+	}
+	d.pds.del(pd.Handle)
+	return nil
+}
+
+// lookupPDLocked resolves a PD handle named in a request by owner.
+func (d *Device) lookupPDLocked(op string, h uint32, owner Owner) (*PD, error) {
+	pd := d.pds.get(h)
+	if pd == nil {
+		return nil, errf(op, syscall.EINVAL, "pd %d does not exist", h)
+	}
+	if !owner.mayUse(pd.Owner) {
+		return nil, errf(op, syscall.EACCES, "pd %d belongs to another user", h)
+	}
+	return pd, nil
+}
+
+// keyEntry is one slot of the key table: an MR or an MW.
+type keyEntry struct {
+	mr *MR
+	mw *MW
+}
+
+// allocKeyLocked reserves a key index and returns a key: index << 8 | a
+// random low byte that differs from the previous key at that index, so a
+// stale key rarely matches (rxe's rxe_get_next_key idea).
+func (d *Device) allocKeyLocked(prev uint32) (uint32, uint32) {
+	var idx uint32
+	if n := len(d.freeKeys); n > 0 {
+		idx = d.freeKeys[n-1]
+		d.freeKeys = d.freeKeys[:n-1]
+	} else {
+		idx = uint32(len(d.keys))
+		d.keys = append(d.keys, keyEntry{})
+	}
+	return idx, idx<<8 | uint32(nextKeyByte(uint8(prev)))
+}
+
+func nextKeyByte(prev uint8) uint8 {
+	var b [1]byte
+	for {
+		rand.Read(b[:])
+		if b[0] != prev {
+			return b[0]
+		}
+	}
+}
+
+func (d *Device) freeKeyLocked(idx uint32) {
+	d.keys[idx] = keyEntry{}
+	d.freeKeys = append(d.freeKeys, idx)
+}
+
+// MR is a memory region. Its memory is a memfd the daemon maps; a client
+// maps the same file (mr/H/mem), so the device and the client see one copy.
+type MR struct {
+	dev      *Device
+	Handle   uint32
+	Owner    Owner
+	PD       *PD
+	IOVA     uint64
+	Length   uint64
+	Access   qp.Access
+	LKey     uint32
+	RKey     uint32
+	keyIdx   uint32
+	region   *ring.Region
+	mem      []byte // region bytes, len == Length
+	valid    bool   // false after LOCAL_INV / SEND_WITH_INV, until re-registered
+	boundMWs int
+}
+
+// RegMR is ibv_reg_mr with device-allocated memory.
+func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
+	const op = "reg_mr"
+	if req.Access&^qp.AccessSupportedMR != 0 {
+		return nil, errf(op, syscall.EINVAL, "access: unsupported flags %s", req.Access&^qp.AccessSupportedMR)
+	}
+	// IBA 10.6.3.1: remote write or atomic needs local write.
+	if req.Access&(qp.AccessRemoteWrite|qp.AccessRemoteAtomic) != 0 && req.Access&qp.AccessLocalWrite == 0 {
+		return nil, errf(op, syscall.EINVAL, "access: remote_write and remote_atomic need local_write")
+	}
+	if req.Length == 0 {
+		return nil, errf(op, syscall.EINVAL, "length: must be at least 1")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked(op); err != nil {
+		return nil, err
+	}
+	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	if err != nil {
+		return nil, err
+	}
+	if req.Length > d.cfg.MaxMRSize {
+		return nil, errf(op, syscall.EINVAL, "length: %d exceeds max_mr_size %d", req.Length, d.cfg.MaxMRSize)
+	}
+	iova := uint64(0)
+	if req.HasIOVA {
+		iova = req.IOVA
+	}
+	if iova+req.Length < iova {
+		return nil, errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", iova, req.Length)
+	}
+	if uint32(d.mrs.len()) >= d.cfg.MaxMR {
+		return nil, errf(op, syscall.ENOMEM, "max_mr (%d) reached", d.cfg.MaxMR)
+	}
+	if d.mrBytes+req.Length > d.cfg.MaxTotalMRBytes {
+		return nil, errf(op, syscall.ENOMEM, "registered memory would exceed the device cap of %d bytes (%d in use)", d.cfg.MaxTotalMRBytes, d.mrBytes)
+	}
+	region, err := ring.NewRegion(fmt.Sprintf("rdmafs-mr-pd%d", pd.Handle), int(req.Length))
+	if err != nil {
+		return nil, errf(op, syscall.ENOMEM, "allocating %d bytes: %v", req.Length, err)
+	}
+	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access,
+		region: region, mem: region.Bytes()[:req.Length], valid: true}
+	mr.keyIdx, mr.LKey = d.allocKeyLocked(0)
+	mr.RKey = mr.LKey
+	d.keys[mr.keyIdx] = keyEntry{mr: mr}
+	mr.Handle = d.mrs.add(mr)
+	d.mrBytes += req.Length
+	pd.users++
+	return mr, nil
+}
+
+// MR looks an MR up by handle.
+func (d *Device) MR(h uint32) *MR {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mrs.get(h)
+}
+
+// Region is the MR's shared memory (for mapping by clients).
+func (mr *MR) Region() *ring.Region { return mr.region }
+
+// Mem is the MR's memory as the daemon maps it.
+func (mr *MR) Mem() []byte { return mr.mem }
+
+// Valid reports whether the MR's keys are usable (not invalidated).
+func (mr *MR) Valid() bool {
+	mr.dev.mu.Lock()
+	defer mr.dev.mu.Unlock()
+	return mr.valid
+}
+
+// Dereg is ibv_dereg_mr: EBUSY while memory windows are bound to it (IBA
+// 10.6.7.2.6). QPs whose WQEs still name its keys find them gone and fail
+// those WQEs with a protection error.
+func (mr *MR) Dereg() error {
+	d := mr.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mrs.get(mr.Handle) != mr {
+		return errf("dereg_mr", syscall.ENOENT, "mr %d does not exist", mr.Handle)
+	}
+	if mr.boundMWs > 0 {
+		return errf("dereg_mr", syscall.EBUSY, "mr %d has %d memory windows bound", mr.Handle, mr.boundMWs)
+	}
+	d.detachPacketsLocked(mr)
+	d.mrs.del(mr.Handle)
+	d.freeKeyLocked(mr.keyIdx)
+	d.mrBytes -= mr.Length
+	mr.PD.users--
+	mr.valid = false
+	mr.region.Close()
+	mr.mem = nil
+	return nil
+}
+
+// MW is a memory window. Type 1 is bound with ibv_bind_mw semantics (here:
+// the BIND_MW work request, as for type 2); type 2 is bound to one QP.
+type MW struct {
+	dev    *Device
+	Handle uint32
+	Owner  Owner
+	PD     *PD
+	Type   uint8
+	RKey   uint32
+	keyIdx uint32
+	valid  bool // bound and not invalidated
+	mr     *MR
+	addr   uint64
+	length uint64
+	access qp.Access
+	qp     *QP // type 2: the QP it is bound through
+}
+
+// AllocMW is ibv_alloc_mw.
+func (d *Device) AllocMW(owner Owner, req qp.CreateMW) (*MW, error) {
+	const op = "alloc_mw"
+	if req.Type == 0 {
+		req.Type = 1
+	}
+	if req.Type != 1 && req.Type != 2 {
+		return nil, errf(op, syscall.EINVAL, "type: %d is not 1 or 2", req.Type)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked(op); err != nil {
+		return nil, err
+	}
+	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(d.mws.len()) >= d.cfg.MaxMW {
+		return nil, errf(op, syscall.ENOMEM, "max_mw (%d) reached", d.cfg.MaxMW)
+	}
+	mw := &MW{dev: d, Owner: owner, PD: pd, Type: req.Type}
+	mw.keyIdx, mw.RKey = d.allocKeyLocked(0)
+	d.keys[mw.keyIdx] = keyEntry{mw: mw}
+	mw.Handle = d.mws.add(mw)
+	pd.users++
+	return mw, nil
+}
+
+// MW looks an MW up by handle.
+func (d *Device) MW(h uint32) *MW {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mws.get(h)
+}
+
+// MWAttr is what cat mw/H/attr shows.
+type MWAttr struct {
+	PD, Type     uint32
+	RKey         uint32
+	Bound        bool
+	MR           uint32
+	Addr, Length uint64
+	Access       qp.Access
+}
+
+// Attr snapshots the window.
+func (mw *MW) Attr() MWAttr {
+	mw.dev.mu.Lock()
+	defer mw.dev.mu.Unlock()
+	a := MWAttr{PD: mw.PD.Handle, Type: uint32(mw.Type), RKey: mw.RKey, Bound: mw.valid,
+		Addr: mw.addr, Length: mw.length, Access: mw.access}
+	if mw.mr != nil {
+		a.MR = mw.mr.Handle
+	}
+	return a
+}
+
+func (mw *MW) unbindLocked() {
+	if mw.mr != nil {
+		mw.mr.boundMWs--
+		mw.mr = nil
+	}
+	mw.qp = nil
+	mw.valid = false
+}
+
+// Dealloc is ibv_dealloc_mw.
+func (mw *MW) Dealloc() error {
+	d := mw.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mws.get(mw.Handle) != mw {
+		return errf("dealloc_mw", syscall.ENOENT, "mw %d does not exist", mw.Handle)
+	}
+	mw.unbindLocked()
+	d.mws.del(mw.Handle)
+	d.freeKeyLocked(mw.keyIdx)
+	mw.PD.users--
+	return nil
+}
+
+// AH is an address handle for UD.
+type AH struct {
+	dev    *Device
+	Handle uint32
+	Owner  Owner
+	PD     *PD
+	Attr   qp.AH
+}
+
+// CreateAH is ibv_create_ah.
+func (d *Device) CreateAH(owner Owner, req qp.CreateAH) (*AH, error) {
+	const op = "create_ah"
+	if req.AH.PortNum > 1 {
+		return nil, errf(op, syscall.EINVAL, "port_num: %d (the device has port 1)", req.AH.PortNum)
+	}
+	if req.AH.SGIDIndex != 0 {
+		return nil, errf(op, syscall.EINVAL, "sgid_index: %d (the GID table has one entry)", req.AH.SGIDIndex)
+	}
+	if req.AH.SL > 15 {
+		return nil, errf(op, syscall.EINVAL, "sl: %d > 15", req.AH.SL)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked(op); err != nil {
+		return nil, err
+	}
+	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(d.ahs.len()) >= d.cfg.MaxAH {
+		return nil, errf(op, syscall.ENOMEM, "max_ah (%d) reached", d.cfg.MaxAH)
+	}
+	ah := &AH{dev: d, Owner: owner, PD: pd, Attr: req.AH}
+	ah.Handle = d.ahs.add(ah)
+	pd.users++
+	return ah, nil
+}
+
+// AH looks an AH up by handle.
+func (d *Device) AH(h uint32) *AH {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ahs.get(h)
+}
+
+// Destroy is ibv_destroy_ah. A UD send that names it and that the engine
+// has not yet taken from the ring fails with LOC_QP_OP_ERR.
+func (ah *AH) Destroy() error {
+	d := ah.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ahs.get(ah.Handle) != ah {
+		return errf("destroy_ah", syscall.ENOENT, "ah %d does not exist", ah.Handle)
+	}
+	d.ahs.del(ah.Handle)
+	ah.PD.users--
+	return nil
+}

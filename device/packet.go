@@ -1,0 +1,233 @@
+package device
+
+import (
+	"rdmafs/qp"
+)
+
+// IB transport opcodes (BTH OpCode, IBA 9.2; VERBS.md §8.3). The top three
+// bits are the transport, the low five the operation.
+const (
+	transRC = 0x00
+	transUC = 0x20
+	transUD = 0x60
+
+	opSendFirst            = 0x00
+	opSendMiddle           = 0x01
+	opSendLast             = 0x02
+	opSendLastImm          = 0x03
+	opSendOnly             = 0x04
+	opSendOnlyImm          = 0x05
+	opWriteFirst           = 0x06
+	opWriteMiddle          = 0x07
+	opWriteLast            = 0x08
+	opWriteLastImm         = 0x09
+	opWriteOnly            = 0x0A
+	opWriteOnlyImm         = 0x0B
+	opReadRequest          = 0x0C
+	opReadResponseFirst    = 0x0D
+	opReadResponseMiddle   = 0x0E
+	opReadResponseLast     = 0x0F
+	opReadResponseOnly     = 0x10
+	opAcknowledge          = 0x11
+	opAtomicAcknowledge    = 0x12
+	opCompareSwap          = 0x13
+	opFetchAdd             = 0x14
+	opSendLastInv          = 0x16
+	opSendOnlyInv          = 0x17
+	opMask                 = 0x1F
+	transMask              = 0xE0
+)
+
+// opFlags classify an operation (the low five bits), like rxe's opcode
+// masks.
+type opFlags uint16
+
+const (
+	ofRequest opFlags = 1 << iota
+	ofResponse
+	ofFirst
+	ofMiddle
+	ofLast
+	ofSend
+	ofWrite
+	ofRead
+	ofAtomic
+	ofImm
+	ofInv
+	ofRETH
+	ofAETH
+	ofPayload
+	ofRWR // consumes a receive WQE
+)
+
+const ofOnly = ofFirst | ofLast
+
+var opTable = [32]opFlags{
+	opSendFirst:          ofRequest | ofSend | ofFirst | ofPayload | ofRWR,
+	opSendMiddle:         ofRequest | ofSend | ofMiddle | ofPayload,
+	opSendLast:           ofRequest | ofSend | ofLast | ofPayload,
+	opSendLastImm:        ofRequest | ofSend | ofLast | ofPayload | ofImm,
+	opSendOnly:           ofRequest | ofSend | ofOnly | ofPayload | ofRWR,
+	opSendOnlyImm:        ofRequest | ofSend | ofOnly | ofPayload | ofImm | ofRWR,
+	opWriteFirst:         ofRequest | ofWrite | ofFirst | ofPayload | ofRETH,
+	opWriteMiddle:        ofRequest | ofWrite | ofMiddle | ofPayload,
+	opWriteLast:          ofRequest | ofWrite | ofLast | ofPayload,
+	opWriteLastImm:       ofRequest | ofWrite | ofLast | ofPayload | ofImm | ofRWR,
+	opWriteOnly:          ofRequest | ofWrite | ofOnly | ofPayload | ofRETH,
+	opWriteOnlyImm:       ofRequest | ofWrite | ofOnly | ofPayload | ofRETH | ofImm | ofRWR,
+	opReadRequest:        ofRequest | ofRead | ofOnly | ofRETH,
+	opReadResponseFirst:  ofResponse | ofRead | ofFirst | ofPayload | ofAETH,
+	opReadResponseMiddle: ofResponse | ofRead | ofMiddle | ofPayload,
+	opReadResponseLast:   ofResponse | ofRead | ofLast | ofPayload | ofAETH,
+	opReadResponseOnly:   ofResponse | ofRead | ofOnly | ofPayload | ofAETH,
+	opAcknowledge:        ofResponse | ofAETH | ofOnly,
+	opAtomicAcknowledge:  ofResponse | ofAtomic | ofAETH | ofOnly,
+	opCompareSwap:        ofRequest | ofAtomic | ofOnly,
+	opFetchAdd:           ofRequest | ofAtomic | ofOnly,
+	opSendLastInv:        ofRequest | ofSend | ofLast | ofPayload | ofInv,
+	opSendOnlyInv:        ofRequest | ofSend | ofOnly | ofPayload | ofInv | ofRWR,
+}
+
+func opInfo(opcode uint8) opFlags { return opTable[opcode&opMask] }
+
+// transportOf maps a QP type to its BTH transport bits.
+func transportOf(t qp.Type) uint8 {
+	switch t {
+	case qp.TypeUC:
+		return transUC
+	case qp.TypeUD:
+		return transUD
+	}
+	return transRC
+}
+
+// AETH syndromes (IBA 9.3.5; VERBS.md §5.2).
+const (
+	aethACK          = 0x00
+	aethRNR          = 0x20
+	aethNAK          = 0x60
+	aethNAKSeq       = 0x60
+	aethNAKInvReq    = 0x61
+	aethNAKRemAccess = 0x62
+	aethNAKRemOp     = 0x63
+	aethTypeMask     = 0xE0
+)
+
+// packet is one IB transport packet: the BTH fields and the extension
+// headers its opcode carries, plus the addressing that the network layer
+// (loopback here, UDP/IP for RoCEv2) provides. Payload may alias the memory
+// of the MR named by mr; see Device.detachPacketsLocked.
+type packet struct {
+	opcode  uint8
+	se      bool
+	ackReq  bool
+	destQPN uint32
+	psn     qp.PSN
+
+	sgid, dgid [16]byte
+
+	// RETH / AtomicETH
+	va   uint64
+	rkey uint32
+	dlen uint32
+	// AtomicETH operands
+	swapAdd, compare uint64
+	// AETH
+	syndrome uint8
+	msn      uint32
+	// AtomicAckETH
+	orig uint64
+	// ImmDt or IETH
+	imm uint32
+	// DETH
+	qkey, srcQP uint32
+
+	payload []byte
+	mr      *MR    // MR payload aliases, nil if payload is owned
+	buf     []byte // owned storage for payload
+	next    *packet
+}
+
+// packetPool is a free list of packets. It is used only under Device.mu,
+// so it needs no lock of its own.
+type packetPool struct {
+	free *packet
+}
+
+func (pp *packetPool) get() *packet {
+	p := pp.free
+	if p == nil {
+		return &packet{}
+	}
+	pp.free = p.next
+	buf := p.buf
+	*p = packet{buf: buf[:0]}
+	return p
+}
+
+func (pp *packetPool) put(p *packet) {
+	p.payload, p.mr = nil, nil
+	p.next = pp.free
+	pp.free = p
+}
+
+// own copies an aliased payload into the packet's own storage.
+func (p *packet) own() {
+	if p.mr == nil {
+		return
+	}
+	p.buf = append(p.buf[:0], p.payload...)
+	p.payload = p.buf
+	p.mr = nil
+}
+
+// detachPacketsLocked gives every queued packet that aliases mr its own
+// copy, before mr's memory goes away.
+func (d *Device) detachPacketsLocked(mr *MR) {
+	for _, q := range d.qps {
+		for _, p := range q.inq {
+			if p.mr == mr {
+				p.own()
+			}
+		}
+	}
+}
+
+// link carries packets from a QP's transport to the destination's receive
+// path. Loopback delivers to a QP of this device; the RoCEv2 link will
+// encode them onto UDP.
+type link interface {
+	xmitLocked(p *packet)
+}
+
+type loopbackLink struct{ d *Device }
+
+// xmitLocked delivers p to the QP it names, if the destination GID is this
+// device; anything else has no route and is lost, as on a network without
+// the peer (RC then retries and times out).
+func (l loopbackLink) xmitLocked(p *packet) {
+	d := l.d
+	d.Counters.PacketsSent.Add(1)
+	d.Counters.BytesSent.Add(uint64(len(p.payload)))
+	if !d.isLocalGID(p.dgid) {
+		d.Counters.NoRoute.Add(1)
+		d.pool.put(p)
+		return
+	}
+	d.receiveLocked(p)
+}
+
+// receiveLocked is the receive entry point every packet takes, whatever
+// link brought it.
+func (d *Device) receiveLocked(p *packet) {
+	d.Counters.PacketsRecv.Add(1)
+	d.Counters.BytesRecv.Add(uint64(len(p.payload)))
+	q := d.qps[p.destQPN]
+	if q == nil || q.destroyed || opInfo(p.opcode) == 0 || p.opcode&transMask != transportOf(q.Type) {
+		d.Counters.DroppedPackets.Add(1)
+		d.pool.put(p)
+		return
+	}
+	q.inq = append(q.inq, p)
+	d.engine.schedule(q)
+}

@@ -1,0 +1,604 @@
+package device
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+
+	"rdmafs/clock"
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
+
+// qpnStart is the first QPN handed out; 0 and 1 are the special QPs of IB
+// and QPNs below 16 stay free as in rxe (RXE_MIN_QP_INDEX).
+const qpnStart = 16
+
+// QP is a queue pair. Its verbs state and its transport state are guarded
+// by Device.mu; the engine runs it in the device's single engine goroutine.
+type QP struct {
+	dev      *Device
+	QPN      uint32
+	Owner    Owner
+	Type     qp.Type
+	pd       *PD
+	sendCQ   *CQ
+	recvCQ   *CQ
+	srq      *SRQ
+	Cap      qp.Cap // actual capacities, as ibv_create_qp reports them
+	SQSigAll bool
+
+	attr qp.Attr // current attributes; attr.QPState is the state
+
+	sqRegion, rqRegion *ring.Region
+	sq, rq             *ring.Ring
+
+	postMu sync.Mutex // serializes in-daemon posters; orders before Device.mu
+	gone   bool       // destroyed: rings unmapped; guarded by postMu
+
+	destroyed bool // guarded by Device.mu
+	queued    bool // guarded by engine.mu
+
+	// Send side. WQEs in [sqCons.Tail(), sqFetched) have been copied out of
+	// the ring into swq (the client may scribble on the ring, never on
+	// swq); the consumer index moves when they complete.
+	sqCons    *ring.Consumer
+	swq       []sendWQE
+	sqFetched uint32
+	reqIdx    uint32 // the requester's current WQE
+	req       reqState
+	comp      compState
+	ssn       uint32
+
+	// Receive side.
+	rqCons *ring.Consumer // nil with an SRQ
+	resp   respState
+	inq    []*packet
+
+	retryTimer clock.Timer
+	rnrTimer   clock.Timer
+	timerGen   uint64 // invalidates timers that fire after a reset
+
+	commEst   bool // comm_est raised since the last move to RTR
+	drainSent bool // sq_drained raised for this SQD
+	lastWQE   bool // qp_last_wqe_reached raised
+
+	Counters QPCounters
+}
+
+// QPCounters are per-QP statistics.
+type QPCounters struct {
+	PacketsSent, PacketsRecv                uint64
+	Retransmits, RetryTimeouts              uint64
+	RNRNaksSent, RNRNaksRecv                uint64
+	SeqErrNaks, DuplicateReqs, RemoteErrNak uint64
+	Dropped                                 uint64
+	SendWQEs, RecvWQEs                      uint64
+}
+
+// List names the counters in a fixed order.
+func (c *QPCounters) List() []Counter {
+	return []Counter{
+		{"packets_sent", c.PacketsSent}, {"packets_recv", c.PacketsRecv},
+		{"retransmits", c.Retransmits}, {"retry_timeouts", c.RetryTimeouts},
+		{"rnr_naks_sent", c.RNRNaksSent}, {"rnr_naks_recv", c.RNRNaksRecv},
+		{"seq_err_naks", c.SeqErrNaks}, {"duplicate_requests", c.DuplicateReqs},
+		{"remote_err_naks", c.RemoteErrNak}, {"dropped_packets", c.Dropped},
+		{"send_wqes", c.SendWQEs}, {"recv_wqes", c.RecvWQEs},
+	}
+}
+
+// CreateQP is ibv_create_qp. The capacities actually provided (at least
+// those asked for) are in QP.Cap.
+func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
+	const op = "create_qp"
+	if !req.Type.Valid() {
+		return nil, errf(op, syscall.EOPNOTSUPP, "qp_type: %v is not supported", req.Type)
+	}
+	c := req.Cap
+	switch {
+	case c.MaxSendWR > d.cfg.MaxQPWR:
+		return nil, errf(op, syscall.EINVAL, "max_send_wr: %d exceeds max_qp_wr %d", c.MaxSendWR, d.cfg.MaxQPWR)
+	case c.MaxSendSGE > d.cfg.MaxSGE:
+		return nil, errf(op, syscall.EINVAL, "max_send_sge: %d exceeds max_sge %d", c.MaxSendSGE, d.cfg.MaxSGE)
+	case c.MaxInlineData > d.cfg.MaxInlineData:
+		return nil, errf(op, syscall.EINVAL, "max_inline_data: %d exceeds %d", c.MaxInlineData, d.cfg.MaxInlineData)
+	case req.SRQ == 0 && c.MaxRecvWR > d.cfg.MaxQPWR:
+		return nil, errf(op, syscall.EINVAL, "max_recv_wr: %d exceeds max_qp_wr %d", c.MaxRecvWR, d.cfg.MaxQPWR)
+	case req.SRQ == 0 && c.MaxRecvSGE > d.cfg.MaxSGE:
+		return nil, errf(op, syscall.EINVAL, "max_recv_sge: %d exceeds max_sge %d", c.MaxRecvSGE, d.cfg.MaxSGE)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked(op); err != nil {
+		return nil, err
+	}
+	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	if err != nil {
+		return nil, err
+	}
+	scq, err := d.lookupCQLocked(op, "send_cq", req.SendCQ, owner)
+	if err != nil {
+		return nil, err
+	}
+	rcq, err := d.lookupCQLocked(op, "recv_cq", req.RecvCQ, owner)
+	if err != nil {
+		return nil, err
+	}
+	var srq *SRQ
+	if req.SRQ != 0 {
+		srq = d.srqs.get(req.SRQ)
+		if srq == nil {
+			return nil, errf(op, syscall.EINVAL, "srq: %d does not exist", req.SRQ)
+		}
+		if !owner.mayUse(srq.Owner) {
+			return nil, errf(op, syscall.EACCES, "srq: %d belongs to another user", req.SRQ)
+		}
+		if srq.PD != pd {
+			return nil, errf(op, syscall.EINVAL, "srq: %d is on pd %d, not pd %d", req.SRQ, srq.PD.Handle, pd.Handle)
+		}
+		if req.Type == qp.TypeUC && false {
+			// IBA allows SRQs with RC, UC and UD alike.
+		}
+	}
+	if uint32(len(d.qps)) >= d.cfg.MaxQP {
+		return nil, errf(op, syscall.ENOMEM, "max_qp (%d) reached", d.cfg.MaxQP)
+	}
+	qpn, ok := d.allocQPNLocked()
+	if !ok {
+		return nil, errf(op, syscall.ENOMEM, "no free QPN")
+	}
+	q := &QP{dev: d, QPN: qpn, Owner: owner, Type: req.Type, pd: pd, sendCQ: scq, recvCQ: rcq,
+		srq: srq, SQSigAll: req.SQSigAll}
+
+	// Send ring: rxe's sizing (ring package doc); the slack of the power of
+	// two is given to the user.
+	sqSlots := ring.SlotCount(max(c.MaxSendWR, 1))
+	sqSlot, capSGE, capInline := ring.SendSlotSize(c.MaxSendSGE, c.MaxInlineData)
+	capSGE = min(capSGE, d.cfg.MaxSGE)
+	capInline = min(capInline, d.cfg.MaxInlineData)
+	q.Cap = qp.Cap{MaxSendWR: sqSlots, MaxSendSGE: capSGE, MaxInlineData: capInline}
+	q.sqRegion, err = ring.NewRegion(fmt.Sprintf("rdmafs-qp%d-sq", qpn), ring.Size(sqSlot, sqSlots))
+	if err != nil {
+		return nil, errf(op, syscall.ENOMEM, "send queue: %v", err)
+	}
+	if q.sq, err = ring.Init(q.sqRegion.Bytes(), ring.KindSQ, sqSlot, sqSlots); err != nil {
+		q.sqRegion.Close()
+		return nil, errf(op, syscall.ENOMEM, "send queue: %v", err)
+	}
+	q.sqCons = ring.NewConsumer(q.sq)
+	q.swq = make([]sendWQE, sqSlots)
+	if srq == nil {
+		rqSlots := ring.SlotCount(max(c.MaxRecvWR, 1))
+		rqSlot, capRSGE := ring.RecvSlotSize(max(c.MaxRecvSGE, 1))
+		capRSGE = min(capRSGE, d.cfg.MaxSGE)
+		q.Cap.MaxRecvWR, q.Cap.MaxRecvSGE = rqSlots, capRSGE
+		q.rqRegion, err = ring.NewRegion(fmt.Sprintf("rdmafs-qp%d-rq", qpn), ring.Size(rqSlot, rqSlots))
+		if err == nil {
+			q.rq, err = ring.Init(q.rqRegion.Bytes(), ring.KindRQ, rqSlot, rqSlots)
+		}
+		if err != nil {
+			q.sqRegion.Close()
+			if q.rqRegion != nil {
+				q.rqRegion.Close()
+			}
+			return nil, errf(op, syscall.ENOMEM, "receive queue: %v", err)
+		}
+		q.rqCons = ring.NewConsumer(q.rq)
+	} else {
+		srq.users++
+	}
+	q.attr.QPState = qp.StateReset
+	q.attr.PortNum = 1
+	q.attr.PathMTU = d.cfg.ActiveMTU
+	q.attr.Cap = q.Cap
+	q.initLocked()
+	pd.users++
+	scq.users++
+	rcq.users++
+	d.qps[qpn] = q
+	return q, nil
+}
+
+// allocQPNLocked hands out QPNs cyclically, like rxe's xa_alloc_cyclic: a
+// destroyed QP's number comes back only after the whole space has been
+// used, so packets and handles of the old QP cannot reach a new one.
+func (d *Device) allocQPNLocked() (uint32, bool) {
+	const space = 1 << 24
+	for i := 0; i < space; i++ {
+		n := d.nextQPN
+		d.nextQPN++
+		if d.nextQPN >= space {
+			d.nextQPN = qpnStart
+		}
+		if _, used := d.qps[n]; !used {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// QP looks a QP up by number.
+func (d *Device) QP(qpn uint32) *QP {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.qps[qpn]
+}
+
+// SQ and RQ are the work-queue rings' shared memory (RQ is nil with an SRQ).
+func (q *QP) SQ() *ring.Region { return q.sqRegion }
+func (q *QP) RQ() *ring.Region { return q.rqRegion }
+
+// PD, SendCQ, RecvCQ, SRQ report what the QP was created with.
+func (q *QP) PDHandle() uint32 { return q.pd.Handle }
+func (q *QP) SendCQHandle() uint32 { return q.sendCQ.Handle }
+func (q *QP) RecvCQHandle() uint32 { return q.recvCQ.Handle }
+func (q *QP) SRQHandle() uint32 {
+	if q.srq == nil {
+		return 0
+	}
+	return q.srq.Handle
+}
+
+// State is the QP's current state.
+func (q *QP) State() qp.State {
+	q.dev.mu.Lock()
+	defer q.dev.mu.Unlock()
+	return q.attr.QPState
+}
+
+// Query is ibv_query_qp: every attribute, the state, the capacities and
+// whether an SQD drain is still in progress.
+func (q *QP) Query() qp.Attr {
+	q.dev.mu.Lock()
+	defer q.dev.mu.Unlock()
+	a := q.attr
+	a.CurQPState = a.QPState
+	a.Cap = q.Cap
+	a.SQDraining = a.QPState == qp.StateSQD && q.sqCons.Tail() != q.reqIdx
+	return a
+}
+
+// CountersSnapshot copies the QP's counters.
+func (q *QP) CountersSnapshot() QPCounters {
+	q.dev.mu.Lock()
+	defer q.dev.mu.Unlock()
+	return q.Counters
+}
+
+// Modify is ibv_modify_qp: the mask is checked against the transition table
+// for the QP type, every attribute against its limits, and only then is
+// anything applied. A failed modify changes nothing.
+func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
+	const op = "modify_qp"
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if q.destroyed {
+		return errf(op, syscall.ENOENT, "qp %d was destroyed", q.QPN)
+	}
+	cur := q.attr.QPState
+	if mask&qp.MaskCurState != 0 && attr.CurQPState != cur {
+		return errf(op, syscall.EINVAL, "cur_qp_state: %v given but qp %d is in %v", attr.CurQPState, q.QPN, cur)
+	}
+	next := cur
+	if mask&qp.MaskState != 0 {
+		next = attr.QPState
+	}
+	if err := qp.ModifyOK(cur, next, q.Type, mask); err != nil {
+		return fail(op, err)
+	}
+	if err := qp.CheckAttr(q.Type, attr, mask, d.limits()); err != nil {
+		return fail(op, err)
+	}
+	if cur == qp.StateSQD && next != qp.StateErr && next != qp.StateReset && q.sqCons.Tail() != q.reqIdx {
+		// rxe: while the SQ drains only ERR (and RESET) are allowed.
+		return errf(op, syscall.EBUSY, "qp_state: qp %d is still draining its send queue", q.QPN)
+	}
+	if mask&qp.MaskPathMTU != 0 && q.Type == qp.TypeUD {
+		// UD uses the port MTU; the table does not allow path_mtu for UD anyway.
+	}
+	q.applyLocked(attr, mask, cur, next)
+	return nil
+}
+
+// applyLocked applies a checked modify. It cannot fail.
+func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
+	qp.ApplyAttr(&q.attr, attr, mask)
+	q.attr.QPState = cur // the state moves below, with its side effects
+	if mask&qp.MaskSQPSN != 0 {
+		q.req.psn = q.attr.SQPSN
+		q.comp.psn = q.attr.SQPSN
+	}
+	if mask&qp.MaskRQPSN != 0 {
+		q.resp.psn = q.attr.RQPSN
+	}
+	if mask&qp.MaskMaxQPRdAtomic != 0 {
+		q.req.rdAtomic = int(q.attr.MaxRdAtomic) - q.outstandingRdAtomicLocked()
+	}
+	if mask&qp.MaskMaxDestRdAtomic != 0 {
+		q.resp.res = make([]respResource, max(int(q.attr.MaxDestRdAtomic), 1))
+		q.resp.resNext = 0
+	}
+	if mask&qp.MaskRetryCnt != 0 {
+		q.comp.retryLeft = q.attr.RetryCnt
+	}
+	if mask&qp.MaskRNRRetry != 0 {
+		q.comp.rnrLeft = q.attr.RNRRetry
+	}
+	switch {
+	case next == qp.StateReset:
+		if cur != qp.StateReset {
+			q.resetLocked()
+		}
+	case next == qp.StateErr:
+		q.enterErrLocked()
+	default:
+		if next == qp.StateRTR && cur != qp.StateRTR {
+			q.commEst = false
+		}
+		if next == qp.StateSQD {
+			q.drainSent = false
+		}
+		q.attr.QPState = next
+	}
+	q.dev.engine.schedule(q)
+}
+
+// enterErrLocked moves the QP to ERR; the engine then flushes every
+// outstanding WQE with WR_FLUSH_ERR. The only place that starts a flush.
+func (q *QP) enterErrLocked() {
+	if q.attr.QPState == qp.StateErr || q.attr.QPState == qp.StateReset {
+		return
+	}
+	q.attr.QPState = qp.StateErr
+	q.stopTimersLocked()
+	q.dev.engine.schedule(q)
+}
+
+// fatalLocked is a transport error that ends the QP: ERR plus the async
+// event the responder raises for it.
+func (q *QP) fatalLocked(ev EventType) {
+	if q.attr.QPState == qp.StateErr || q.attr.QPState == qp.StateReset {
+		return
+	}
+	q.dev.raise(ev, "qp", q.QPN)
+	q.enterErrLocked()
+}
+
+// resetLocked is rvt_init_qp: back to RESET, every queue emptied without
+// completions, the transport state zeroed. Port, pkey, MTU, timeout,
+// retry counts, the address vector and the rd_atomic limits are kept.
+func (q *QP) resetLocked() {
+	q.stopTimersLocked()
+	q.timerGen++
+	if p := q.sq.LoadProducer(); true {
+		q.sqCons.Reset(p)
+		q.sqCons.Publish()
+	}
+	q.sqFetched = q.sqCons.Tail()
+	q.reqIdx = q.sqFetched
+	clear(q.swq)
+	if q.rqCons != nil {
+		q.rqCons.Reset(q.rq.LoadProducer())
+		q.rqCons.Publish()
+	}
+	for _, p := range q.inq {
+		q.dev.pool.put(p)
+	}
+	q.inq = q.inq[:0]
+	q.attr.QPState = qp.StateReset
+	q.attr.DestQPNum = 0
+	q.attr.QKey = 0
+	q.attr.QPAccessFlags = 0
+	q.attr.SQPSN, q.attr.RQPSN = 0, 0
+	q.initLocked()
+}
+
+// initLocked sets the transport state a fresh or reset QP starts with.
+func (q *QP) initLocked() {
+	q.req = reqState{psn: q.attr.SQPSN, rdAtomic: int(q.attr.MaxRdAtomic)}
+	q.comp = compState{psn: q.attr.SQPSN, retryLeft: q.attr.RetryCnt, rnrLeft: q.attr.RNRRetry}
+	q.resp = respState{psn: q.attr.RQPSN, res: make([]respResource, max(int(q.attr.MaxDestRdAtomic), 1))}
+	q.ssn = 0
+	q.commEst, q.drainSent, q.lastWQE = false, false, false
+}
+
+func (q *QP) stopTimersLocked() {
+	if q.retryTimer != nil {
+		q.retryTimer.Stop()
+		q.retryTimer = nil
+	}
+	if q.rnrTimer != nil {
+		q.rnrTimer.Stop()
+		q.rnrTimer = nil
+	}
+	q.comp.timeoutFired = false
+	q.req.waitRNR = false
+}
+
+// Reset is a modify to RESET (the ctl file's "reset").
+func (q *QP) Reset() error {
+	return q.Modify(&qp.Attr{QPState: qp.StateReset}, qp.MaskState)
+}
+
+// Error is a modify to ERR (the ctl file's "error").
+func (q *QP) Error() error {
+	return q.Modify(&qp.Attr{QPState: qp.StateErr}, qp.MaskState)
+}
+
+// Destroy is ibv_destroy_qp: outstanding work is discarded (as rdmavt's
+// destroy does, through a reset), the QPN retired and the rings unmapped.
+func (q *QP) Destroy() error {
+	d := q.dev
+	q.postMu.Lock()
+	defer q.postMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if q.destroyed {
+		return errf("destroy_qp", syscall.ENOENT, "qp %d does not exist", q.QPN)
+	}
+	q.stopTimersLocked()
+	q.timerGen++
+	for _, mw := range d.mws.m {
+		if mw.qp == q {
+			mw.unbindLocked()
+		}
+	}
+	q.destroyed = true
+	q.gone = true
+	delete(d.qps, q.QPN)
+	q.releaseLocked()
+	return nil
+}
+
+// releaseLocked drops the QP's references and memory.
+func (q *QP) releaseLocked() {
+	for _, p := range q.inq {
+		q.dev.pool.put(p)
+	}
+	q.inq = nil
+	q.pd.users--
+	q.sendCQ.users--
+	q.recvCQ.users--
+	if q.srq != nil {
+		q.srq.users--
+	}
+	q.sqRegion.Close()
+	if q.rqRegion != nil {
+		q.rqRegion.Close()
+	}
+}
+
+// Kick is the doorbell: the client published new WQEs.
+func (q *QP) Kick() {
+	q.dev.Counters.Doorbells.Add(1)
+	q.dev.engine.schedule(q)
+}
+
+// PostSend is ibv_post_send from inside the daemon (the text post_send
+// file): each WR is validated as libibverbs would, written into the SQ
+// ring as a client would, and the engine is kicked once at the end. It
+// returns how many WRs were posted; on error the rest (bad_wr on) were not.
+func (q *QP) PostSend(wrs []qp.SendWR) (int, error) {
+	const op = "post_send"
+	d := q.dev
+	q.postMu.Lock()
+	defer q.postMu.Unlock()
+	if q.gone {
+		return 0, errf(op, syscall.ENOENT, "qp %d was destroyed", q.QPN)
+	}
+	n, err := q.postSendLocked(op, wrs)
+	if n > 0 {
+		q.Kick()
+	}
+	_ = d
+	return n, err
+}
+
+func (q *QP) postSendLocked(op string, wrs []qp.SendWR) (int, error) {
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st := q.attr.QPState; !st.CanPostSend() {
+		return 0, errf(op, syscall.EINVAL, "qp %d is in %v; sends need RTS", q.QPN, st)
+	}
+	caps := qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: q.attr.MaxRdAtomic}
+	p := ring.NewProducer(q.sq)
+	for i := range wrs {
+		wr := &wrs[i]
+		if wr.SendFlags&qp.SendInline != 0 && wr.InlineData == nil && len(wr.SGL) > 0 {
+			// libibverbs copies inline data out of the SGEs at post time.
+			data, err := q.gatherInlineLocked(wr)
+			if err != nil {
+				return i, fail(op, err)
+			}
+			w := *wr
+			w.InlineData, w.SGL = data, nil
+			wr = &w
+		}
+		if err := qp.ValidateSendWR(q.Type, wr, caps); err != nil {
+			return i, fail(op, err)
+		}
+		if q.Type == qp.TypeUD {
+			ah := d.ahs.get(wr.AH)
+			if ah == nil {
+				return i, errf(op, syscall.EINVAL, "ah: %d does not exist", wr.AH)
+			}
+			if ah.PD != q.pd {
+				return i, errf(op, syscall.EINVAL, "ah: %d is on pd %d, the qp on pd %d", wr.AH, ah.PD.Handle, q.pd.Handle)
+			}
+		}
+		free, err := p.Free()
+		if err != nil {
+			return i, errf(op, syscall.EINVAL, "send queue indices are corrupt: %v", err)
+		}
+		if free == 0 {
+			return i, errf(op, syscall.ENOMEM, "send queue full (%d WRs)", q.Cap.MaxSendWR)
+		}
+		if err := ring.EncodeSendWQE(p.Next(), wr); err != nil {
+			return i, fail(op, err)
+		}
+		p.Advance()
+		p.Publish()
+	}
+	return len(wrs), nil
+}
+
+// gatherInlineLocked reads an inline send's SGEs (in MR iova space, so
+// they need valid lkeys here, unlike a program's virtual addresses).
+func (q *QP) gatherInlineLocked(wr *qp.SendWR) ([]byte, error) {
+	total, ok := sglLength(wr.SGL)
+	if !ok || total > uint64(q.Cap.MaxInlineData) {
+		return nil, &qp.Error{Key: "inline_data", Msg: fmt.Sprintf("%d bytes exceed max_inline_data %d", total, q.Cap.MaxInlineData)}
+	}
+	buf := make([]byte, 0, total)
+	for _, s := range wr.SGL {
+		b, f := q.dev.lkeyLocked(q.pd, s.LKey, s.Addr, uint64(s.Length), 0)
+		if f != faultNone {
+			return nil, &qp.Error{Key: "sge", Msg: fmt.Sprintf("lkey %#x addr %#x length %d: %v", s.LKey, s.Addr, s.Length, f)}
+		}
+		buf = append(buf, b...)
+	}
+	return buf, nil
+}
+
+// PostRecv is ibv_post_recv from inside the daemon. In ERR the WRs are
+// accepted and flushed at once (rdmavt).
+func (q *QP) PostRecv(wrs []qp.RecvWR) (int, error) {
+	const op = "post_recv"
+	d := q.dev
+	q.postMu.Lock()
+	defer q.postMu.Unlock()
+	if q.gone {
+		return 0, errf(op, syscall.ENOENT, "qp %d was destroyed", q.QPN)
+	}
+	d.mu.Lock()
+	st := q.attr.QPState
+	d.mu.Unlock()
+	if q.srq != nil {
+		return 0, errf(op, syscall.EINVAL, "qp %d receives from srq %d; post to the srq", q.QPN, q.srq.Handle)
+	}
+	if !st.CanPostRecv() {
+		return 0, errf(op, syscall.EINVAL, "qp %d is in %v; receives need INIT or later", q.QPN, st)
+	}
+	n, err := postRecvRing(op, q.rq, q.Cap.MaxRecvSGE, wrs)
+	if n > 0 && st == qp.StateErr {
+		d.engine.schedule(q)
+	}
+	return n, err
+}
+
+// outstandingRdAtomicLocked counts READ/atomic WQEs that hold an initiator
+// slot.
+func (q *QP) outstandingRdAtomicLocked() int {
+	n := 0
+	for i := q.sqCons.Tail(); i != q.reqIdx; i++ {
+		if q.swq[i&q.sqMask()].rdAtomic {
+			n++
+		}
+	}
+	return n
+}
+
+func (q *QP) sqMask() uint32 { return uint32(len(q.swq) - 1) }

@@ -1,0 +1,397 @@
+package device
+
+import (
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
+
+// wqeState is where a send WQE is in its life.
+type wqeState uint8
+
+const (
+	wqePosted  wqeState = iota // fetched, not started
+	wqeSending                 // packets going out
+	wqePending                 // all sent, waiting for ACK / response (RC)
+	wqeDone                    // finished with status; completes in order
+)
+
+// sendWQE is the engine's private copy of a send WQE.
+type sendWQE struct {
+	wr       qp.SendWR
+	info     qp.OpInfo
+	length   uint64 // bytes the WR moves
+	state    wqeState
+	status   qp.WCStatus
+	firstPSN qp.PSN
+	lastPSN  qp.PSN
+	sent     uint64 // bytes sent (SEND, WRITE) so far
+	rdAtomic bool   // holds an initiator (max_rd_atomic) slot
+	dgid     [16]byte
+	qkey     uint32 // UD: the Q_Key to send
+}
+
+// reqState is the requester's transport state.
+type reqState struct {
+	psn       qp.PSN // next PSN to send
+	lastOp    uint8  // opcode of the last packet of the current message
+	inMsg     bool   // a multi-packet message is half sent
+	rdAtomic  int    // free initiator slots (max_rd_atomic)
+	needRetry bool   // go back to comp.psn
+	waitRNR   bool   // an RNR NAK holds the requester until its timer fires
+	sinceAck  int    // packets since the last AckReq
+}
+
+// Bounds of the requester, as rxe's: unacknowledged PSNs in flight, and
+// packets between requests for an acknowledgement.
+const (
+	maxUnackedPSNs = 128
+	maxPktsPerAck  = 64
+	requestBudget  = 256 // packets per run before other QPs get a turn
+)
+
+func (q *QP) mtu() int {
+	if q.Type == qp.TypeUD {
+		return q.dev.cfg.ActiveMTU.Bytes()
+	}
+	return q.attr.PathMTU.Bytes()
+}
+
+// npkts is how many PSNs a message of n bytes takes: at least one.
+func npkts(n uint64, mtu int) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return uint32((n + uint64(mtu) - 1) / uint64(mtu))
+}
+
+// fetchLocked copies newly posted WQEs out of the SQ ring and validates
+// them; a bad one is marked done with its error status so that it completes
+// in order and then takes the QP to ERR. It returns false if the ring's
+// indices are corrupt (the QP has been moved to ERR).
+func (q *QP) fetchLocked() bool {
+	avail, err := q.sqCons.Pending()
+	if err != nil {
+		q.fatalLocked(EventQPFatal)
+		return false
+	}
+	end := q.sqCons.Tail() + avail
+	for ; q.sqFetched != end; q.sqFetched++ {
+		w := &q.swq[q.sqFetched&q.sqMask()]
+		sgl, inl := w.wr.SGL[:0], w.wr.InlineData[:0]
+		*w = sendWQE{}
+		w.wr.SGL, w.wr.InlineData = sgl, inl
+		q.Counters.SendWQEs++
+		if derr := ring.DecodeSendWQE(q.sqCons.Peek(q.sqFetched-q.sqCons.Tail()), &w.wr); derr != nil {
+			w.fail(qp.WCLocQPOpErr)
+			continue
+		}
+		q.checkWQELocked(w)
+	}
+	return true
+}
+
+func (w *sendWQE) fail(s qp.WCStatus) {
+	w.state = wqeDone
+	w.status = s
+}
+
+// checkWQELocked is the post-time validation again, on the engine side:
+// a client writing the ring directly may have skipped it (or lied).
+func (q *QP) checkWQELocked(w *sendWQE) {
+	d := q.dev
+	info, ok := w.wr.Opcode.Info()
+	w.info = info
+	if !ok || !w.wr.Opcode.AllowedOn(q.Type) {
+		w.fail(qp.WCLocQPOpErr)
+		return
+	}
+	caps := qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: q.attr.MaxRdAtomic}
+	if err := qp.ValidateSendWR(q.Type, &w.wr, caps); err != nil {
+		// Lengths past 2^31 are length errors; everything else malformed.
+		if total, ok := sglLength(w.wr.SGL); !ok || total > qp.MaxMsgSize {
+			w.fail(qp.WCLocLenErr)
+		} else {
+			w.fail(qp.WCLocQPOpErr)
+		}
+		return
+	}
+	if w.wr.SendFlags&qp.SendInline != 0 {
+		w.length = uint64(len(w.wr.InlineData))
+	} else {
+		w.length, _ = sglLength(w.wr.SGL)
+		if f := d.checkSGLLocked(q.pd, w.wr.SGL, info.SGEAccess); f != faultNone {
+			w.fail(qp.WCLocProtErr)
+			return
+		}
+	}
+	if q.Type == qp.TypeUD {
+		ah := d.ahs.get(w.wr.AH)
+		if ah == nil || ah.PD != q.pd {
+			w.fail(qp.WCLocQPOpErr)
+			return
+		}
+		w.dgid = ah.Attr.DGID
+		w.qkey = w.wr.RemoteQKey
+		if w.qkey&0x80000000 != 0 {
+			// IBA 10.2.5: a Q_Key with the high bit set means "use the
+			// QP's own Q_Key".
+			w.qkey = q.attr.QKey
+		}
+	}
+}
+
+// requesterLocked sends packets for posted WQEs while the state, the PSN
+// window, fences and initiator slots allow. It reports whether it stopped
+// with work left that it could do right away (the budget ran out).
+func (q *QP) requesterLocked() bool {
+	st := q.attr.QPState
+	if !st.ProcessSend() || q.req.waitRNR {
+		return false
+	}
+	if q.req.needRetry {
+		q.rewindLocked()
+	}
+	if !q.fetchLocked() {
+		return false
+	}
+	mtu := q.mtu()
+	for budget := requestBudget; budget > 0; {
+		if q.reqIdx == q.sqFetched {
+			return false
+		}
+		w := &q.swq[q.reqIdx&q.sqMask()]
+		if w.state == wqeDone {
+			// Failed validation: stop here; the completer retires it and
+			// moves the QP to ERR. Nothing after it may start.
+			return false
+		}
+		if w.state == wqePosted {
+			if !st.ProcessNextSend() || !q.mayStartLocked(w) {
+				return false
+			}
+			if w.info.Local {
+				q.localOpLocked(w)
+				q.reqIdx++
+				if w.status != qp.WCSuccess {
+					return false
+				}
+				continue
+			}
+			if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= maxUnackedPSNs {
+				return false
+			}
+			w.firstPSN = q.req.psn
+			if w.info.Read {
+				w.lastPSN = w.firstPSN.Add(npkts(w.length, mtu) - 1)
+			} else {
+				w.lastPSN = w.firstPSN.Add(npkts(w.length, mtu) - 1)
+			}
+			if w.info.Read || w.info.Atomic {
+				w.rdAtomic = true
+				q.req.rdAtomic--
+			}
+			w.state = wqeSending
+			w.sent = 0
+			q.ssn++
+		}
+		if w.state != wqeSending {
+			q.reqIdx++
+			continue
+		}
+		if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= maxUnackedPSNs {
+			return false
+		}
+		if !q.sendPacketLocked(w, mtu) {
+			return false
+		}
+		budget--
+		if w.state != wqeSending {
+			q.reqIdx++
+		}
+	}
+	return true
+}
+
+// mayStartLocked applies fences and initiator limits (rxe_wqe_is_fenced,
+// check_init_depth): LOCAL_INV waits for every earlier WQE; a fenced WQE
+// waits for earlier READs and atomics; READs and atomics need a free slot.
+func (q *QP) mayStartLocked(w *sendWQE) bool {
+	if w.wr.Opcode == qp.WRLocalInv && q.sqCons.Tail() != q.reqIdx {
+		return false
+	}
+	if w.wr.SendFlags&qp.SendFence != 0 && q.req.rdAtomic < int(q.attr.MaxRdAtomic) {
+		return false
+	}
+	if (w.info.Read || w.info.Atomic) && q.req.rdAtomic <= 0 {
+		return false
+	}
+	return true
+}
+
+// sendPacketLocked builds and transmits the next packet of w.
+func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
+	d := q.dev
+	p := d.pool.get()
+	p.sgid = d.cfg.GID
+	p.psn = q.req.psn
+	if q.Type == qp.TypeUD {
+		p.dgid = w.dgid
+		p.destQPN = w.wr.RemoteQPN
+		p.qkey = w.qkey
+		p.srcQP = q.QPN
+	} else {
+		p.dgid = q.attr.AH.DGID
+		p.destQPN = q.attr.DestQPNum
+	}
+	trans := transportOf(q.Type)
+	op := w.wr.Opcode
+	switch {
+	case w.info.Read:
+		p.opcode = trans | opReadRequest
+		p.va, p.rkey, p.dlen = w.wr.RemoteAddr+w.sent, w.wr.RKey, uint32(w.length-w.sent)
+		p.ackReq = true
+		q.req.psn = q.req.psn.Add(npkts(w.length-w.sent, mtu))
+		w.sent = w.length
+		w.state = wqePending
+	case w.info.Atomic:
+		if op == qp.WRAtomicCmpAndSwp {
+			p.opcode = trans | opCompareSwap
+			p.swapAdd, p.compare = w.wr.Swap, w.wr.CompareAdd
+		} else {
+			p.opcode = trans | opFetchAdd
+			p.swapAdd = w.wr.CompareAdd
+		}
+		p.va, p.rkey = w.wr.RemoteAddr, w.wr.RKey
+		p.ackReq = true
+		q.req.psn = q.req.psn.Add(1)
+		w.state = wqePending
+	default: // SEND and WRITE families carry payload
+		n := int(min(w.length-w.sent, uint64(mtu)))
+		first := w.sent == 0
+		last := w.sent+uint64(n) == w.length
+		var fail keyFault
+		if w.wr.SendFlags&qp.SendInline != 0 {
+			p.payload = w.wr.InlineData[w.sent : w.sent+uint64(n)]
+			p.buf = append(p.buf[:0], p.payload...)
+			p.payload = p.buf
+		} else {
+			if cap(p.buf) < n {
+				p.buf = make([]byte, 0, mtu)
+			}
+			p.payload, p.mr, fail = d.gatherLocked(q.pd, w.wr.SGL, w.sent, n, p.buf)
+			if fail != faultNone {
+				d.pool.put(p)
+				w.fail(qp.WCLocProtErr)
+				return false
+			}
+			if p.mr == nil {
+				p.buf = p.payload[:0]
+			}
+		}
+		p.opcode = trans | dataOpcode(w.info, first, last)
+		if first && w.info.Write {
+			p.va, p.rkey, p.dlen = w.wr.RemoteAddr, w.wr.RKey, uint32(w.length)
+		}
+		if last {
+			p.imm = w.wr.ImmData
+			if op == qp.WRSendWithInv {
+				p.imm = w.wr.InvalidateRKey
+			}
+			p.se = w.wr.SendFlags&qp.SendSolicited != 0 && (w.info.Send || w.info.Imm)
+		}
+		q.req.sinceAck++
+		p.ackReq = q.Type == qp.TypeRC && (last || q.req.sinceAck >= maxPktsPerAck)
+		if p.ackReq {
+			q.req.sinceAck = 0
+		}
+		q.req.psn = q.req.psn.Add(1)
+		w.sent += uint64(n)
+		if last {
+			if q.Type == qp.TypeRC {
+				w.state = wqePending
+			} else {
+				w.state = wqeDone // UC and UD complete once sent
+				w.status = qp.WCSuccess
+			}
+		}
+	}
+	q.Counters.PacketsSent++
+	if q.Type == qp.TypeRC {
+		q.armRetryLocked()
+	}
+	d.link.xmitLocked(p)
+	return true
+}
+
+// dataOpcode picks FIRST / MIDDLE / LAST / ONLY for a SEND or WRITE packet.
+func dataOpcode(info qp.OpInfo, first, last bool) uint8 {
+	if info.Write {
+		switch {
+		case first && last && info.Imm:
+			return opWriteOnlyImm
+		case first && last:
+			return opWriteOnly
+		case first:
+			return opWriteFirst
+		case last && info.Imm:
+			return opWriteLastImm
+		case last:
+			return opWriteLast
+		}
+		return opWriteMiddle
+	}
+	switch {
+	case first && last && info.Imm:
+		return opSendOnlyImm
+	case first && last && info.Inv:
+		return opSendOnlyInv
+	case first && last:
+		return opSendOnly
+	case first:
+		return opSendFirst
+	case last && info.Imm:
+		return opSendLastImm
+	case last && info.Inv:
+		return opSendLastInv
+	case last:
+		return opSendLast
+	}
+	return opSendMiddle
+}
+
+// rewindLocked is go-back-N: the requester restarts at the first
+// unacknowledged PSN, inside the WQE that holds it (rxe's req_retry).
+func (q *QP) rewindLocked() {
+	q.req.needRetry = false
+	q.req.sinceAck = 0
+	mtu := q.mtu()
+	psn := q.comp.psn
+	q.req.psn = psn
+	for i := q.sqCons.Tail(); i != q.reqIdx+1 && i != q.sqFetched; i++ {
+		w := &q.swq[i&q.sqMask()]
+		if w.state == wqeDone || w.info.Local || w.state == wqePosted {
+			continue
+		}
+		q.reqIdx = i
+		off := uint64(0)
+		if d := psn.Sub(w.firstPSN); d > 0 {
+			off = uint64(d) * uint64(mtu)
+		}
+		if w.info.Atomic {
+			off = 0
+		}
+		w.sent = min(off, w.length)
+		w.state = wqeSending
+		// Later WQEs start again from the beginning when reached.
+		for j := i + 1; j != q.sqFetched; j++ {
+			x := &q.swq[j&q.sqMask()]
+			if x.state == wqeSending || x.state == wqePending {
+				x.state = wqeSending
+				x.sent = 0
+			}
+		}
+		q.Counters.Retransmits++
+		q.dev.Counters.Retransmits.Add(1)
+		return
+	}
+}

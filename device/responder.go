@@ -1,0 +1,737 @@
+package device
+
+import (
+	"encoding/binary"
+
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
+
+// respState is the responder's transport state.
+type respState struct {
+	psn    qp.PSN // expected PSN (ePSN)
+	msn    uint32 // messages completed (AETH MSN)
+	inSend bool   // a multi-packet SEND is in progress
+	inWrite bool  // a multi-packet WRITE is in progress
+	// The receive WQE being filled.
+	rwqe     qp.RecvWR
+	haveRWQE bool
+	offset   uint64 // bytes placed into rwqe
+	// The WRITE being executed: next address, rkey and bytes left.
+	writeVA    uint64
+	writeRKey  uint32
+	writeResid uint64
+	writeLen   uint32 // RETH length, for the WITH_IMM completion
+	nakSent    bool   // a PSN sequence NAK went out for this gap (one per gap)
+	ucDrop     bool   // UC: dropping until the next FIRST/ONLY
+	// Saved READ and atomic requests, replayed for duplicates.
+	res     []respResource
+	resNext int
+}
+
+// respResource remembers a READ or atomic request (one per
+// max_dest_rd_atomic) so a duplicate is answered without executing again.
+type respResource struct {
+	used     bool
+	atomic   bool
+	firstPSN qp.PSN
+	lastPSN  qp.PSN
+	va       uint64
+	rkey     uint32
+	length   uint32
+	orig     uint64
+}
+
+// respondLocked executes one request packet against this QP
+// (rxe_resp.c's job, with rdmavt's loopback semantics for errors).
+func (q *QP) respondLocked(p *packet) {
+	defer q.dev.pool.put(p)
+	if !q.attr.QPState.ProcessRecv() {
+		q.Counters.Dropped++
+		q.dev.Counters.DroppedPackets.Add(1)
+		return
+	}
+	q.Counters.PacketsRecv++
+	switch q.Type {
+	case qp.TypeUD:
+		q.respondUDLocked(p)
+	case qp.TypeUC:
+		q.respondUCLocked(p)
+	default:
+		q.respondRCLocked(p)
+	}
+}
+
+// noteCommEstLocked raises comm_est for the first packet received in RTR.
+func (q *QP) noteCommEstLocked() {
+	if q.attr.QPState == qp.StateRTR && !q.commEst {
+		q.commEst = true
+		q.dev.raise(EventCommEst, "qp", q.QPN)
+	}
+}
+
+// sendAckLocked answers the requester (ACKNOWLEDGE with an AETH). Credits
+// follow rdmavt: the number of posted receive WQEs, or "invalid" (no flow
+// control) with an SRQ.
+func (q *QP) sendAckLocked(psn qp.PSN, syndrome uint8) {
+	d := q.dev
+	r := d.pool.get()
+	r.opcode = transRC | opAcknowledge
+	r.psn = psn
+	r.syndrome = syndrome
+	if syndrome == aethACK {
+		r.syndrome = q.creditCodeLocked()
+	}
+	r.msn = q.resp.msn & 0xFFFFFF
+	q.xmitResponseLocked(r)
+}
+
+func (q *QP) creditCodeLocked() uint8 {
+	if q.rqCons == nil {
+		return 0x1F
+	}
+	n, err := q.rqCons.Pending()
+	if err != nil {
+		return 0
+	}
+	return qp.CreditCode(n)
+}
+
+func (q *QP) xmitResponseLocked(r *packet) {
+	d := q.dev
+	r.sgid = d.cfg.GID
+	r.dgid = q.attr.AH.DGID
+	r.destQPN = q.attr.DestQPNum
+	q.Counters.PacketsSent++
+	d.link.xmitLocked(r)
+}
+
+// nakLocked sends a NAK for psn and, for errors of class C/J, ends the
+// responder QP: the receive WQE in progress completes with status and the
+// QP goes to ERR (VERBS.md §4.4).
+func (q *QP) nakLocked(psn qp.PSN, syndrome uint8, status qp.WCStatus) {
+	q.sendAckLocked(psn, syndrome)
+	if q.resp.haveRWQE {
+		q.completeRecvLocked(status, 0, 0, 0, false)
+	}
+	if syndrome == aethNAKRemAccess {
+		q.fatalLocked(EventQPAccessErr)
+	} else {
+		q.fatalLocked(EventQPReqErr)
+	}
+}
+
+func (q *QP) respondRCLocked(p *packet) {
+	d := q.dev
+	flags := opInfo(p.opcode)
+	if flags&ofRequest == 0 {
+		q.Counters.Dropped++
+		return
+	}
+	switch diff := p.psn.Sub(q.resp.psn); {
+	case diff > 0:
+		// A gap: NAK the expected PSN once, then drop until it arrives.
+		if !q.resp.nakSent {
+			q.resp.nakSent = true
+			q.Counters.SeqErrNaks++
+			d.Counters.SeqErrNaks.Add(1)
+			q.sendAckLocked(q.resp.psn, aethNAKSeq)
+		}
+		q.Counters.Dropped++
+		return
+	case diff < 0:
+		q.duplicateLocked(p, flags)
+		return
+	}
+	q.resp.nakSent = false
+	q.noteCommEstLocked()
+
+	// Opcode sequence (IBA 9.8.3.1): a message in progress continues with
+	// MIDDLE/LAST of the same kind; otherwise a new one starts.
+	if !q.seqOKLocked(flags) {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	switch {
+	case flags&ofSend != 0:
+		q.respSendLocked(p, flags)
+	case flags&ofWrite != 0:
+		q.respWriteLocked(p, flags)
+	case flags&ofRead != 0:
+		q.respReadLocked(p)
+	case flags&ofAtomic != 0:
+		q.respAtomicLocked(p)
+	}
+}
+
+// seqOKLocked checks the opcode against the message in progress.
+func (q *QP) seqOKLocked(flags opFlags) bool {
+	switch {
+	case q.resp.inSend:
+		return flags&ofSend != 0 && flags&ofFirst == 0
+	case q.resp.inWrite:
+		return flags&ofWrite != 0 && flags&ofFirst == 0
+	}
+	return flags&ofFirst != 0
+}
+
+// checkLenLocked applies the packet length rules of C9-95..C9-97: FIRST and
+// MIDDLE carry exactly one MTU, LAST and ONLY at most one.
+func (q *QP) packetLenOK(p *packet, flags opFlags) bool {
+	n, mtu := len(p.payload), q.mtu()
+	if flags&ofLast == 0 {
+		return n == mtu
+	}
+	return n <= mtu
+}
+
+// takeRWQELocked gets the next receive WQE from the RQ or SRQ. malformed
+// means the client wrote one that cannot be used.
+func (q *QP) takeRWQELocked() (ok, malformed bool) {
+	sgl := q.resp.rwqe.SGL[:0]
+	q.resp.rwqe = qp.RecvWR{SGL: sgl}
+	q.resp.offset = 0
+	if q.srq != nil {
+		ok, malformed = q.srq.takeLocked(&q.resp.rwqe)
+	} else {
+		n, err := q.rqCons.Pending()
+		if err != nil {
+			return false, true
+		}
+		if n == 0 {
+			return false, false
+		}
+		derr := ring.DecodeRecvWQE(q.rqCons.Peek(0), &q.resp.rwqe)
+		q.rqCons.Advance(1)
+		q.rqCons.Publish()
+		ok, malformed = true, derr != nil || uint32(len(q.resp.rwqe.SGL)) > q.Cap.MaxRecvSGE
+	}
+	if ok {
+		q.Counters.RecvWQEs++
+		if !malformed {
+			if _, lenOK := sglLength(q.resp.rwqe.SGL); !lenOK {
+				malformed = true
+			}
+		}
+	}
+	q.resp.haveRWQE = ok
+	return ok, malformed
+}
+
+// rnrLocked answers "no receive WQE": an RNR NAK carrying min_rnr_timer
+// (rdmavt's loopback simulates exactly this AETH).
+func (q *QP) rnrLocked(psn qp.PSN) {
+	q.Counters.RNRNaksSent++
+	q.dev.Counters.RNRNaksSent.Add(1)
+	q.sendAckLocked(psn, aethRNR|q.attr.MinRNRTimer&0x1F)
+}
+
+func (q *QP) respSendLocked(p *packet, flags opFlags) {
+	if flags&ofFirst != 0 {
+		ok, malformed := q.takeRWQELocked()
+		if !ok && !malformed {
+			q.rnrLocked(p.psn)
+			return
+		}
+		if malformed {
+			q.nakLocked(p.psn, aethNAKRemOp, qp.WCLocQPOpErr)
+			return
+		}
+	}
+	if !q.packetLenOK(p, flags) {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	if !q.placeLocked(p) {
+		return
+	}
+	q.resp.psn = q.resp.psn.Add(1)
+	q.resp.inSend = flags&ofLast == 0
+	if flags&ofLast != 0 {
+		if flags&ofInv != 0 {
+			if !q.invalidateLocked(p.imm) {
+				q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+				return
+			}
+		}
+		q.resp.msn++
+		var wf qp.WCFlags
+		switch {
+		case flags&ofImm != 0:
+			wf = qp.WCWithImm
+		case flags&ofInv != 0:
+			wf = qp.WCWithInv
+		}
+		q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
+	}
+	if p.ackReq {
+		q.sendAckLocked(p.psn, aethACK)
+	}
+}
+
+// placeLocked copies a SEND payload into the receive WQE. A buffer that is
+// too small is a local length error for the receiver and an invalid request
+// for the sender (the mlx5 / IBA pairing); a bad lkey in the receive WQE is
+// a local protection error here and a remote operational error there.
+func (q *QP) placeLocked(p *packet) bool {
+	total, _ := sglLength(q.resp.rwqe.SGL)
+	if q.resp.offset+uint64(len(p.payload)) > total {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCLocLenErr)
+		return false
+	}
+	if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.payload); f != faultNone {
+		q.nakLocked(p.psn, aethNAKRemOp, qp.WCLocProtErr)
+		return false
+	}
+	q.resp.offset += uint64(len(p.payload))
+	return true
+}
+
+// completeRecvLocked writes the receive completion of the current RWQE.
+// flags says whether imm is immediate data (WithImm) or an invalidated rkey
+// (WithInv).
+func (q *QP) completeRecvLocked(status qp.WCStatus, byteLen uint32, flags qp.WCFlags, imm uint32, se bool) {
+	wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: status, Opcode: qp.WCRecv, QPNum: q.QPN}
+	if status == qp.WCSuccess {
+		wc.ByteLen = byteLen
+		wc.SrcQP = q.attr.DestQPNum
+		wc.WCFlags = flags
+		if flags != 0 {
+			wc.ImmData = imm
+		}
+	}
+	q.resp.haveRWQE = false
+	q.resp.offset = 0
+	q.postRecvCQELocked(&wc, se)
+}
+
+// postRecvCQELocked writes a receive completion; an overflowing CQ takes
+// the QP to ERR (rdmavt's rvt_recv_cq).
+func (q *QP) postRecvCQELocked(wc *qp.WC, se bool) {
+	if !q.recvCQ.postLocked(wc, se || wc.Status != qp.WCSuccess) && wc.Status != qp.WCWRFlushErr {
+		q.enterErrLocked()
+	}
+}
+
+// invalidateLocked executes SEND_WITH_INV's invalidation on the
+// responder's side: an MR or type 2 MW of this QP's PD.
+func (q *QP) invalidateLocked(rkey uint32) bool {
+	return q.dev.invalidateKeyLocked(q, rkey, true) == qp.WCSuccess
+}
+
+func (q *QP) respWriteLocked(p *packet, flags opFlags) {
+	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	if flags&ofFirst != 0 {
+		if p.dlen > qp.MaxMsgSize {
+			q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+			return
+		}
+		q.resp.writeVA, q.resp.writeRKey = p.va, p.rkey
+		q.resp.writeResid, q.resp.writeLen = uint64(p.dlen), p.dlen
+		if p.dlen != 0 {
+			if _, f := q.dev.rkeyLocked(q, p.rkey, p.va, uint64(p.dlen), qp.AccessRemoteWrite); f != faultNone {
+				q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+				return
+			}
+		}
+	}
+	n := uint64(len(p.payload))
+	if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&ofLast != 0 && n != q.resp.writeResid) {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	if flags&ofRWR != 0 && !q.resp.haveRWQE {
+		// WRITE_WITH_IMM consumes a receive WQE (at its last packet).
+		ok, malformed := q.takeRWQELocked()
+		if !ok && !malformed {
+			q.rnrLocked(p.psn)
+			return
+		}
+		if malformed {
+			q.nakLocked(p.psn, aethNAKRemOp, qp.WCLocQPOpErr)
+			return
+		}
+	}
+	if n > 0 {
+		// Resolved again for every packet: the MR may have gone meanwhile.
+		dst, f := q.dev.rkeyLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
+		if f != faultNone {
+			q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+			return
+		}
+		copyOrdered(dst, p.payload)
+	}
+	q.resp.writeVA += n
+	q.resp.writeResid -= n
+	q.resp.psn = q.resp.psn.Add(1)
+	q.resp.inWrite = flags&ofLast == 0
+	if flags&ofLast != 0 {
+		q.resp.msn++
+		if flags&ofImm != 0 {
+			wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
+				QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
+				WCFlags: qp.WCWithImm, ImmData: p.imm}
+			q.resp.haveRWQE = false
+			q.postRecvCQELocked(&wc, p.se)
+		}
+	}
+	if p.ackReq {
+		q.sendAckLocked(p.psn, aethACK)
+	}
+}
+
+// saveResourceLocked records a READ or atomic for duplicate replay.
+func (q *QP) saveResourceLocked(r respResource) {
+	r.used = true
+	q.resp.res[q.resp.resNext] = r
+	q.resp.resNext = (q.resp.resNext + 1) % len(q.resp.res)
+}
+
+func (q *QP) respReadLocked(p *packet) {
+	if q.attr.QPAccessFlags&qp.AccessRemoteRead == 0 || q.attr.MaxDestRdAtomic == 0 || p.dlen > qp.MaxMsgSize {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	if p.dlen != 0 {
+		if _, f := q.dev.rkeyLocked(q, p.rkey, p.va, uint64(p.dlen), qp.AccessRemoteRead); f != faultNone {
+			q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+			return
+		}
+	}
+	n := npkts(uint64(p.dlen), q.mtu())
+	r := respResource{firstPSN: p.psn, lastPSN: p.psn.Add(n - 1), va: p.va, rkey: p.rkey, length: p.dlen}
+	q.saveResourceLocked(r)
+	q.resp.msn++ // C9-148: the MSN counts the READ when it is accepted
+	q.resp.psn = r.lastPSN.Add(1)
+	q.readReplyLocked(&r, p.psn)
+}
+
+// readReplyLocked sends the READ response packets of r from PSN from on.
+func (q *QP) readReplyLocked(r *respResource, from qp.PSN) {
+	d := q.dev
+	mtu := uint64(q.mtu())
+	n := npkts(uint64(r.length), int(mtu))
+	for i := uint32(from.Sub(r.firstPSN)); i < n; i++ {
+		off := uint64(i) * mtu
+		size := min(mtu, uint64(r.length)-min(off, uint64(r.length)))
+		var src []byte
+		var mr *MR
+		if size > 0 {
+			var f keyFault
+			src, mr, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
+			if f != faultNone {
+				// The MR went away mid-read (rxe_recheck_mr).
+				q.nakLocked(r.firstPSN.Add(i), aethNAKRemAccess, qp.WCRemAccessErr)
+				return
+			}
+		}
+		rp := d.pool.get()
+		switch {
+		case n == 1:
+			rp.opcode = transRC | opReadResponseOnly
+		case i == 0:
+			rp.opcode = transRC | opReadResponseFirst
+		case i == n-1:
+			rp.opcode = transRC | opReadResponseLast
+		default:
+			rp.opcode = transRC | opReadResponseMiddle
+		}
+		rp.psn = r.firstPSN.Add(i)
+		rp.syndrome = q.creditCodeLocked()
+		rp.msn = q.resp.msn & 0xFFFFFF
+		rp.payload, rp.mr = src, mr
+		q.xmitResponseLocked(rp)
+	}
+}
+
+func (q *QP) respAtomicLocked(p *packet) {
+	if q.attr.QPAccessFlags&qp.AccessRemoteAtomic == 0 || q.attr.MaxDestRdAtomic == 0 {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	if p.va&7 != 0 {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	b, f := q.dev.rkeyLocked(q, p.rkey, p.va, 8, qp.AccessRemoteAtomic)
+	if f != faultNone {
+		q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+		return
+	}
+	if !aligned8(b) {
+		// The MR's iova and its memory disagree modulo 8 (rxe checks the
+		// real address too).
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	var orig uint64
+	if p.opcode&opMask == opCompareSwap {
+		orig = atomicCompareSwap(b, p.compare, p.swapAdd)
+	} else {
+		orig = atomicFetchAdd(b, p.swapAdd)
+	}
+	q.saveResourceLocked(respResource{atomic: true, firstPSN: p.psn, lastPSN: p.psn, orig: orig})
+	q.resp.msn++
+	q.resp.psn = q.resp.psn.Add(1)
+	q.atomicAckLocked(p.psn, orig)
+}
+
+func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
+	r := q.dev.pool.get()
+	r.opcode = transRC | opAtomicAcknowledge
+	r.psn = psn
+	r.syndrome = q.creditCodeLocked()
+	r.msn = q.resp.msn & 0xFFFFFF
+	r.orig = orig
+	q.xmitResponseLocked(r)
+}
+
+// duplicateLocked answers a request whose PSN was already executed: SEND
+// and WRITE are acknowledged again, READ is replayed from its saved
+// resource (re-reading memory), an atomic's saved result is sent again
+// without executing it twice (IBA 9.9.3; rxe's duplicate_request).
+func (q *QP) duplicateLocked(p *packet, flags opFlags) {
+	d := q.dev
+	q.Counters.DuplicateReqs++
+	d.Counters.DuplicateReqs.Add(1)
+	switch {
+	case flags&(ofRead|ofAtomic) != 0:
+		for i := range q.resp.res {
+			r := &q.resp.res[i]
+			if !r.used || p.psn.Sub(r.firstPSN) < 0 || r.lastPSN.Sub(p.psn) < 0 {
+				continue
+			}
+			if r.atomic {
+				q.atomicAckLocked(r.firstPSN, r.orig)
+			} else {
+				q.readReplyLocked(r, p.psn)
+			}
+			return
+		}
+		q.Counters.Dropped++
+	default:
+		if p.ackReq || flags&ofLast != 0 {
+			q.sendAckLocked(q.resp.psn.Add(^uint32(0)), aethACK)
+		}
+	}
+}
+
+// respondUCLocked: no ACKs; a PSN gap or any error drops the message in
+// progress (its receive WQE is reused) until the next FIRST or ONLY.
+func (q *QP) respondUCLocked(p *packet) {
+	flags := opInfo(p.opcode)
+	if p.psn != q.resp.psn {
+		q.ucAbortLocked()
+	}
+	q.resp.psn = p.psn.Add(1)
+	if q.resp.ucDrop {
+		if flags&ofFirst == 0 {
+			q.Counters.Dropped++
+			return
+		}
+		q.resp.ucDrop = false
+	}
+	q.noteCommEstLocked()
+	if !q.seqOKLocked(flags) {
+		q.ucAbortLocked()
+		if flags&ofFirst == 0 {
+			q.Counters.Dropped++
+			return
+		}
+		q.resp.ucDrop = false
+	}
+	switch {
+	case flags&ofSend != 0:
+		if flags&ofFirst != 0 {
+			ok, malformed := q.takeRWQELocked()
+			if !ok {
+				q.ucAbortLocked()
+				return
+			}
+			if malformed {
+				q.completeRecvLocked(qp.WCLocQPOpErr, 0, 0, 0, false)
+				q.fatalLocked(EventQPFatal)
+				return
+			}
+		}
+		total, _ := sglLength(q.resp.rwqe.SGL)
+		if !q.packetLenOK(p, flags) || q.resp.offset+uint64(len(p.payload)) > total {
+			q.ucAbortLocked()
+			return
+		}
+		if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.payload); f != faultNone {
+			q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
+			q.fatalLocked(EventQPFatal)
+			return
+		}
+		q.resp.offset += uint64(len(p.payload))
+		q.resp.inSend = flags&ofLast == 0
+		if flags&ofLast != 0 {
+			q.resp.msn++
+			var wf qp.WCFlags
+			if flags&ofImm != 0 {
+				wf = qp.WCWithImm
+			}
+			q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
+		}
+	case flags&ofWrite != 0:
+		if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+			q.ucAbortLocked()
+			return
+		}
+		if flags&ofFirst != 0 {
+			q.resp.writeVA, q.resp.writeRKey = p.va, p.rkey
+			q.resp.writeResid, q.resp.writeLen = uint64(p.dlen), p.dlen
+		}
+		n := uint64(len(p.payload))
+		if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&ofLast != 0 && n != q.resp.writeResid) {
+			q.ucAbortLocked()
+			return
+		}
+		if n > 0 {
+			dst, f := q.dev.rkeyLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
+			if f != faultNone {
+				q.ucAbortLocked()
+				return
+			}
+			copyOrdered(dst, p.payload)
+		}
+		q.resp.writeVA += n
+		q.resp.writeResid -= n
+		q.resp.inWrite = flags&ofLast == 0
+		if flags&ofLast != 0 && flags&ofImm != 0 {
+			ok, malformed := q.takeRWQELocked()
+			if !ok || malformed {
+				q.ucAbortLocked()
+				return
+			}
+			q.resp.msn++
+			wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
+				QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
+				WCFlags: qp.WCWithImm, ImmData: p.imm}
+			q.resp.haveRWQE = false
+			q.postRecvCQELocked(&wc, p.se)
+		}
+	default:
+		q.Counters.Dropped++
+	}
+}
+
+// ucAbortLocked forgets the UC message in progress; a receive WQE it had
+// taken is reused for the next message (not completed).
+func (q *QP) ucAbortLocked() {
+	if q.resp.inSend || q.resp.inWrite {
+		q.Counters.Dropped++
+	}
+	q.resp.inSend, q.resp.inWrite = false, false
+	q.resp.offset = 0
+	q.resp.ucDrop = true
+}
+
+// grhSize is the room a UD receive buffer reserves for the GRH.
+const grhSize = 40
+
+func (q *QP) respondUDLocked(p *packet) {
+	d := q.dev
+	if p.opcode&opMask != opSendOnly && p.opcode&opMask != opSendOnlyImm {
+		q.Counters.Dropped++
+		return
+	}
+	if p.qkey != q.attr.QKey {
+		d.Counters.QKeyViolations.Add(1)
+		q.Counters.Dropped++
+		return
+	}
+	if len(p.payload) > q.mtu() {
+		q.Counters.Dropped++
+		return
+	}
+	if !q.resp.haveRWQE {
+		ok, malformed := q.takeRWQELocked()
+		if !ok {
+			q.Counters.Dropped++ // UD: no receive WQE, the datagram is lost
+			return
+		}
+		if malformed {
+			q.completeRecvLocked(qp.WCLocQPOpErr, 0, 0, 0, false)
+			q.fatalLocked(EventQPFatal)
+			return
+		}
+	}
+	total, _ := sglLength(q.resp.rwqe.SGL)
+	if uint64(grhSize+len(p.payload)) > total {
+		// Too small for this datagram: drop it and keep the WQE for the
+		// next one (hfi1's UD receive).
+		q.Counters.Dropped++
+		return
+	}
+	var grh [grhSize]byte
+	buildGRH(grh[:], p.sgid, p.dgid, len(p.payload))
+	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, 0, grh[:]); f != faultNone {
+		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
+		q.fatalLocked(EventQPFatal)
+		return
+	}
+	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, grhSize, p.payload); f != faultNone {
+		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
+		q.fatalLocked(EventQPFatal)
+		return
+	}
+	q.noteCommEstLocked()
+	wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecv, QPNum: q.QPN,
+		ByteLen: uint32(grhSize + len(p.payload)), SrcQP: p.srcQP, WCFlags: qp.WCGRH}
+	if p.opcode&opMask == opSendOnlyImm {
+		wc.WCFlags |= qp.WCWithImm
+		wc.ImmData = p.imm
+	}
+	q.resp.haveRWQE = false
+	q.postRecvCQELocked(&wc, p.se)
+}
+
+// buildGRH writes the 40 bytes a UD receive buffer starts with. For an
+// IPv4-mapped GID (RoCEv2 over IPv4) that is 20 zero bytes and the IPv4
+// header; otherwise an IPv6 header, as rxe does (union rdma_network_hdr).
+func buildGRH(b []byte, sgid, dgid [16]byte, payload int) {
+	clear(b)
+	if isV4Mapped(sgid) && isV4Mapped(dgid) {
+		h := b[20:40]
+		h[0] = 0x45
+		binary.BigEndian.PutUint16(h[2:], uint16(20+8+12+8+payload+4)) // IP+UDP+BTH+DETH+payload+ICRC
+		h[6] = 0x40                                                   // DF
+		h[8] = 64
+		h[9] = 17 // UDP
+		copy(h[12:16], sgid[12:])
+		copy(h[16:20], dgid[12:])
+		binary.BigEndian.PutUint16(h[10:], ipv4Checksum(h))
+		return
+	}
+	b[0] = 0x60
+	binary.BigEndian.PutUint16(b[4:], uint16(8+12+8+payload+4))
+	b[6] = 17 // next header UDP, as RoCEv2 puts it
+	b[7] = 64
+	copy(b[8:24], sgid[:])
+	copy(b[24:40], dgid[:])
+}
+
+func isV4Mapped(g [16]byte) bool {
+	for _, x := range g[:10] {
+		if x != 0 {
+			return false
+		}
+	}
+	return g[10] == 0xff && g[11] == 0xff
+}
+
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}

@@ -1,0 +1,193 @@
+package device
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
+
+// SRQ is a shared receive queue: a ring of receive WQEs that the responders
+// of every QP attached to it consume.
+type SRQ struct {
+	dev    *Device
+	Handle uint32
+	Owner  Owner
+	PD     *PD
+	MaxWR  uint32 // capacity (slots)
+	MaxSGE uint32 // SGEs a slot holds
+	// Limit is srq_limit: when the number of WQEs drops below it, the
+	// srq_limit_reached event fires once and the limit disarms (0).
+	Limit  uint32
+	region *ring.Region
+	ring   *ring.Ring
+	cons   *ring.Consumer // engine side; guarded by Device.mu
+	users  int            // QPs attached
+
+	postMu sync.Mutex // serializes in-daemon posters; orders before Device.mu
+	gone   bool       // guarded by postMu
+}
+
+// CreateSRQ is ibv_create_srq.
+func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
+	const op = "create_srq"
+	if req.MaxWR < 1 || req.MaxWR > d.cfg.MaxSRQWR {
+		return nil, errf(op, syscall.EINVAL, "max_wr: %d not in 1..%d", req.MaxWR, d.cfg.MaxSRQWR)
+	}
+	if req.MaxSGE < 1 || req.MaxSGE > d.cfg.MaxSRQSGE {
+		return nil, errf(op, syscall.EINVAL, "max_sge: %d not in 1..%d", req.MaxSGE, d.cfg.MaxSRQSGE)
+	}
+	slots := ring.SlotCount(req.MaxWR)
+	if req.SRQLimit > slots {
+		return nil, errf(op, syscall.EINVAL, "srq_limit: %d exceeds max_wr %d", req.SRQLimit, slots)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked(op); err != nil {
+		return nil, err
+	}
+	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(d.srqs.len()) >= d.cfg.MaxSRQ {
+		return nil, errf(op, syscall.ENOMEM, "max_srq (%d) reached", d.cfg.MaxSRQ)
+	}
+	slotSize, capSGE := ring.RecvSlotSize(req.MaxSGE)
+	region, err := ring.NewRegion(fmt.Sprintf("rdmafs-srq-pd%d", pd.Handle), ring.Size(slotSize, slots))
+	if err != nil {
+		return nil, errf(op, syscall.ENOMEM, "%v", err)
+	}
+	r, err := ring.Init(region.Bytes(), ring.KindSRQ, slotSize, slots)
+	if err != nil {
+		region.Close()
+		return nil, errf(op, syscall.ENOMEM, "%v", err)
+	}
+	srq := &SRQ{dev: d, Owner: owner, PD: pd, MaxWR: slots, MaxSGE: capSGE, Limit: req.SRQLimit,
+		region: region, ring: r, cons: ring.NewConsumer(r)}
+	srq.Handle = d.srqs.add(srq)
+	pd.users++
+	return srq, nil
+}
+
+// SRQ looks an SRQ up by handle.
+func (d *Device) SRQ(h uint32) *SRQ {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.srqs.get(h)
+}
+
+// Region is the SRQ ring's shared memory.
+func (s *SRQ) Region() *ring.Region { return s.region }
+
+// SRQAttr is ibv_query_srq.
+type SRQAttr struct {
+	PD       uint32
+	MaxWR    uint32
+	MaxSGE   uint32
+	SRQLimit uint32
+	Pending  uint32 // WQEs posted and not yet consumed
+}
+
+// Attr is ibv_query_srq.
+func (s *SRQ) Attr() SRQAttr {
+	s.dev.mu.Lock()
+	defer s.dev.mu.Unlock()
+	n, _ := s.cons.Pending()
+	return SRQAttr{PD: s.PD.Handle, MaxWR: s.MaxWR, MaxSGE: s.MaxSGE, SRQLimit: s.Limit, Pending: n}
+}
+
+// Modify is ibv_modify_srq with IBV_SRQ_LIMIT: arm the limit event.
+// Resizing (IBV_SRQ_MAX_WR) is not supported.
+func (s *SRQ) Modify(limit uint32) error {
+	const op = "modify_srq"
+	s.dev.mu.Lock()
+	defer s.dev.mu.Unlock()
+	if s.dev.srqs.get(s.Handle) != s {
+		return errf(op, syscall.ENOENT, "srq %d does not exist", s.Handle)
+	}
+	if limit > s.MaxWR {
+		return errf(op, syscall.EINVAL, "srq_limit: %d exceeds max_wr %d", limit, s.MaxWR)
+	}
+	s.Limit = limit
+	return nil
+}
+
+// PostRecv is ibv_post_srq_recv from inside the daemon; it returns how many
+// WRs were posted (the rest, from the failing one on, were not: bad_wr).
+func (s *SRQ) PostRecv(wrs []qp.RecvWR) (int, error) {
+	const op = "post_srq_recv"
+	s.postMu.Lock()
+	defer s.postMu.Unlock()
+	if s.gone {
+		return 0, errf(op, syscall.ENOENT, "srq %d was destroyed", s.Handle)
+	}
+	return postRecvRing(op, s.ring, s.MaxSGE, wrs)
+}
+
+// postRecvRing writes receive WQEs into a ring as a client would: from the
+// shared producer index, checking space against the shared consumer index.
+func postRecvRing(op string, r *ring.Ring, maxSGE uint32, wrs []qp.RecvWR) (int, error) {
+	p := ring.NewProducer(r)
+	for i := range wrs {
+		if err := qp.ValidateRecvWR(&wrs[i], maxSGE); err != nil {
+			return i, fail(op, err)
+		}
+		free, err := p.Free()
+		if err != nil {
+			return i, errf(op, syscall.EINVAL, "ring indices are corrupt: %v", err)
+		}
+		if free == 0 {
+			return i, errf(op, syscall.ENOMEM, "queue full (%d WRs)", r.SlotCount())
+		}
+		if err := ring.EncodeRecvWQE(p.Next(), &wrs[i]); err != nil {
+			return i, fail(op, err)
+		}
+		p.Advance()
+		p.Publish()
+	}
+	return len(wrs), nil
+}
+
+// Destroy is ibv_destroy_srq: EBUSY while QPs are attached.
+func (s *SRQ) Destroy() error {
+	d := s.dev
+	s.postMu.Lock()
+	defer s.postMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.srqs.get(s.Handle) != s {
+		return errf("destroy_srq", syscall.ENOENT, "srq %d does not exist", s.Handle)
+	}
+	if s.users > 0 {
+		return errf("destroy_srq", syscall.EBUSY, "srq %d has %d QPs attached", s.Handle, s.users)
+	}
+	d.srqs.del(s.Handle)
+	s.PD.users--
+	s.gone = true
+	s.region.Close()
+	return nil
+}
+
+// takeLocked pops the next receive WQE into wr for the responder. It
+// returns false when the SRQ is empty; a WQE that does not decode or has
+// more SGEs than the SRQ allows is reported as malformed.
+func (s *SRQ) takeLocked(wr *qp.RecvWR) (ok bool, malformed bool) {
+	n, err := s.cons.Pending()
+	if err != nil {
+		return false, true
+	}
+	if n == 0 {
+		return false, false
+	}
+	derr := ring.DecodeRecvWQE(s.cons.Peek(0), wr)
+	s.cons.Advance(1)
+	s.cons.Publish()
+	if s.Limit != 0 && n-1 < s.Limit {
+		s.Limit = 0
+		s.dev.raise(EventSRQLimitReached, "srq", s.Handle)
+	}
+	return true, derr != nil || uint32(len(wr.SGL)) > s.MaxSGE
+}

@@ -1,0 +1,65 @@
+package qp
+
+// OpInfo describes what a send opcode does, so that post-time checks and
+// the engine ask the table instead of switching on opcodes.
+type OpInfo struct {
+	Types  uint8 // bit (1<<Type) for each QP type allowing it
+	Remote bool  // needs remote_addr+rkey
+	Read   bool  // RDMA READ: data flows from the remote MR into the SGEs
+	Atomic bool  // 8-byte atomic on remote memory, result into the SGE
+	Write  bool  // RDMA WRITE family
+	Send   bool  // SEND family, consumes an RWQE (WRITE_WITH_IMM does too: see ConsumesRWQE)
+	Imm    bool  // carries imm_data
+	Inv    bool  // carries invalidate_rkey (remote for SEND_WITH_INV, local for LOCAL_INV)
+	Local  bool  // LOCAL_INV, BIND_MW: executed on the local device, no packet
+	// SGEAccess is the access the local SGEs need: LOCAL_WRITE where the
+	// device writes into them (READ and atomics).
+	SGEAccess Access
+	WC        WCOpcode // completion opcode of the send CQE
+}
+
+// ConsumesRWQE reports whether the operation takes a receive WQE at the
+// responder: the SEND family and RDMA WRITE with immediate.
+func (o OpInfo) ConsumesRWQE() bool { return o.Send || (o.Write && o.Imm) }
+
+// DataOut reports whether the operation carries payload from the local SGEs
+// (or inline data) to the wire: the SEND and WRITE families.
+func (o OpInfo) DataOut() bool { return o.Send || o.Write }
+
+const (
+	onRC    = uint8(1) << TypeRC
+	onUC    = uint8(1) << TypeUC
+	onUD    = uint8(1) << TypeUD
+	onRCUC  = onRC | onUC
+	onAllQP = onRC | onUC | onUD
+)
+
+// opTable is rdmafs' own opcode table (VERBS.md §3.2 and §4.2). Where rxe
+// accepts an opcode at post time that it then cannot send (SEND_WITH_INV on
+// UC/UD), rdmafs refuses it at post time instead.
+var opTable = [numWROpcodes]OpInfo{
+	WRRDMAWrite:         {Types: onRCUC, Remote: true, Write: true, WC: WCRDMAWrite},
+	WRRDMAWriteWithImm:  {Types: onRCUC, Remote: true, Write: true, Imm: true, WC: WCRDMAWrite},
+	WRSend:              {Types: onAllQP, Send: true, WC: WCSend},
+	WRSendWithImm:       {Types: onAllQP, Send: true, Imm: true, WC: WCSend},
+	WRRDMARead:          {Types: onRC, Remote: true, Read: true, SGEAccess: AccessLocalWrite, WC: WCRDMARead},
+	WRAtomicCmpAndSwp:   {Types: onRC, Remote: true, Atomic: true, SGEAccess: AccessLocalWrite, WC: WCCompSwap},
+	WRAtomicFetchAndAdd: {Types: onRC, Remote: true, Atomic: true, SGEAccess: AccessLocalWrite, WC: WCFetchAdd},
+	WRLocalInv:          {Types: onRCUC, Inv: true, Local: true, WC: WCLocalInv},
+	WRBindMW:            {Types: onRCUC, Local: true, WC: WCBindMW},
+	WRSendWithInv:       {Types: onRC, Send: true, Inv: true, WC: WCSend},
+}
+
+// Info returns the table row of o; false for an opcode rdmafs does not know.
+func (o WROpcode) Info() (OpInfo, bool) {
+	if !o.Valid() {
+		return OpInfo{}, false
+	}
+	return opTable[o], true
+}
+
+// AllowedOn reports whether o may be posted on a QP of type t.
+func (o WROpcode) AllowedOn(t Type) bool {
+	info, ok := o.Info()
+	return ok && t.Valid() && info.Types&(uint8(1)<<t) != 0
+}

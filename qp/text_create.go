@@ -1,0 +1,220 @@
+package qp
+
+import "strings"
+
+// Create requests: the one line written to a */new transaction file. Each
+// parser checks the grammar, required keys and field widths; the device
+// checks the values against its limits and its objects.
+
+// textKeys runs one parser per key over a line, rejecting unknown and
+// repeated keys, then checks the required ones.
+func textKeys(s string, keys map[string]func(v string) error, required ...string) error {
+	toks, err := textSplit(s)
+	if err != nil {
+		return err
+	}
+	seen := textSeen{}
+	for _, t := range toks {
+		set, ok := keys[t.key]
+		if !ok {
+			return textErr(t.key, "unknown key")
+		}
+		if err := seen.add(t.key); err != nil {
+			return err
+		}
+		if err := set(t.val); err != nil {
+			return err
+		}
+	}
+	return seen.require(required...)
+}
+
+// textInto returns a key parser that stores into *dst.
+func textInto[T any](key string, dst *T, parse func(k, v string) (T, error)) func(string) error {
+	return func(v string) (err error) {
+		*dst, err = parse(key, v)
+		return
+	}
+}
+
+// CreatePD is a pd/new request; it takes no keys.
+type CreatePD struct{}
+
+// ParseCreatePD accepts an empty line (any whitespace) and nothing else.
+func ParseCreatePD(s string) (CreatePD, error) {
+	return CreatePD{}, textKeys(s, nil)
+}
+
+// CreateMR is an mr/new request. Without iova the MR's iova is its address
+// in the daemon (HasIOVA false).
+type CreateMR struct {
+	PD      uint32
+	Length  uint64
+	IOVA    uint64
+	HasIOVA bool
+	Access  Access
+}
+
+// ParseCreateMR parses `pd=H length=N [iova=N] [access=...]`.
+func ParseCreateMR(s string) (CreateMR, error) {
+	var c CreateMR
+	err := textKeys(s, map[string]func(string) error{
+		"pd": textInto("pd", &c.PD, textHandle),
+		"length": func(v string) (err error) {
+			c.Length, err = textFull[uint64]("length", v)
+			if err == nil && c.Length == 0 {
+				err = textErr("length", "out of range: 0 < 1")
+			}
+			return
+		},
+		"iova": func(v string) (err error) {
+			c.IOVA, err = textFull[uint64]("iova", v)
+			c.HasIOVA = true
+			return
+		},
+		"access": textInto("access", &c.Access, textAccess),
+	}, "pd", "length")
+	if err != nil {
+		return CreateMR{}, err
+	}
+	return c, nil
+}
+
+// CreateMW is an mw/new request; Type is the ibv_mw_type, 1 or 2.
+type CreateMW struct {
+	PD   uint32
+	Type uint8
+}
+
+// ParseCreateMW parses `pd=H [type=1|2]`; type defaults to 1.
+func ParseCreateMW(s string) (CreateMW, error) {
+	c := CreateMW{Type: 1}
+	err := textKeys(s, map[string]func(string) error{
+		"pd": textInto("pd", &c.PD, textHandle),
+		"type": func(v string) (err error) {
+			c.Type, err = textFull[uint8]("type", v)
+			if err == nil && c.Type != 1 && c.Type != 2 {
+				err = textErr("type", "want 1 or 2, got "+textShow(v))
+			}
+			return
+		},
+	}, "pd")
+	if err != nil {
+		return CreateMW{}, err
+	}
+	return c, nil
+}
+
+// CreateCQ is a cq/new request.
+type CreateCQ struct {
+	CQE        uint32
+	CompVector uint32
+}
+
+// ParseCreateCQ parses `cqe=N [comp_vector=N]`.
+func ParseCreateCQ(s string) (CreateCQ, error) {
+	var c CreateCQ
+	err := textKeys(s, map[string]func(string) error{
+		"cqe": func(v string) (err error) {
+			c.CQE, err = textFull[uint32]("cqe", v)
+			if err == nil && c.CQE == 0 {
+				err = textErr("cqe", "out of range: 0 < 1")
+			}
+			return
+		},
+		"comp_vector": textInto("comp_vector", &c.CompVector, textFull[uint32]),
+	}, "cqe")
+	if err != nil {
+		return CreateCQ{}, err
+	}
+	return c, nil
+}
+
+// CreateSRQ is an srq/new request.
+type CreateSRQ struct {
+	PD                      uint32
+	MaxWR, MaxSGE, SRQLimit uint32
+}
+
+// ParseCreateSRQ parses `pd=H max_wr=N max_sge=N [srq_limit=N]`.
+func ParseCreateSRQ(s string) (CreateSRQ, error) {
+	var c CreateSRQ
+	err := textKeys(s, map[string]func(string) error{
+		"pd":        textInto("pd", &c.PD, textHandle),
+		"max_wr":    textInto("max_wr", &c.MaxWR, textFull[uint32]),
+		"max_sge":   textInto("max_sge", &c.MaxSGE, textFull[uint32]),
+		"srq_limit": textInto("srq_limit", &c.SRQLimit, textFull[uint32]),
+	}, "pd", "max_wr", "max_sge")
+	if err != nil {
+		return CreateSRQ{}, err
+	}
+	return c, nil
+}
+
+// CreateAH is an ah/new request.
+type CreateAH struct {
+	PD uint32
+	AH AH
+}
+
+// ParseCreateAH parses `pd=H dgid=GID` plus any other AV key and port_num.
+func ParseCreateAH(s string) (CreateAH, error) {
+	var c CreateAH
+	keys := map[string]func(string) error{
+		"pd":       textInto("pd", &c.PD, textHandle),
+		"port_num": textInto("port_num", &c.AH.PortNum, textFull[uint8]),
+	}
+	for k, set := range textAVKeys {
+		keys[k] = func(v string) error { return set(&c.AH, k, v) }
+	}
+	if err := textKeys(s, keys, "pd", "dgid"); err != nil {
+		return CreateAH{}, err
+	}
+	return c, nil
+}
+
+// CreateQP is a qp/new request. SRQ 0 means none. Caps left out are 0: the
+// device decides what a zero cap means for the QP type.
+type CreateQP struct {
+	PD             uint32
+	Type           Type
+	SendCQ, RecvCQ uint32
+	SRQ            uint32
+	Cap            Cap
+	SQSigAll       bool
+}
+
+// ParseCreateQP parses `pd=H qp_type=rc|uc|ud send_cq=H recv_cq=H [srq=H]
+// [max_send_wr=N ...] [sq_sig_all=0|1]`. The ibv_qp_type names rdmafs does
+// not implement fail with ErrUnsupported.
+func ParseCreateQP(s string) (CreateQP, error) {
+	var c CreateQP
+	keys := map[string]func(string) error{
+		"pd":         textInto("pd", &c.PD, textHandle),
+		"qp_type":    textInto("qp_type", &c.Type, textQPType),
+		"send_cq":    textInto("send_cq", &c.SendCQ, textHandle),
+		"recv_cq":    textInto("recv_cq", &c.RecvCQ, textHandle),
+		"srq":        textInto("srq", &c.SRQ, textHandle),
+		"sq_sig_all": textInto("sq_sig_all", &c.SQSigAll, textBool),
+	}
+	for k, set := range textCapKeys {
+		keys[k] = func(v string) error { return set(&c.Cap, k, v) }
+	}
+	if err := textKeys(s, keys, "pd", "qp_type", "send_cq", "recv_cq"); err != nil {
+		return CreateQP{}, err
+	}
+	return c, nil
+}
+
+// textQPType accepts rc, uc, ud in any case; the other ibv_qp_type names
+// are known but not implemented.
+func textQPType(k, v string) (Type, error) {
+	if t, ok := ParseType(v); ok {
+		return t, nil
+	}
+	switch strings.ToLower(v) {
+	case "raw_packet", "xrc_send", "xrc_recv", "driver":
+		return 0, &Error{Key: k, Msg: "QP type " + v + " is not supported", Err: ErrUnsupported}
+	}
+	return 0, textErr(k, "unknown QP type "+textQuote(v)+" (want rc, uc or ud)")
+}

@@ -1,0 +1,234 @@
+package qp
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestParseCreatePD(t *testing.T) {
+	for _, in := range []string{"", " ", "\t\n"} {
+		if _, err := ParseCreatePD(in); err != nil {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+	for _, c := range []struct{ in, key, msg string }{
+		{"pd=1", "pd", "unknown key"},
+		{"x", "x", "not a key=value token"},
+	} {
+		_, err := ParseCreatePD(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+}
+
+func TestParseCreateMR(t *testing.T) {
+	good := []struct {
+		in   string
+		want CreateMR
+	}{
+		{"pd=1 length=4096", CreateMR{PD: 1, Length: 4096}},
+		{"pd=0x2 length=0x1000 iova=0 access=local_write,remote_write",
+			CreateMR{PD: 2, Length: 4096, HasIOVA: true, Access: AccessLocalWrite | AccessRemoteWrite}},
+		{" access=0 iova=0xffffffffffffffff length=18446744073709551615 pd=4294967295 ",
+			CreateMR{PD: 0xffffffff, Length: ^uint64(0), IOVA: ^uint64(0), HasIOVA: true}},
+	}
+	for _, c := range good {
+		got, err := ParseCreateMR(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	bad := []struct{ in, key, msg string }{
+		{"", "pd", "missing required key"},
+		{"pd=1", "length", "missing required key"},
+		{"length=1", "pd", "missing required key"},
+		{"pd=0 length=1", "pd", "out of range: 0 < 1"},
+		{"pd=1 length=0", "length", "out of range: 0 < 1"},
+		{"pd=4294967296 length=1", "pd", "out of range"},
+		{"pd=-1 length=1", "pd", "out of range: -1 < 0"},
+		{"pd=one length=1", "pd", "not a number"},
+		{"pd=1 length=18446744073709551616", "length", "out of range"},
+		{"pd=1 length=1 iova=x", "iova", "not a number"},
+		{"pd=1 length=1 access=local_read", "access", "unknown flag"},
+		{"pd=1 length=1 pd=1", "pd", "repeated key"},
+		{"pd=1 length=1 lkey=1", "lkey", "unknown key"},
+		{"pd=1 length=", "length", "empty value"},
+	}
+	for _, c := range bad {
+		_, err := ParseCreateMR(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+}
+
+func TestParseCreateMW(t *testing.T) {
+	good := []struct {
+		in   string
+		want CreateMW
+	}{
+		{"pd=1", CreateMW{PD: 1, Type: 1}},
+		{"pd=1 type=1", CreateMW{PD: 1, Type: 1}},
+		{"type=2 pd=3", CreateMW{PD: 3, Type: 2}},
+		{"pd=3 type=0x2", CreateMW{PD: 3, Type: 2}},
+	}
+	for _, c := range good {
+		got, err := ParseCreateMW(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	bad := []struct{ in, key, msg string }{
+		{"", "pd", "missing required key"},
+		{"type=1", "pd", "missing required key"},
+		{"pd=1 type=0", "type", "want 1 or 2"},
+		{"pd=1 type=3", "type", "want 1 or 2"},
+		{"pd=1 type=256", "type", "out of range"},
+		{"pd=1 type=a", "type", "not a number"},
+		{"pd=1 type=1 type=2", "type", "repeated key"},
+	}
+	for _, c := range bad {
+		_, err := ParseCreateMW(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+}
+
+func TestParseCreateCQ(t *testing.T) {
+	good := []struct {
+		in   string
+		want CreateCQ
+	}{
+		{"cqe=1", CreateCQ{CQE: 1}},
+		{"cqe=0xffffffff comp_vector=0", CreateCQ{CQE: 0xffffffff}},
+		{"comp_vector=3\tcqe=16", CreateCQ{CQE: 16, CompVector: 3}},
+	}
+	for _, c := range good {
+		got, err := ParseCreateCQ(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	bad := []struct{ in, key, msg string }{
+		{"", "cqe", "missing required key"},
+		{"comp_vector=1", "cqe", "missing required key"},
+		{"cqe=0", "cqe", "out of range: 0 < 1"},
+		{"cqe=4294967296", "cqe", "out of range"},
+		{"cqe=1 comp_vector=-1", "comp_vector", "out of range: -1 < 0"},
+		{"cqe=1 cqe=2", "cqe", "repeated key"},
+		{"cqe=1 pd=1", "pd", "unknown key"},
+	}
+	for _, c := range bad {
+		_, err := ParseCreateCQ(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+}
+
+func TestParseCreateSRQ(t *testing.T) {
+	good := []struct {
+		in   string
+		want CreateSRQ
+	}{
+		{"pd=1 max_wr=16 max_sge=1", CreateSRQ{PD: 1, MaxWR: 16, MaxSGE: 1}},
+		{"pd=1 max_wr=0 max_sge=0 srq_limit=0x8", CreateSRQ{PD: 1, SRQLimit: 8}},
+	}
+	for _, c := range good {
+		got, err := ParseCreateSRQ(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	bad := []struct{ in, key, msg string }{
+		{"", "pd", "missing required key"},
+		{"pd=1 max_sge=1", "max_wr", "missing required key"},
+		{"pd=1 max_wr=1", "max_sge", "missing required key"},
+		{"pd=0 max_wr=1 max_sge=1", "pd", "out of range: 0 < 1"},
+		{"pd=1 max_wr=4294967296 max_sge=1", "max_wr", "out of range"},
+		{"pd=1 max_wr=1 max_sge=x", "max_sge", "not a number"},
+		{"pd=1 max_wr=1 max_sge=1 srq_limit=", "srq_limit", "empty value"},
+		{"pd=1 max_wr=1 max_sge=1 limit=1", "limit", "unknown key"},
+	}
+	for _, c := range bad {
+		_, err := ParseCreateSRQ(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+}
+
+func TestParseCreateAH(t *testing.T) {
+	v4 := [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 2}
+	good := []struct {
+		in   string
+		want CreateAH
+	}{
+		{"pd=1 dgid=10.0.0.2", CreateAH{PD: 1, AH: AH{DGID: v4}}},
+		{"pd=1 dgid=::ffff:10.0.0.2 sl=15 sgid_index=1 hop_limit=64 traffic_class=0xff flow_label=0xfffff dlid=0xffff static_rate=3 port_num=1",
+			CreateAH{PD: 1, AH: AH{DGID: v4, SL: 15, SGIDIndex: 1, HopLimit: 64, TrafficClass: 0xff, FlowLabel: 0xfffff, DLID: 0xffff, StaticRate: 3, PortNum: 1}}},
+	}
+	for _, c := range good {
+		got, err := ParseCreateAH(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	bad := []struct{ in, key, msg string }{
+		{"", "pd", "missing required key"},
+		{"pd=1", "dgid", "missing required key"},
+		{"dgid=::1", "pd", "missing required key"},
+		{"pd=1 dgid=x", "dgid", "not an IPv6 or IPv4 address"},
+		{"pd=1 dgid=::1 sl=16", "sl", "out of range: 16 > 15"},
+		{"pd=1 dgid=::1 flow_label=0x100000", "flow_label", "out of range"},
+		{"pd=1 dgid=::1 hop_limit=256", "hop_limit", "out of range"},
+		{"pd=1 dgid=::1 port_num=256", "port_num", "out of range"},
+		{"pd=1 dgid=::1 dgid=::2", "dgid", "repeated key"},
+		{"pd=1 dgid=::1 qkey=1", "qkey", "unknown key"},
+	}
+	for _, c := range bad {
+		_, err := ParseCreateAH(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+}
+
+func TestParseCreateQP(t *testing.T) {
+	good := []struct {
+		in   string
+		want CreateQP
+	}{
+		{"pd=1 qp_type=rc send_cq=1 recv_cq=1", CreateQP{PD: 1, Type: TypeRC, SendCQ: 1, RecvCQ: 1}},
+		{"pd=1 qp_type=UD send_cq=1 recv_cq=2 srq=3 max_send_wr=16 max_recv_wr=32 max_send_sge=2 max_recv_sge=3 max_inline_data=64 sq_sig_all=1",
+			CreateQP{PD: 1, Type: TypeUD, SendCQ: 1, RecvCQ: 2, SRQ: 3, Cap: Cap{16, 32, 2, 3, 64}, SQSigAll: true}},
+		{"\trecv_cq=0x2 send_cq=1 qp_type=Uc pd=1 sq_sig_all=0\n", CreateQP{PD: 1, Type: TypeUC, SendCQ: 1, RecvCQ: 2}},
+	}
+	for _, c := range good {
+		got, err := ParseCreateQP(c.in)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	const base = "pd=1 qp_type=rc send_cq=1 recv_cq=1 "
+	bad := []struct{ in, key, msg string }{
+		{"", "pd", "missing required key"},
+		{"qp_type=rc send_cq=1 recv_cq=1", "pd", "missing required key"},
+		{"pd=1 send_cq=1 recv_cq=1", "qp_type", "missing required key"},
+		{"pd=1 qp_type=rc recv_cq=1", "send_cq", "missing required key"},
+		{"pd=1 qp_type=rc send_cq=1", "recv_cq", "missing required key"},
+		{"pd=1 qp_type=rd send_cq=1 recv_cq=1", "qp_type", `unknown QP type "rd"`},
+		{"pd=1 qp_type=2 send_cq=1 recv_cq=1", "qp_type", "unknown QP type"},
+		{"pd=1 qp_type=rc send_cq=0 recv_cq=1", "send_cq", "out of range: 0 < 1"},
+		{base + "srq=0", "srq", "out of range: 0 < 1"},
+		{base + "sq_sig_all=2", "sq_sig_all", "out of range: 2 > 1"},
+		{base + "max_send_wr=4294967296", "max_send_wr", "out of range"},
+		{base + "max_inline_data=x", "max_inline_data", "not a number"},
+		{base + "max_recv_sge=-1", "max_recv_sge", "out of range: -1 < 0"},
+		{base + "qp_type=uc", "qp_type", "repeated key"},
+		{base + "qp_state=rts", "qp_state", "unknown key"},
+		{base + "cq=1", "cq", "unknown key"},
+	}
+	for _, c := range bad {
+		_, err := ParseCreateQP(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+	for _, typ := range []string{"raw_packet", "xrc_send", "XRC_RECV", "driver"} {
+		_, err := ParseCreateQP("pd=1 send_cq=1 recv_cq=1 qp_type=" + typ)
+		var e *Error
+		if !errors.Is(err, ErrUnsupported) || !errors.As(err, &e) || e.Key != "qp_type" {
+			t.Errorf("qp_type=%s: got %v, want ErrUnsupported for qp_type", typ, err)
+		}
+	}
+}
