@@ -1,6 +1,7 @@
 package device
 
 import (
+	"runtime"
 	"sync"
 )
 
@@ -12,8 +13,9 @@ import (
 type engine struct {
 	d *Device
 
-	mu     sync.Mutex
-	runq   []*QP // guarded by mu
+	mu      sync.Mutex
+	running bool  // a batch is being run; guarded by mu
+	runq    []*QP // guarded by mu
 	spare  []*QP // guarded by mu
 	wake   chan struct{}
 	stopCh chan struct{}
@@ -59,15 +61,19 @@ func (e *engine) loop() {
 		}
 		for {
 			e.mu.Lock()
+			// Double buffering: runq and spare never share an array.
 			batch := e.runq
-			e.runq = e.spare[:0]
+			e.runq, e.spare = e.spare[:0], nil
 			for _, q := range batch {
 				q.queued = false
 			}
-			e.mu.Unlock()
+			e.running = len(batch) > 0
 			if len(batch) == 0 {
+				e.spare = batch
+				e.mu.Unlock()
 				break
 			}
+			e.mu.Unlock()
 			d.Counters.EngineRuns.Add(1)
 			d.mu.Lock()
 			for _, q := range batch {
@@ -79,6 +85,7 @@ func (e *engine) loop() {
 			e.mu.Lock()
 			clear(batch)
 			e.spare = batch[:0]
+			e.running = false
 			e.mu.Unlock()
 			select {
 			case <-e.stopCh:
@@ -87,5 +94,21 @@ func (e *engine) loop() {
 			}
 		}
 		d.Counters.EngineParks.Add(1)
+	}
+}
+
+// idle reports whether nothing is runnable and nothing runs.
+func (e *engine) idle() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.running && len(e.runq) == 0
+}
+
+// Quiesce waits until the engine has nothing left to do: every packet in
+// flight delivered, every completion written. Pending timers (RNR, retry)
+// do not count; advance the clock to fire them. For tests and tools.
+func (d *Device) Quiesce() {
+	for !d.engine.idle() {
+		runtime.Gosched()
 	}
 }

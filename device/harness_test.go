@@ -1,0 +1,243 @@
+package device
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"rdmafs/clock"
+	"rdmafs/qp"
+)
+
+// env is one device with a fake clock, one PD and one CQ per side.
+type env struct {
+	t   testing.TB
+	d   *Device
+	clk *clock.Fake
+	pd  *PD
+}
+
+func newEnv(t testing.TB, mod ...func(*Config)) *env {
+	t.Helper()
+	goroutineLeakCheck(t)
+	clk := clock.NewFake()
+	cfg := Config{Clock: clk}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, d: d, clk: clk, pd: pd}
+}
+
+// goroutineLeakCheck fails the test if it leaves goroutines behind
+// (wireguard-go's check).
+func goroutineLeakCheck(t testing.TB) {
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(2 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<16)
+				n := runtime.Stack(buf, true)
+				t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:n])
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+func (e *env) mr(n uint64, acc qp.Access) *MR {
+	e.t.Helper()
+	mr, err := e.d.RegMR(0, qp.CreateMR{PD: e.pd.Handle, Length: n, Access: acc})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return mr
+}
+
+func (e *env) cq(n uint32) *CQ {
+	e.t.Helper()
+	cq, err := e.d.CreateCQ(0, qp.CreateCQ{CQE: n})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cq
+}
+
+type qpOpts struct {
+	typ      qp.Type
+	scq, rcq *CQ
+	srq      *SRQ
+	cap      qp.Cap
+	sigAll   bool
+}
+
+func (e *env) qp(o qpOpts) *QP {
+	e.t.Helper()
+	if o.typ == 0 {
+		o.typ = qp.TypeRC
+	}
+	if o.cap == (qp.Cap{}) {
+		o.cap = qp.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
+	}
+	req := qp.CreateQP{PD: e.pd.Handle, Type: o.typ, SendCQ: o.scq.Handle, RecvCQ: o.rcq.Handle,
+		Cap: o.cap, SQSigAll: o.sigAll}
+	if o.srq != nil {
+		req.SRQ = o.srq.Handle
+	}
+	q, err := e.d.CreateQP(0, req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return q
+}
+
+// modify applies a text modify, failing the test on error.
+func (e *env) modify(q *QP, text string) {
+	e.t.Helper()
+	if err := e.tryModify(q, text); err != nil {
+		e.t.Fatalf("modify %q: %v", text, err)
+	}
+}
+
+func (e *env) tryModify(q *QP, text string) error {
+	a, m, err := qp.ParseModify(text)
+	if err != nil {
+		e.t.Fatalf("parse %q: %v", text, err)
+	}
+	return q.Modify(&a, m)
+}
+
+const allAccess = "local_write,remote_write,remote_read,remote_atomic"
+
+// connect walks q to RTS addressed at dest (RC/UC) or just to RTS (UD).
+func (e *env) connect(q *QP, destQPN uint32, extra string) {
+	e.t.Helper()
+	gid := GIDString(e.d.Port().GID)
+	switch q.Type {
+	case qp.TypeUD:
+		e.modify(q, "qp_state=INIT pkey_index=0 port_num=1 qkey=0x11111111")
+		e.modify(q, "qp_state=RTR")
+		e.modify(q, "qp_state=RTS sq_psn=100")
+	case qp.TypeUC:
+		e.modify(q, "qp_state=INIT pkey_index=0 port_num=1 qp_access_flags="+allAccess)
+		e.modify(q, "qp_state=RTR path_mtu=1024 rq_psn=500 dest_qp_num="+itoa(destQPN)+" dgid="+gid)
+		e.modify(q, "qp_state=RTS sq_psn=500")
+	default:
+		e.modify(q, "qp_state=INIT pkey_index=0 port_num=1 qp_access_flags="+allAccess)
+		e.modify(q, "qp_state=RTR path_mtu=1024 rq_psn=500 max_dest_rd_atomic=4 min_rnr_timer=12 dest_qp_num="+itoa(destQPN)+" dgid="+gid)
+		e.modify(q, "qp_state=RTS sq_psn=500 timeout=14 retry_cnt=7 rnr_retry=7 max_rd_atomic=4 "+extra)
+	}
+}
+
+// pair makes two connected QPs of type t, each with its own CQ.
+func (e *env) pair(t qp.Type) (a, b *QP, acq, bcq *CQ) {
+	acq, bcq = e.cq(256), e.cq(256)
+	a = e.qp(qpOpts{typ: t, scq: acq, rcq: acq})
+	b = e.qp(qpOpts{typ: t, scq: bcq, rcq: bcq})
+	e.connect(a, b.QPN, "")
+	e.connect(b, a.QPN, "")
+	return
+}
+
+func itoa(n uint32) string { return fmt.Sprint(n) }
+
+func (e *env) postSend(q *QP, lines ...string) {
+	e.t.Helper()
+	for _, l := range lines {
+		wr, err := qp.ParseSendWR(l)
+		if err != nil {
+			e.t.Fatalf("parse %q: %v", l, err)
+		}
+		if _, err := q.PostSend([]qp.SendWR{wr}); err != nil {
+			e.t.Fatalf("post_send %q: %v", l, err)
+		}
+	}
+}
+
+func (e *env) postRecv(q *QP, lines ...string) {
+	e.t.Helper()
+	for _, l := range lines {
+		wr, err := qp.ParseRecvWR(l)
+		if err != nil {
+			e.t.Fatalf("parse %q: %v", l, err)
+		}
+		if _, err := q.PostRecv([]qp.RecvWR{wr}); err != nil {
+			e.t.Fatalf("post_recv %q: %v", l, err)
+		}
+	}
+}
+
+// poll waits for the engine to settle and returns every completion as text.
+func (e *env) poll(cq *CQ) []string {
+	e.t.Helper()
+	e.d.Quiesce()
+	wcs, err := cq.Poll(1 << 20)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for i := range wcs {
+		out = append(out, qp.FormatWC(&wcs[i]))
+	}
+	return out
+}
+
+// expect checks completions line by line (exact text).
+func (e *env) expect(cq *CQ, want ...string) {
+	e.t.Helper()
+	got := e.poll(cq)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		e.t.Fatalf("completions on cq %d:\n got: %s\nwant: %s", cq.Handle, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+	}
+}
+
+func (e *env) state(q *QP, want qp.State) {
+	e.t.Helper()
+	e.d.Quiesce()
+	if got := q.State(); got != want {
+		e.t.Fatalf("qp %d state %v, want %v", q.QPN, got, want)
+	}
+}
+
+func (e *env) events() []string {
+	var out []string
+	for e.d.PendingEvents() > 0 {
+		evs, _ := e.d.ReadEvents(context.Background())
+		for _, ev := range evs {
+			out = append(out, ev.String())
+		}
+	}
+	return out
+}
+
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+}
+
+func sameBytes(t testing.TB, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("data differs at byte %d of %d/%d", i, len(got), len(want))
+	}
+}
+
