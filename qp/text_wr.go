@@ -58,10 +58,11 @@ func textWROpcode(k, v string) (WROpcode, error) {
 	return textUint[WROpcode](k, v, uint64(numWROpcodes-1))
 }
 
-// textSendKeys parses every send-WR key but opcode, sge and inline_data,
-// which need more than one field.
+// textSendKeys parses every send-WR key but sge (which repeats) and
+// inline_data (which also sets a flag and excludes sge).
 var textSendKeys = map[string]func(w *SendWR, k, v string) error{
-	"wr_id": func(w *SendWR, k, v string) (err error) { w.WRID, err = textFull[uint64](k, v); return },
+	"opcode": func(w *SendWR, k, v string) (err error) { w.Opcode, err = textWROpcode(k, v); return },
+	"wr_id":  func(w *SendWR, k, v string) (err error) { w.WRID, err = textFull[uint64](k, v); return },
 	"send_flags": func(w *SendWR, k, v string) error {
 		f, err := textFlags(k, v, sendFlagNames)
 		w.SendFlags |= SendFlags(f)
@@ -106,14 +107,6 @@ func ParseSendWR(s string) (SendWR, error) {
 			}
 			w.SGL = append(w.SGL, sge)
 			seen["sge"] = true
-			continue
-		case "opcode":
-			if err := seen.add(t.key); err != nil {
-				return SendWR{}, err
-			}
-			if w.Opcode, err = textWROpcode(t.key, t.val); err != nil {
-				return SendWR{}, err
-			}
 			continue
 		case "inline_data":
 			if err := seen.add(t.key); err != nil {

@@ -90,6 +90,12 @@ func checkDecodedSend(t *testing.T, slot []byte, wr *qp.SendWR) {
 	}
 }
 
+func flip(b []byte) {
+	for i := range b {
+		b[i] ^= 0xFF
+	}
+}
+
 func FuzzDecodeSendWQE(f *testing.F) {
 	for _, wr := range []qp.SendWR{
 		{WRID: 1, Opcode: qp.WRSend, SendFlags: qp.SendSignaled, SGL: sampleSGL(2)},
@@ -127,15 +133,12 @@ func FuzzDecodeSendWQE(f *testing.F) {
 		// Nothing may alias the slot.
 		keep := wr
 		keep.SGL, keep.InlineData = slices.Clone(wr.SGL), slices.Clone(wr.InlineData)
-		for i := range slot {
-			slot[i] ^= 0xFF
-		}
+		used := slot[:SendHeaderSize+len(wr.SGL)*SGESize+len(wr.InlineData)]
+		flip(used)
 		if !sameSendWR(wr, keep) {
 			t.Fatalf("decoded WR changed with the slot")
 		}
-		for i := range slot {
-			slot[i] ^= 0xFF
-		}
+		flip(used)
 		checkDecodedSend(t, slot, &wr)
 	})
 }

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"rdmafs/device"
+	"rdmafs/fsnode"
+	"rdmafs/qp"
+)
+
+// stateDir holds one pid file per mounted device, so umount can find the
+// daemon that serves a mountpoint.
+const stateDir = "/run/rdmafs"
+
+func cmdMount(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("mount", "mount [flags] MOUNTPOINT", stderr)
+	cfg := device.DefaultConfig()
+	foreground := fs.Bool("foreground", false, "stay attached; SIGINT/SIGTERM unmount and exit")
+	debug := fs.Bool("debug", false, "log every FUSE request to stderr")
+	logFile := fs.String("log", "", "daemon log file when in the background (default: none)")
+	runtimeDir := fs.String("runtime-dir", "", "directory for the cq/H/channel FIFOs (default: "+stateDir+"/MOUNT-ID)")
+	readyFD := fs.Int("ready-fd", -1, "internal: fd on which a background daemon reports readiness")
+	fs.MarkHidden("ready-fd")
+	fs.Uint32Var(&cfg.MaxQP, "max-qp", cfg.MaxQP, "max_qp: queue pairs")
+	fs.Uint32Var(&cfg.MaxQPWR, "max-qp-wr", cfg.MaxQPWR, "max_qp_wr: work requests per queue")
+	fs.Uint32Var(&cfg.MaxSGE, "max-sge", cfg.MaxSGE, "max_sge: scatter/gather entries per WR (<= 255)")
+	fs.Uint32Var(&cfg.MaxCQ, "max-cq", cfg.MaxCQ, "max_cq: completion queues")
+	fs.Uint32Var(&cfg.MaxCQE, "max-cqe", cfg.MaxCQE, "max_cqe: entries per CQ")
+	fs.Uint32Var(&cfg.MaxMR, "max-mr", cfg.MaxMR, "max_mr: memory regions")
+	fs.Uint64Var(&cfg.MaxMRSize, "max-mr-size", cfg.MaxMRSize, "max_mr_size: bytes per MR")
+	fs.Uint64Var(&cfg.MaxTotalMRBytes, "max-total-mr", cfg.MaxTotalMRBytes, "bytes of MR memory the device registers in all")
+	fs.Uint32Var(&cfg.MaxPD, "max-pd", cfg.MaxPD, "max_pd: protection domains")
+	fs.Uint32Var(&cfg.MaxMW, "max-mw", cfg.MaxMW, "max_mw: memory windows")
+	fs.Uint32Var(&cfg.MaxAH, "max-ah", cfg.MaxAH, "max_ah: address handles")
+	fs.Uint32Var(&cfg.MaxSRQ, "max-srq", cfg.MaxSRQ, "max_srq: shared receive queues")
+	fs.Uint32Var(&cfg.MaxSRQWR, "max-srq-wr", cfg.MaxSRQWR, "max_srq_wr: WRs per SRQ")
+	fs.Uint32Var(&cfg.MaxSRQSGE, "max-srq-sge", cfg.MaxSRQSGE, "max_srq_sge: SGEs per SRQ WR")
+	fs.Uint8Var(&cfg.MaxQPRdAtom, "max-qp-rd-atom", cfg.MaxQPRdAtom, "max_qp_rd_atom: READ/atomic responder resources per QP")
+	fs.Uint8Var(&cfg.MaxQPInitRdAtom, "max-qp-init-rd-atom", cfg.MaxQPInitRdAtom, "max_qp_init_rd_atom: outstanding READ/atomics per QP")
+	fs.Uint32Var(&cfg.MaxInlineData, "max-inline-data", cfg.MaxInlineData, "max_inline_data: bytes of inline data per WR")
+	mtu := fs.Int("mtu", 4096, "port MTU in bytes (256, 512, 1024, 2048, 4096): max_mtu and active_mtu")
+	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return usageError{errors.New("need exactly one MOUNTPOINT")}
+	}
+	m, ok := qp.MTUFromBytes(*mtu)
+	if !ok {
+		return usageError{fmt.Errorf("--mtu %d: not one of 256 512 1024 2048 4096", *mtu)}
+	}
+	cfg.MaxMTU, cfg.ActiveMTU = m, m
+	if *gid != "" {
+		g, err := netip.ParseAddr(*gid)
+		if err != nil {
+			return usageError{fmt.Errorf("--gid: %v", err)}
+		}
+		cfg.GID = g.As16()
+	}
+	mnt, err := filepath.Abs(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if st, err := os.Stat(mnt); err != nil || !st.IsDir() {
+		return fmt.Errorf("%s: not a directory", mnt)
+	}
+	if !*foreground {
+		return spawnDaemon(mnt, args, *logFile)
+	}
+	return serve(mnt, cfg, *debug, *runtimeDir, *readyFD, stderr)
+}
+
+// spawnDaemon re-executes rdmafs in the foreground, detached in its own
+// session, and waits until it reports the mount ready (or why it failed).
+func spawnDaemon(mnt string, args []string, logFile string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	out := io.Discard
+	var lf *os.File
+	if logFile != "" {
+		if lf, err = os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			return err
+		}
+		defer lf.Close()
+		out = lf
+	}
+	cmd := exec.Command(self, append([]string{"mount", "--foreground", "--ready-fd", "3"}, args...)...)
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return err
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	line = strings.TrimSpace(line)
+	if line == "ok" {
+		cmd.Process.Release()
+		return nil
+	}
+	cmd.Wait()
+	if line == "" {
+		line = "daemon exited before the mount was ready"
+	}
+	return errors.New(line)
+}
+
+// serve mounts and serves until unmounted or signalled.
+func serve(mnt string, cfg device.Config, debug bool, runtimeDir string, readyFD int, stderr io.Writer) error {
+	logger := log.New(stderr, "rdmafs: ", log.LstdFlags)
+	var ready *os.File
+	if readyFD >= 0 {
+		ready = os.NewFile(uintptr(readyFD), "ready")
+	}
+	report := func(err error) error {
+		if ready != nil {
+			if err != nil {
+				fmt.Fprintf(ready, "%v\n", err)
+			} else {
+				fmt.Fprintln(ready, "ok")
+			}
+			ready.Close()
+			ready = nil
+		}
+		return err
+	}
+	raiseFileLimit()
+	cfg.Logf = logger.Printf
+	dev, err := device.New(cfg)
+	if err != nil {
+		return report(err)
+	}
+	defer dev.Close()
+	id := mountID(mnt)
+	if runtimeDir == "" {
+		runtimeDir = filepath.Join(stateDir, id)
+	}
+	srv, err := fsnode.Mount(mnt, dev, fsnode.Options{Debug: debug, RuntimeDir: runtimeDir})
+	if err != nil {
+		return report(fmt.Errorf("mount %s: %w", mnt, err))
+	}
+	pidFile := filepath.Join(stateDir, id+".pid")
+	if err := os.MkdirAll(stateDir, 0o755); err == nil {
+		os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n%s\n", os.Getpid(), mnt)), 0o644)
+	}
+	defer os.Remove(pidFile)
+	defer os.RemoveAll(runtimeDir)
+	logger.Printf("serving %s (pid %d)", mnt, os.Getpid())
+	report(nil)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	select {
+	case s := <-sig:
+		logger.Printf("%v: unmounting %s", s, mnt)
+		if err := srv.Unmount(); err != nil {
+			logger.Printf("unmount: %v", err)
+		}
+	case <-done:
+		logger.Printf("%s was unmounted", mnt)
+	}
+	return nil
+}
+
+// cmdUmount stops the daemon serving MOUNTPOINT (it unmounts, lazily if
+// mappings pin the mount) or, without a daemon, unmounts directly.
+func cmdUmount(args []string, stdout io.Writer) error {
+	fs := newFlags("umount", "umount MOUNTPOINT", os.Stderr)
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the daemon to exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return usageError{errors.New("need exactly one MOUNTPOINT")}
+	}
+	mnt, err := filepath.Abs(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	pidFile := filepath.Join(stateDir, mountID(mnt)+".pid")
+	if b, err := os.ReadFile(pidFile); err == nil {
+		pid, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+		if pid > 0 && syscall.Kill(pid, syscall.SIGTERM) == nil {
+			deadline := time.Now().Add(*timeout)
+			for syscall.Kill(pid, 0) == nil {
+				if time.Now().After(deadline) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			// A killed daemon leaves the mountpoint behind.
+			detach(mnt)
+			return nil
+		}
+		os.Remove(pidFile)
+	}
+	return detach(mnt)
+}
+
+// detach unmounts mnt, falling back to a lazy unmount when live mappings
+// keep it busy; "not mounted" is success.
+func detach(mnt string) error {
+	err := unix.Unmount(mnt, 0)
+	if err == unix.EBUSY {
+		err = unix.Unmount(mnt, unix.MNT_DETACH)
+	}
+	if err == unix.EINVAL || err == unix.ENOENT {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("unmount %s: %w", mnt, err)
+	}
+	return nil
+}
+
+// mountID names a mountpoint in stateDir.
+func mountID(mnt string) string {
+	return strings.ReplaceAll(strings.Trim(mnt, "/"), "/", "_")
+}
+
+// raiseFileLimit lifts the soft fd limit to the hard one: every ring and MR
+// is a memfd the daemon keeps open.
+func raiseFileLimit() {
+	var l unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		unix.Setrlimit(unix.RLIMIT_NOFILE, &l)
+	}
+}

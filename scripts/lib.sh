@@ -1,0 +1,85 @@
+# Shared helpers for the rdmafs shell scripts. Source it; it sets -eu, finds
+# (or builds) the rdmafs binary, mounts a device in a temp dir and unmounts it
+# on exit.
+
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+work=$(mktemp -d /tmp/rdmafs-demo.XXXXXX)
+M=$work/mnt
+mkdir -p "$M"
+
+if [[ -n "${RDMAFS:-}" ]]; then
+	:
+elif command -v rdmafs >/dev/null 2>&1; then
+	RDMAFS=$(command -v rdmafs)
+else
+	RDMAFS=$work/rdmafs
+	(cd "$repo" && go build -o "$RDMAFS" ./cmd/rdmafs)
+fi
+
+cleanup() {
+	local rc=$?
+	"$RDMAFS" umount "$M" 2>/dev/null || true
+	rm -rf "$work"
+	exit $rc
+}
+trap cleanup EXIT
+
+# pp prints a command, then runs it: the script is its own transcript.
+pp() {
+	printf '\n$ %s\n' "$*"
+	"$@"
+}
+
+# show prints a command line for a pipeline run through bash.
+show() {
+	printf '\n$ %s\n' "$1"
+	bash -c "$1"
+}
+
+die() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# new KIND k=v...: the transaction idiom of DESIGN.md (open read-write, write
+# the request, read the name back).
+new() {
+	local kind=$1
+	shift
+	local name
+	{ echo "$*" >&0; read -r name; } <>"$M/$kind/new"
+	echo "$name"
+}
+
+# expect_wc CQ PATTERN: the next completion on CQ must match PATTERN (an
+# extended regex). A read of poll consumes every completion it returns, so
+# the ones not yet checked wait in a file.
+expect_wc() {
+	local cq=$1 pattern=$2 buf=$work/wc.$1 line="" i
+	touch "$buf"
+	for i in $(seq 1 300); do
+		[[ -s "$buf" ]] && break
+		cat "$M/cq/$cq/poll" >>"$buf"
+		[[ -s "$buf" ]] || sleep 0.01
+	done
+	line=$(head -n 1 "$buf")
+	sed -i 1d "$buf"
+	echo "  $line"
+	[[ "$line" =~ $pattern ]] || die "cq $cq: expected /$pattern/, got '$line'"
+}
+
+# expect_state QPN STATE
+expect_state() {
+	local got
+	got=$(cat "$M/qp/$1/state")
+	echo "  qp $1: $got"
+	[[ "$got" == "$2" ]] || die "qp $1 is $got, expected $2"
+}
+
+mount_device() {
+	pp "$RDMAFS" mount "$@" "$M"
+	pp ls "$M"
+}

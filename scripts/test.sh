@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# test.sh: every check the project holds itself to. This is the README's
+# test command and what CI runs. Needs root and /dev/fuse for the FUSE
+# integration tests (in CI, with CI=true, they fail rather than skip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [[ -n "$bad" ]]; then
+	echo "gofmt would change:"; echo "$bad"; exit 1
+fi
+echo "== go vet"
+go vet ./...
+echo "== go test -race"
+go test -race -count=1 -timeout 20m ./...
