@@ -18,11 +18,11 @@ const (
 	OffSlotSize   = 12
 	OffSlotCount  = 16
 	OffDataOffset = 20
-	OffProducer   = 64  // alone on cache line 64..127
-	OffConsumer   = 128 // alone on cache line 128..191
-	OffFlags      = 192
-	OffEventSeq   = 196
-	OffArmed      = 200
+	OffProducer   = 64  // written by the producer only (client: SQ/RQ/SRQ; daemon: CQ); own cache line
+	OffConsumer   = 128 // written by the consumer only (daemon: SQ/RQ/SRQ; client: CQ); own cache line
+	OffFlags      = 192 // NEED_WAKEUP, written by the consumer
+	OffEventSeq   = 196 // futex word, bumped by the daemon
+	OffArmed      = 200 // set by the client, swapped to ArmNone by the daemon
 
 	// Magic is stored little-endian: the bytes in memory are 44 52 4E 47,
 	// which read "DRNG" in a hex dump.

@@ -143,3 +143,9 @@ func (r *Ring) SetArmed(v uint32) { atomic.StoreUint32(r.armed, v) }
 // SwapArmed stores v and returns the previous value, so that exactly one
 // completion consumes an arming.
 func (r *Ring) SwapArmed(v uint32) uint32 { return atomic.SwapUint32(r.armed, v) }
+
+// CompareAndSwapArmed sets the armed word to new if it holds old, so a
+// request for solicited-only events never weakens a pending "next" one.
+func (r *Ring) CompareAndSwapArmed(old, new uint32) bool {
+	return atomic.CompareAndSwapUint32(r.armed, old, new)
+}
