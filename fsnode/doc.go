@@ -1,0 +1,49 @@
+// Package fsnode shows a *device.Device as the FUSE tree of DESIGN.md §3.
+// It is the only package of rdmafs that imports go-fuse, and it holds no
+// verbs logic: every node translates bytes to one device call and the
+// answer back to bytes or an errno.
+//
+// # Pieces
+//
+//   - mount.go: Mount (direct mount as root, allow_other, passthrough probe),
+//     Server.Unmount (lazy detach plus connection abort when busy), Wait.
+//   - node.go: the three node types. dir is every directory (mkdir, unlink,
+//     rename, create, link, symlink are EPERM; rmdir of an object destroys
+//     it), file is every regular file (ownership and permission checks at
+//     open; what it does is in its handle), symlink is cq/H/channel.
+//   - handles.go: the file handles: snapshot (read-only text rendered at
+//     open), command (write-only control files), stream (reads that consume:
+//     poll, notify, events, */new), shared (memfd-backed rings and MR memory,
+//     passthrough for mmap and direct I/O for read and write).
+//   - tree.go: the static tree, the */new transactions and the object
+//     directories of each kind.
+//   - commands.go: small parsers of the control commands fsnode owns
+//     (command word, resize cqe=N, post lines), the CQ channel FIFOs.
+//
+// # Errors
+//
+// device.Errno maps every error to its errno, once; fsnode's own errors
+// (a write that is not text or longer than 64 KiB, an unknown command) are
+// *device.Error values with EINVAL. A context cancelled by a FUSE interrupt
+// is EINTR. Every failing command on an object leaves its reason in the
+// object's error file; a failed creation answers "error: REASON" on the
+// read side of the */new handle. Structural changes anywhere (mkdir,
+// unlink, rename, create, link, symlink, mknod, chmod, chown, truncation
+// to a non-zero size) are EPERM; truncation to 0 of a writable file is
+// accepted and ignored so that shell redirection works. Another user's
+// files are EACCES by their mode bits (0600 for ring, mem, ctl, post_*,
+// poll, notify; 0644 for attr, state, error, counters), rmdir of another
+// user's object is EACCES; root bypasses both. A write open of a read-only
+// file or a read open of a write-only one is EACCES.
+//
+// # Locking
+//
+// fsnode keeps little state of its own: an object's last error (object.mu),
+// a stream handle's pending output (stream.mu), a shared node's memfd
+// duplicate (shared.mu), a CQ's ring file across resizes (a per-CQ mutex
+// that also orders resize against destroy) and the set of live channels
+// (tree.mu). None of them is held across a call that can block on the
+// kernel except stream.mu, which only orders reads of one open file.
+// Notifications to the kernel (NotifyEntry after a CQ resize) are made with
+// no fsnode lock held but the CQ's, which no FUSE request waits on.
+package fsnode

@@ -1,0 +1,205 @@
+package fsnode
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"rdmafs/device"
+)
+
+// Options configure a mount.
+type Options struct {
+	Debug      bool   // FUSE debug log
+	RuntimeDir string // where cq/H/channel FIFOs live (created 0755 if missing); default: a temp dir
+}
+
+// Server is one mounted device.
+type Server struct {
+	srv    *fuse.Server
+	dir    string
+	tree   *tree
+	connID uint32 // the FUSE connection (fusectl directory name)
+
+	ownRuntime bool // RuntimeDir was made by Mount and is removed at the end
+	once       sync.Once
+}
+
+// Mount mounts dev at dir and returns once the mount is serving. It needs
+// root: the mount is made directly (no fusermount) with allow_other, and
+// FUSE passthrough, which shares rings and memory with clients, needs
+// CAP_SYS_ADMIN and Linux 6.9 or later. Mount probes passthrough by
+// registering a backing file and fails (unmounting again) if the kernel
+// refuses: go-fuse would otherwise turn passthrough off for the whole mount
+// at the first failure, silently, and clients would map private copies.
+func Mount(dir string, dev *device.Device, opts Options) (*Server, error) {
+	if dev == nil {
+		return nil, errors.New("fsnode: Mount: nil device")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	rt, own := opts.RuntimeDir, false
+	if rt == "" {
+		d, err := os.MkdirTemp("", "rdmafs-run-")
+		if err != nil {
+			return nil, fmt.Errorf("fsnode: runtime directory: %w", err)
+		}
+		rt, own = d, true
+	} else if err := os.MkdirAll(rt, 0755); err != nil {
+		return nil, fmt.Errorf("fsnode: runtime directory: %w", err)
+	}
+	if own {
+		// Others must reach the FIFOs of their own CQs.
+		if err := os.Chmod(rt, 0755); err != nil {
+			os.RemoveAll(rt)
+			return nil, fmt.Errorf("fsnode: runtime directory: %w", err)
+		}
+	}
+	if rt, err = filepath.Abs(rt); err != nil {
+		return nil, err
+	}
+	s := &Server{dir: dir, ownRuntime: own}
+	fail := func(err error) (*Server, error) {
+		if own {
+			os.RemoveAll(rt)
+		}
+		return nil, err
+	}
+	s.tree = newTree(dev, rt)
+	sec := time.Second
+	fsOpts := &fs.Options{
+		MountOptions: fuse.MountOptions{
+			AllowOther:        true,
+			DirectMountStrict: true,
+			FsName:            "rdmafs",
+			Name:              "rdmafs",
+			Debug:             opts.Debug,
+			DisableXAttrs:     true,
+		},
+		EntryTimeout: &sec,
+		AttrTimeout:  &sec,
+	}
+	srv, err := fs.Mount(dir, s.tree.root, fsOpts)
+	if err != nil {
+		return fail(fmt.Errorf("fsnode: mounting %s (needs root and /dev/fuse): %w", dir, err))
+	}
+	s.srv = srv
+	if err := probePassthrough(srv); err != nil {
+		srv.Unmount()
+		return fail(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err == nil && unix.Major(st.Dev) == 0 {
+		s.connID = unix.Minor(st.Dev)
+	}
+	return s, nil
+}
+
+// probePassthrough registers a throwaway memfd as a backing file, the
+// operation every ring and memory open needs.
+func probePassthrough(srv *fuse.Server) error {
+	if srv.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH == 0 {
+		return errors.New("fsnode: the kernel does not offer FUSE passthrough (needs Linux 6.9 or later with CONFIG_FUSE_PASSTHROUGH); rings and memory could not be shared with clients")
+	}
+	fd, err := unix.MemfdCreate("rdmafs-probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsnode: passthrough probe: memfd_create: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, int64(os.Getpagesize())); err != nil {
+		return fmt.Errorf("fsnode: passthrough probe: %w", err)
+	}
+	id, errno := srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	if errno != 0 {
+		why := "the kernel refused it"
+		if errno == syscall.EPERM {
+			why = "it needs CAP_SYS_ADMIN: run the daemon as root"
+		}
+		return fmt.Errorf("fsnode: FUSE passthrough is not available (registering a backing file: %v; %s); rings and memory could not be shared with clients", errno, why)
+	}
+	if errno := srv.UnregisterBackingFd(id); errno != 0 {
+		return fmt.Errorf("fsnode: passthrough probe: unregistering the backing file: %v", errno)
+	}
+	return nil
+}
+
+// Dir is the mount point.
+func (s *Server) Dir() string { return s.dir }
+
+// RuntimeDir is where the CQ channel FIFOs live.
+func (s *Server) RuntimeDir() string { return s.tree.runtimeDir }
+
+// Unmount unmounts the tree. When the mount is busy (a client holds a file
+// open or, as the kernel counts it, a mapping), it detaches it lazily
+// (MNT_DETACH) and aborts the FUSE connection, so the server stops: open
+// files then fail with ENOTCONN, while mappings of rings and memory stay
+// valid (they are the memfds themselves). The device is not closed.
+func (s *Server) Unmount() error {
+	defer s.cleanup()
+	err := s.srv.Unmount()
+	if err == nil || errors.Is(err, syscall.EINVAL) {
+		// Unmounted, now or before (by umount(8) or an earlier call).
+		return nil
+	}
+	if derr := syscall.Unmount(s.dir, unix.MNT_DETACH); derr != nil {
+		return fmt.Errorf("fsnode: unmount %s: %v; lazy unmount: %w", s.dir, err, derr)
+	}
+	if aerr := s.abort(); aerr != nil {
+		return fmt.Errorf("fsnode: %s detached, but the FUSE connection stays up until its files are closed: %w", s.dir, aerr)
+	}
+	return nil
+}
+
+// Wait blocks until the file system is unmounted.
+func (s *Server) Wait() {
+	s.srv.Wait()
+	s.cleanup()
+}
+
+func (s *Server) cleanup() {
+	s.once.Do(func() {
+		s.tree.closeChannels()
+		if s.ownRuntime {
+			os.RemoveAll(s.tree.runtimeDir)
+		}
+	})
+}
+
+// abort ends the FUSE connection through fusectl, mounting fusectl on a
+// private directory when /sys/fs/fuse/connections is not populated.
+func (s *Server) abort() error {
+	if s.connID == 0 {
+		return errors.New("unknown FUSE connection")
+	}
+	name := strconv.FormatUint(uint64(s.connID), 10)
+	write := func(base string) error {
+		return os.WriteFile(filepath.Join(base, name, "abort"), []byte("1"), 0)
+	}
+	if err := write("/sys/fs/fuse/connections"); err == nil {
+		return nil
+	}
+	tmp, err := os.MkdirTemp("", "rdmafs-fusectl-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	if err := unix.Mount("fusectl", tmp, "fusectl", 0, ""); err != nil {
+		return fmt.Errorf("mounting fusectl: %w", err)
+	}
+	defer unix.Unmount(tmp, unix.MNT_DETACH)
+	if err := write(tmp); err != nil {
+		return fmt.Errorf("aborting FUSE connection %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+package fsnode
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+)
+
+// object is the fsnode side of one verbs object: its directory, the last
+// error of a command on it, and how to destroy it.
+type object struct {
+	owner
+	kind, name string
+	dir        *dir
+
+	// destroy is the verb (dealloc_pd, destroy_qp, ...); cleanup releases
+	// fsnode's resources (memfd duplicates, the channel FIFO) after it
+	// succeeded.
+	destroy func() error
+	cleanup []func()
+
+	mu      sync.Mutex
+	lastErr string // guarded by mu
+}
+
+// fail records err as the object's last error and returns its errno.
+func (o *object) fail(op string, err error) syscall.Errno {
+	o.mu.Lock()
+	o.lastErr = reason(op, err)
+	o.mu.Unlock()
+	return errnoOf(err)
+}
+
+// record is fail for paths that return an error rather than an errno.
+func (o *object) record(op string, err error) error {
+	o.mu.Lock()
+	o.lastErr = reason(op, err)
+	o.mu.Unlock()
+	return err
+}
+
+func (o *object) errorText() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.lastErr == "" {
+		return ""
+	}
+	return o.lastErr + "\n"
+}
+
+// entry is one file of an object directory.
+type entry struct {
+	name string
+	node fs.InodeEmbedder
+	mode uint32 // S_IFREG, S_IFLNK
+}
+
+// fileNode builds a plain file owned like o with perm.
+func (o *object) fileNode(perm uint32, readable, writable bool,
+	open func(context.Context, uint32) (fs.FileHandle, uint32, syscall.Errno)) *file {
+	f := &file{owner: o.owner, readable: readable, writable: writable, open: open}
+	f.perm = perm
+	return f
+}
+
+// roFile is a text file rendered at open (attr, state, error, counters).
+func (o *object) roFile(render func() string) entry {
+	return entry{node: o.fileNode(0644, true, false, snapshotFile(render)), mode: syscall.S_IFREG}
+}
+
+// cmdFile is a write-only control file.
+func (o *object) cmdFile(op string, do func(ctx context.Context, text string) error) entry {
+	return entry{node: o.fileNode(0600, false, true, commandFile(op, o, do)), mode: syscall.S_IFREG}
+}
+
+func named(name string, e entry) entry { e.name = name; return e }

@@ -1,0 +1,116 @@
+package fsnode
+
+import "strings"
+
+// readme is the text of MOUNT/README.
+func readme(runtimeDir string) string {
+	return strings.ReplaceAll(readmeText, "RUNTIME", runtimeDir)
+}
+
+const readmeText = `rdmafs: a virtual RDMA device as a file system
+==============================================
+
+One mount is one device with one port. Every name is libibverbs' name,
+lower-case, without the IBV_ prefix.
+
+  README            this text
+  device            ibv_query_device: key=value lines (max_qp, max_sge, ...)
+  port              ibv_query_port(1): state, max_mtu, active_mtu (bytes), gid, ...
+  counters          device counters: key=value lines
+  events            async events (ibv_get_async_event), one line each:
+                    "event=comm_est qp=17". The first read blocks until there
+                    are events and takes all of them; after they are read the
+                    file is at end of file, so "cat events" prints one batch.
+  KIND/new          create an object (KIND: pd mr mw cq srq ah qp); see below
+  KIND/H/           one directory per object (H: handle; for qp, the QPN)
+
+Creating objects (transaction files)
+------------------------------------
+Open KIND/new read-write, write one line of key=value tokens, read back one
+line: the new directory's name. From a shell:
+
+  { echo "pd=1 qp_type=rc send_cq=1 recv_cq=1" >&0; read -r qpn; } <>qp/new
+
+A bad request fails the write with an errno (bash: "write error: Invalid
+argument") and the read returns "error: REASON". Every write is one
+transaction; answers are read back in order.
+
+  pd/new   (empty line)
+  mr/new   pd=H length=N [iova=N] [access=local_write,remote_write,remote_read,remote_atomic,mw_bind]
+  mw/new   pd=H [type=1|2]
+  cq/new   cqe=N [comp_vector=0]
+  srq/new  pd=H max_wr=N max_sge=N [srq_limit=N]
+  ah/new   pd=H dgid=GID [sl=N hop_limit=N traffic_class=N flow_label=N sgid_index=0 port_num=1 ...]
+  qp/new   pd=H qp_type=rc|uc|ud send_cq=H recv_cq=H [srq=H] max_send_wr=N
+           max_recv_wr=N max_send_sge=N max_recv_sge=N [max_inline_data=N] [sq_sig_all=1]
+
+Numbers are decimal or 0x hex. rmdir KIND/H destroys the object with the
+verbs rules: EBUSY while other objects depend on it (a PD with MRs or QPs, a
+CQ a QP completes into, an MR with bound windows).
+
+Every object directory
+----------------------
+  attr     its attributes, key=value a line, read fresh at every open
+  error    the reason of the last command that failed on it (empty if none)
+
+qp/N/
+  ctl        write one command a write:
+               modify key=value ...   ibv_modify_qp; the mask is the set of keys
+               reset                  modify to RESET
+               error                  modify to ERR
+             keys are ibv_qp_attr's fields: qp_state path_mtu (bytes) dest_qp_num
+             rq_psn sq_psn qp_access_flags pkey_index port_num timeout retry_cnt
+             rnr_retry min_rnr_timer max_rd_atomic max_dest_rd_atomic qkey dgid
+             sl ...; a line of attr can be pasted back into a modify. A failed
+             modify changes nothing (EINVAL, reason in error).
+  state      RESET INIT RTR RTS SQD SQE or ERR
+  attr       as ibv_query_qp, then qp_num qp_type pd send_cq recv_cq srq sq_sig_all
+  post_send  one work request a line; a write of several lines posts them in
+             order and stops at the first bad one (the earlier ones stay posted):
+               opcode=send|send_with_imm|send_with_inv|rdma_write|rdma_write_with_imm|
+                      rdma_read|atomic_cmp_and_swp|atomic_fetch_and_add|local_inv|bind_mw
+               wr_id=N sge=LKEY:ADDR:LENGTH (repeatable; ADDR in the MR's iova space)
+               send_flags=signaled,fence,solicited,inline imm_data=N invalidate_rkey=N
+               remote_addr=N rkey=N compare_add=N swap=N ah=H remote_qpn=N
+               remote_qkey=N inline_data=HEX
+  post_recv  one receive a line: wr_id=N sge=LKEY:ADDR:LENGTH ...
+  counters   per-QP counters
+  sq, rq     the send and receive rings (binary; the layout is in the Go package
+             rdmafs/ring). mmap them MAP_SHARED: the device reads the very pages.
+             A write() of anything to sq or rq is the doorbell.
+
+cq/H/
+  ring     the completion ring (binary, mmap it); it is replaced by a new file
+           after a resize, which clients must map again
+  poll     each read returns the completions available now, one a line, and
+           consumes them (an empty read when there are none):
+           wr_id=7 status=success opcode=rdma_write qp_num=17 byte_len=64 ...
+  notify   write "next" or "solicited" to arm (ibv_req_notify_cq); the first
+           read of an open blocks until an armed event fires and returns
+           "event cq=H"; then the open is at end of file, so "cat notify" is
+           ibv_get_cq_event. Ctrl-C interrupts it.
+  ctl      resize cqe=N
+  channel  a symlink to a FIFO in RUNTIME that receives one line
+           per completion event: a pollable fd for event loops
+
+srq/H/     ring, post_recv (as qp), ctl: modify srq_limit=N
+mr/H/mem   the registered memory: mmap it, or read and write it at offsets
+           (dd conv=notrunc, cat). Truncation is ignored, so "> mem" writes
+           from offset 0.
+mw/H/, ah/H/, pd/H/: attr and error only.
+
+Ownership and errors
+--------------------
+An object's files belong to the user who created it. ring, mem, ctl, post_*,
+poll and notify are 0600; attr, state, error and counters are 0644. Another
+user gets EACCES opening them and removing the object; root may do
+everything. Opening a read-only file for writing, or a write-only file for
+reading, is EACCES. mkdir, unlink, rename, create, link, symlink, chmod,
+chown and truncation to a non-zero size are EPERM anywhere. A write of more
+than 64 KiB, or of bytes that are not text, is EINVAL.
+
+Errnos follow libibverbs: EINVAL for a malformed request or an illegal
+transition, ENOMEM for a full queue or a device limit, EBUSY for a destroy
+of an object in use, EACCES for someone else's object, EOPNOTSUPP for a
+feature rdmafs lacks, ENOENT for an object destroyed meanwhile.
+`

@@ -1,0 +1,600 @@
+package fsnode
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"rdmafs/device"
+	"rdmafs/qp"
+)
+
+// tree is one mount's view of one device.
+type tree struct {
+	dev        *device.Device
+	runtimeDir string
+	born       time.Time
+	root       *root
+	kinds      map[string]*dir // pd, mr, ... once OnAdd ran
+
+	mu       sync.Mutex
+	channels map[*channel]bool // live CQ channels; guarded by mu
+}
+
+func newTree(dev *device.Device, runtimeDir string) *tree {
+	t := &tree{dev: dev, runtimeDir: runtimeDir, born: time.Now(),
+		kinds: map[string]*dir{}, channels: map[*channel]bool{}}
+	t.root = &root{t: t}
+	t.root.owner = owner{perm: 0755, born: t.born}
+	return t
+}
+
+// kind is one directory of objects and its creation verb.
+type kind struct {
+	name, op string
+	create   func(t *tree, ctx context.Context, text string) (string, error)
+}
+
+var kinds = []kind{
+	{"pd", "alloc_pd", (*tree).createPD},
+	{"mr", "reg_mr", (*tree).createMR},
+	{"mw", "alloc_mw", (*tree).createMW},
+	{"cq", "create_cq", (*tree).createCQ},
+	{"srq", "create_srq", (*tree).createSRQ},
+	{"ah", "create_ah", (*tree).createAH},
+	{"qp", "create_qp", (*tree).createQP},
+}
+
+// root is the mount's root directory; it builds the static tree.
+type root struct {
+	dir
+	t *tree
+}
+
+var _ = (fs.NodeOnAdder)((*root)(nil))
+
+func addChild(ctx context.Context, parent *fs.Inode, name string, node fs.InodeEmbedder, mode uint32) *fs.Inode {
+	ch := parent.NewPersistentInode(ctx, node, fs.StableAttr{Mode: mode})
+	parent.AddChild(name, ch, false)
+	return ch
+}
+
+func (r *root) OnAdd(ctx context.Context) {
+	t := r.t
+	sys := owner{perm: 0444, born: t.born}
+	ro := func(render func() string) *file {
+		return &file{owner: sys, readable: true, open: snapshotFile(render)}
+	}
+	in := &r.Inode
+	addChild(ctx, in, "README", ro(func() string { return readme(t.runtimeDir) }), syscall.S_IFREG)
+	addChild(ctx, in, "device", ro(t.deviceText), syscall.S_IFREG)
+	addChild(ctx, in, "port", ro(t.portText), syscall.S_IFREG)
+	addChild(ctx, in, "counters", ro(func() string { return countersText(t.dev.Counters.List()) }), syscall.S_IFREG)
+	addChild(ctx, in, "events", &file{owner: sys, readable: true, open: t.openEvents}, syscall.S_IFREG)
+	for _, k := range kinds {
+		kd := newDir(owner{born: t.born})
+		kd.rmdir = t.rmdirIn(kd)
+		addChild(ctx, in, k.name, kd, syscall.S_IFDIR)
+		addChild(ctx, &kd.Inode, "new", t.newFile(k), syscall.S_IFREG)
+		t.kinds[k.name] = kd
+	}
+}
+
+func (t *tree) deviceText() string {
+	a := t.dev.Attr()
+	var b strings.Builder
+	kv := func(k string, v any) { fmt.Fprintf(&b, "%s=%v\n", k, v) }
+	kv("fw_ver", a.FwVer)
+	kv("node_guid", fmt.Sprintf("0x%016x", a.NodeGUID))
+	kv("sys_image_guid", fmt.Sprintf("0x%016x", a.SysImageGUID))
+	kv("max_mr_size", a.MaxMRSize)
+	kv("page_size_cap", a.PageSizeCap)
+	kv("vendor_id", a.VendorID)
+	kv("vendor_part_id", a.VendorPartID)
+	kv("hw_ver", a.HwVer)
+	kv("max_qp", a.MaxQP)
+	kv("max_qp_wr", a.MaxQPWR)
+	kv("device_cap_flags", a.DeviceCapFlags)
+	kv("max_sge", a.MaxSGE)
+	kv("max_sge_rd", a.MaxSGERd)
+	kv("max_cq", a.MaxCQ)
+	kv("max_cqe", a.MaxCQE)
+	kv("max_mr", a.MaxMR)
+	kv("max_pd", a.MaxPD)
+	kv("max_qp_rd_atom", a.MaxQPRdAtom)
+	kv("max_res_rd_atom", a.MaxResRdAtom)
+	kv("max_qp_init_rd_atom", a.MaxQPInitRdAtom)
+	kv("atomic_cap", a.AtomicCap)
+	kv("max_mw", a.MaxMW)
+	kv("max_ah", a.MaxAH)
+	kv("max_srq", a.MaxSRQ)
+	kv("max_srq_wr", a.MaxSRQWR)
+	kv("max_srq_sge", a.MaxSRQSGE)
+	kv("max_pkeys", a.MaxPKeys)
+	kv("local_ca_ack_delay", a.LocalCAAckDelay)
+	kv("phys_port_cnt", a.PhysPortCnt)
+	kv("max_inline_data", a.MaxInlineData)
+	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
+	return b.String()
+}
+
+func (t *tree) portText() string {
+	p := t.dev.Port()
+	var b strings.Builder
+	kv := func(k string, v any) { fmt.Fprintf(&b, "%s=%v\n", k, v) }
+	kv("port_num", 1)
+	kv("state", p.State)
+	kv("max_mtu", p.MaxMTU.Bytes())
+	kv("active_mtu", p.ActiveMTU.Bytes())
+	kv("gid", qp.FormatGID(p.GID))
+	kv("lid", p.LID)
+	kv("link_layer", p.LinkLayer)
+	kv("gid_tbl_len", p.GIDTblLen)
+	kv("pkey_tbl_len", p.PKeyTblLen)
+	kv("max_msg_sz", p.MaxMsgSz)
+	return b.String()
+}
+
+func countersText(cs []device.Counter) string {
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "%s=%d\n", c.Name, c.Value)
+	}
+	return b.String()
+}
+
+// openEvents: the first read blocks until async events are queued and
+// takes them all; once they are read, the handle is at end of file (one
+// ibv_get_async_event batch per open).
+func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	done := false
+	h := &stream{}
+	h.fill = func(ctx context.Context, n int) ([]byte, error) {
+		if done {
+			return nil, nil
+		}
+		evs, err := t.dev.ReadEvents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		done = true
+		var b []byte
+		for _, e := range evs {
+			b = append(b, e.String()...)
+			b = append(b, '\n')
+		}
+		return b, nil
+	}
+	return h, openStream, 0
+}
+
+// newFile is KIND/new: every write is one creation, answered on the read
+// side by the new name or by "error: REASON".
+func (t *tree) newFile(k kind) *file {
+	f := &file{owner: owner{perm: 0666, born: t.born}, readable: true, writable: true}
+	f.open = func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+		h := &stream{}
+		h.write = func(ctx context.Context, data []byte) (uint32, syscall.Errno) {
+			text, err := textOf(k.op, data)
+			var name string
+			if err == nil {
+				name, err = k.create(t, ctx, text)
+			}
+			if err != nil {
+				h.emit("error: " + reason(k.op, err) + "\n")
+				return 0, errnoOf(err)
+			}
+			h.emit(name + "\n")
+			return uint32(len(data)), 0
+		}
+		return h, openStream, 0
+	}
+	return f
+}
+
+// newObject starts the fsnode side of an object the device just made for
+// the caller.
+func (t *tree) newObject(ctx context.Context, kind string, handle uint32) *object {
+	uid, gid := caller(ctx)
+	return &object{owner: owner{uid: uid, gid: gid, born: time.Now()}, kind: kind,
+		name: strconv.FormatUint(uint64(handle), 10)}
+}
+
+// publish makes the object's directory appear, with attr, error and
+// entries.
+func (t *tree) publish(ctx context.Context, o *object, attr func() string, entries ...entry) {
+	kd := t.kinds[o.kind]
+	d := newDir(o.owner)
+	d.obj = o
+	o.dir = d
+	ch := kd.NewPersistentInode(ctx, d, fs.StableAttr{Mode: syscall.S_IFDIR})
+	entries = append([]entry{named("attr", o.roFile(attr)), named("error", o.roFile(o.errorText))}, entries...)
+	for _, e := range entries {
+		addChild(ctx, ch, e.name, e.node, e.mode)
+	}
+	kd.AddChild(o.name, ch, false)
+}
+
+// rmdirIn destroys the object named in kind directory kd. go-fuse removes
+// the child when this returns 0; the kernel drops its dentry itself.
+func (t *tree) rmdirIn(kd *dir) func(ctx context.Context, name string) syscall.Errno {
+	return func(ctx context.Context, name string) syscall.Errno {
+		ch := kd.GetChild(name)
+		if ch == nil {
+			return syscall.ENOENT
+		}
+		d, ok := ch.Operations().(*dir)
+		if !ok || d.obj == nil {
+			return syscall.ENOTDIR
+		}
+		o := d.obj
+		if e := o.isOwner(ctx); e != 0 {
+			return e
+		}
+		if err := o.destroy(); err != nil {
+			return o.fail("rmdir", err)
+		}
+		for _, c := range o.cleanup {
+			c()
+		}
+		return 0
+	}
+}
+
+// sharedEntry is a ring or memory file of o.
+func (o *object) sharedEntry(name string, fd int, size uint64,
+	read func(fd int, p []byte, off int64) (int, error),
+	write func(ctx context.Context, p []byte, off int64) (int, error)) (entry, *shared, error) {
+	ow := o.owner
+	ow.perm = 0600
+	s, err := newShared(ow, fd, size)
+	if err != nil {
+		return entry{}, nil, err
+	}
+	s.read, s.write = read, write
+	o.cleanup = append(o.cleanup, s.close)
+	return entry{name: name, node: s, mode: syscall.S_IFREG}, s, nil
+}
+
+// doorbell is a ring write that kicks: the bytes are ignored.
+func doorbell(kick func()) func(context.Context, []byte, int64) (int, error) {
+	return func(ctx context.Context, p []byte, off int64) (int, error) {
+		if kick != nil {
+			kick()
+		}
+		return len(p), nil
+	}
+}
+
+func boolNum(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func lines(kv ...any) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(kv); i += 2 {
+		fmt.Fprintf(&b, "%v=%v\n", kv[i], kv[i+1])
+	}
+	return b.String()
+}
+
+// --- creators, one per kind ---------------------------------------------
+
+func (t *tree) createPD(ctx context.Context, text string) (string, error) {
+	if _, err := qp.ParseCreatePD(text); err != nil {
+		return "", err
+	}
+	uid, _ := caller(ctx)
+	pd, err := t.dev.AllocPD(device.Owner(uid))
+	if err != nil {
+		return "", err
+	}
+	o := t.newObject(ctx, "pd", pd.Handle)
+	o.destroy = pd.Dealloc
+	t.publish(ctx, o, func() string { return lines("handle", pd.Handle) })
+	return o.name, nil
+}
+
+func (t *tree) createMR(ctx context.Context, text string) (string, error) {
+	req, err := qp.ParseCreateMR(text)
+	if err != nil {
+		return "", err
+	}
+	uid, _ := caller(ctx)
+	mr, err := t.dev.RegMR(device.Owner(uid), req)
+	if err != nil {
+		return "", err
+	}
+	o := t.newObject(ctx, "mr", mr.Handle)
+	o.destroy = mr.Dereg
+	mem, _, err := o.sharedEntry("mem", mr.Region().Fd(), mr.Length,
+		func(fd int, p []byte, off int64) (int, error) { return mr.ReadAt(p, off) },
+		func(ctx context.Context, p []byte, off int64) (int, error) { return mr.WriteAt(p, off) })
+	if err != nil {
+		mr.Dereg()
+		return "", &device.Error{Op: "reg_mr", Errno: syscall.ENOMEM, Err: err}
+	}
+	t.publish(ctx, o, func() string {
+		return lines("pd", mr.PD.Handle, "length", mr.Length, "iova", mr.IOVA,
+			"access", mr.Access, "lkey", mr.LKey, "rkey", mr.RKey, "valid", boolNum(mr.Valid()))
+	}, mem)
+	return o.name, nil
+}
+
+func (t *tree) createMW(ctx context.Context, text string) (string, error) {
+	req, err := qp.ParseCreateMW(text)
+	if err != nil {
+		return "", err
+	}
+	uid, _ := caller(ctx)
+	mw, err := t.dev.AllocMW(device.Owner(uid), req)
+	if err != nil {
+		return "", err
+	}
+	o := t.newObject(ctx, "mw", mw.Handle)
+	o.destroy = mw.Dealloc
+	t.publish(ctx, o, func() string {
+		a := mw.Attr()
+		return lines("pd", a.PD, "type", a.Type, "rkey", a.RKey, "bound", boolNum(a.Bound),
+			"mr", a.MR, "addr", a.Addr, "length", a.Length, "access", a.Access)
+	})
+	return o.name, nil
+}
+
+func (t *tree) createAH(ctx context.Context, text string) (string, error) {
+	req, err := qp.ParseCreateAH(text)
+	if err != nil {
+		return "", err
+	}
+	uid, _ := caller(ctx)
+	ah, err := t.dev.CreateAH(device.Owner(uid), req)
+	if err != nil {
+		return "", err
+	}
+	o := t.newObject(ctx, "ah", ah.Handle)
+	o.destroy = ah.Destroy
+	t.publish(ctx, o, func() string {
+		a := ah.Attr
+		return lines("pd", ah.PD.Handle, "dgid", qp.FormatGID(a.DGID), "sgid_index", a.SGIDIndex,
+			"hop_limit", a.HopLimit, "traffic_class", a.TrafficClass, "flow_label", a.FlowLabel,
+			"sl", a.SL, "dlid", a.DLID, "port_num", a.PortNum, "static_rate", a.StaticRate)
+	})
+	return o.name, nil
+}
+
+func (t *tree) createSRQ(ctx context.Context, text string) (string, error) {
+	req, err := qp.ParseCreateSRQ(text)
+	if err != nil {
+		return "", err
+	}
+	uid, _ := caller(ctx)
+	srq, err := t.dev.CreateSRQ(device.Owner(uid), req)
+	if err != nil {
+		return "", err
+	}
+	o := t.newObject(ctx, "srq", srq.Handle)
+	o.destroy = srq.Destroy
+	reg := srq.Region()
+	ring, _, err := o.sharedEntry("ring", reg.Fd(), uint64(reg.Size()), preadFd, doorbell(nil))
+	if err != nil {
+		srq.Destroy()
+		return "", &device.Error{Op: "create_srq", Errno: syscall.ENOMEM, Err: err}
+	}
+	ctl := o.cmdFile("modify_srq", func(ctx context.Context, text string) error {
+		cmd, rest := splitCommand(text)
+		if cmd != "modify" {
+			return invalid("modify_srq", "unknown command %q (want: modify srq_limit=N)", cmd)
+		}
+		limit, err := oneNumber(rest, "srq_limit")
+		if err != nil {
+			return err
+		}
+		return srq.Modify(limit)
+	})
+	post := o.cmdFile("post_srq_recv", func(ctx context.Context, text string) error {
+		return postLines("post_srq_recv", text, qp.ParseRecvWR, srq.PostRecv)
+	})
+	t.publish(ctx, o, func() string {
+		a := srq.Attr()
+		return lines("pd", a.PD, "max_wr", a.MaxWR, "max_sge", a.MaxSGE, "srq_limit", a.SRQLimit, "pending", a.Pending)
+	}, ring, named("ctl", ctl), named("post_recv", post))
+	return o.name, nil
+}
+
+func (t *tree) createQP(ctx context.Context, text string) (string, error) {
+	req, err := qp.ParseCreateQP(text)
+	if err != nil {
+		return "", err
+	}
+	uid, _ := caller(ctx)
+	q, err := t.dev.CreateQP(device.Owner(uid), req)
+	if err != nil {
+		return "", err
+	}
+	o := t.newObject(ctx, "qp", q.QPN)
+	o.destroy = q.Destroy
+	var entries []entry
+	sq, _, err := o.sharedEntry("sq", q.SQ().Fd(), uint64(q.SQ().Size()), preadFd, doorbell(q.Kick))
+	if err == nil {
+		entries = append(entries, sq)
+		if rq := q.RQ(); rq != nil {
+			var e entry
+			e, _, err = o.sharedEntry("rq", rq.Fd(), uint64(rq.Size()), preadFd, doorbell(q.Kick))
+			entries = append(entries, e)
+		}
+	}
+	if err != nil {
+		for _, c := range o.cleanup {
+			c()
+		}
+		q.Destroy()
+		return "", &device.Error{Op: "create_qp", Errno: syscall.ENOMEM, Err: err}
+	}
+	ctl := o.cmdFile("modify_qp", func(ctx context.Context, text string) error {
+		cmd, rest := splitCommand(text)
+		switch cmd {
+		case "modify":
+			a, mask, err := qp.ParseModify(rest)
+			if err != nil {
+				return err
+			}
+			return q.Modify(&a, mask)
+		case "reset", "error":
+			if rest != "" {
+				return invalid("modify_qp", "%s takes no arguments", cmd)
+			}
+			if cmd == "reset" {
+				return q.Reset()
+			}
+			return q.Error()
+		case "":
+			return invalid("modify_qp", "empty command (want: modify key=value ..., reset or error)")
+		}
+		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset or error)", clip(cmd))
+	})
+	postSend := o.cmdFile("post_send", func(ctx context.Context, text string) error {
+		return postLines("post_send", text, qp.ParseSendWR, q.PostSend)
+	})
+	postRecv := o.cmdFile("post_recv", func(ctx context.Context, text string) error {
+		return postLines("post_recv", text, qp.ParseRecvWR, q.PostRecv)
+	})
+	entries = append(entries,
+		named("ctl", ctl),
+		named("state", o.roFile(func() string { return q.State().String() + "\n" })),
+		named("post_send", postSend),
+		named("post_recv", postRecv),
+		named("counters", o.roFile(func() string { c := q.CountersSnapshot(); return countersText(c.List()) })),
+	)
+	t.publish(ctx, o, func() string {
+		a := q.Query()
+		return qp.FormatAttr(&a, q.Type) + lines("qp_num", q.QPN, "qp_type", q.Type,
+			"pd", q.PDHandle(), "send_cq", q.SendCQHandle(), "recv_cq", q.RecvCQHandle(),
+			"srq", q.SRQHandle(), "sq_sig_all", boolNum(q.SQSigAll))
+	}, entries...)
+	return o.name, nil
+}
+
+func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
+	req, err := qp.ParseCreateCQ(text)
+	if err != nil {
+		return "", err
+	}
+	uid, gid := caller(ctx)
+	cq, err := t.dev.CreateCQ(device.Owner(uid), req)
+	if err != nil {
+		return "", err
+	}
+	o := t.newObject(ctx, "cq", cq.Handle)
+	reg := cq.Region()
+	ringEntry, ringNode, err := o.sharedEntry("ring", reg.Fd(), uint64(reg.Size()), preadFd, cqRingWrite)
+	var ch *channel
+	if err == nil {
+		ch, err = t.newChannel(cq.Handle, uid, gid)
+	}
+	if err != nil {
+		for _, c := range o.cleanup {
+			c()
+		}
+		cq.Destroy()
+		return "", &device.Error{Op: "create_cq", Errno: syscall.ENOMEM, Err: err}
+	}
+	line := []byte(fmt.Sprintf("event cq=%d\n", cq.Handle))
+	cq.SetEventHook(func() { ch.signal(line) })
+	// ringMu serialises resizes, which replace the ring file, with each
+	// other and with the destroy; ringNode is the current ring file.
+	var ringMu sync.Mutex
+	o.destroy = func() error {
+		ringMu.Lock()
+		defer ringMu.Unlock()
+		return cq.Destroy()
+	}
+	o.cleanup = append(o.cleanup, func() {
+		cq.SetEventHook(nil)
+		t.closeChannel(ch)
+		ringMu.Lock()
+		ringNode.close()
+		ringMu.Unlock()
+	})
+	ctl := o.cmdFile("resize_cq", func(ctx context.Context, text string) error {
+		cmd, rest := splitCommand(text)
+		if cmd != "resize" {
+			return invalid("resize_cq", "unknown command %q (want: resize cqe=N)", clip(cmd))
+		}
+		n, err := oneNumber(rest, "cqe")
+		if err != nil {
+			return err
+		}
+		ringMu.Lock()
+		defer ringMu.Unlock()
+		if err := cq.Resize(n); err != nil {
+			return err
+		}
+		return t.replaceRing(ctx, o, cq, &ringNode)
+	})
+	poll := o.fileNode(0600, true, false, func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+		h := &stream{}
+		h.fill = func(ctx context.Context, n int) ([]byte, error) {
+			wcs, err := cq.Poll(max(1, n/256))
+			if err != nil {
+				return nil, o.record("poll_cq", err)
+			}
+			var b []byte
+			for i := range wcs {
+				b = append(b, qp.FormatWC(&wcs[i])...)
+				b = append(b, '\n')
+			}
+			return b, nil
+		}
+		return h, openStream, 0
+	})
+	notify := o.fileNode(0600, true, true, func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+		done := false
+		h := &stream{}
+		h.write = func(ctx context.Context, data []byte) (uint32, syscall.Errno) {
+			text, err := textOf("req_notify_cq", data)
+			if err == nil {
+				switch w := strings.TrimSpace(text); w {
+				case "next", "solicited":
+					cq.ReqNotify(w == "solicited")
+					return uint32(len(data)), 0
+				default:
+					err = invalid("req_notify_cq", "unknown request %q (want next or solicited)", clip(w))
+				}
+			}
+			return 0, o.fail("req_notify_cq", err)
+		}
+		h.fill = func(ctx context.Context, n int) ([]byte, error) {
+			if done {
+				return nil, nil
+			}
+			if err := cq.WaitEvent(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, o.record("get_cq_event", err)
+			}
+			done = true
+			return line, nil
+		}
+		return h, openStream, 0
+	})
+	ow := o.owner
+	ow.perm = 0777
+	t.publish(ctx, o, func() string {
+		cqe, overflowed := cq.Attr()
+		return lines("cqe", cqe, "overflowed", boolNum(overflowed))
+	}, ringEntry, named("poll", entry{node: poll, mode: syscall.S_IFREG}),
+		named("notify", entry{node: notify, mode: syscall.S_IFREG}),
+		named("ctl", ctl),
+		entry{name: "channel", node: &symlink{owner: ow, target: ch.path}, mode: syscall.S_IFLNK})
+	return o.name, nil
+}
