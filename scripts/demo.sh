@@ -59,8 +59,8 @@ show "cat $M/qp/$A/attr"
 show "cat $M/qp/$A/counters"
 
 echo; echo "# RNR: a SEND with no receive posted, on a pair with rnr_retry=0."
-C=$(new qp "pd=$PD qp_type=rc send_cq=$CQA recv_cq=$CQA max_send_wr=4 max_recv_wr=4")
-D=$(new qp "pd=$PD qp_type=rc send_cq=$CQB recv_cq=$CQB max_send_wr=4 max_recv_wr=4")
+C=$(new qp "pd=$PD qp_type=rc send_cq=$CQA recv_cq=$CQA max_send_wr=4 max_recv_wr=4 max_send_sge=1 max_recv_sge=1")
+D=$(new qp "pd=$PD qp_type=rc send_cq=$CQB recv_cq=$CQB max_send_wr=4 max_recv_wr=4 max_send_sge=1 max_recv_sge=1")
 connect "$C" "$D" 0
 connect "$D" "$C" 0
 show "echo 'opcode=send wr_id=3 send_flags=signaled sge=$SRC_LKEY:0:8' > $M/qp/$C/post_send"

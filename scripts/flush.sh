@@ -12,7 +12,7 @@ PD=$(new pd "")
 BUF=$(new mr "pd=$PD length=4096 access=local_write")
 LKEY=$(sed -n 's/^lkey=//p' "$M/mr/$BUF/attr")
 CQ=$(new cq "cqe=32")
-A=$(new qp "pd=$PD qp_type=rc send_cq=$CQ recv_cq=$CQ max_send_wr=8 max_recv_wr=8")
+A=$(new qp "pd=$PD qp_type=rc send_cq=$CQ recv_cq=$CQ max_send_wr=8 max_recv_wr=8 max_send_sge=1 max_recv_sge=1")
 show "echo 'modify qp_state=INIT pkey_index=0 port_num=1 qp_access_flags=local_write' > $M/qp/$A/ctl"
 for i in 1 2 3; do show "echo 'wr_id=$((10 + i)) sge=$LKEY:0:64' > $M/qp/$A/post_recv"; done
 # Connected to a QPN nobody has, with a long timeout: the sends wait.

@@ -10,8 +10,8 @@ PD=$(new pd "")
 BUF=$(new mr "pd=$PD length=4096 access=local_write")
 LKEY=$(sed -n 's/^lkey=//p' "$M/mr/$BUF/attr")
 CQ=$(new cq "cqe=8")
-A=$(new qp "pd=$PD qp_type=ud send_cq=$CQ recv_cq=$CQ max_send_wr=4 max_recv_wr=4")
-B=$(new qp "pd=$PD qp_type=ud send_cq=$CQ recv_cq=$CQ max_send_wr=4 max_recv_wr=4")
+A=$(new qp "pd=$PD qp_type=ud send_cq=$CQ recv_cq=$CQ max_send_wr=4 max_recv_wr=4 max_send_sge=1 max_recv_sge=1")
+B=$(new qp "pd=$PD qp_type=ud send_cq=$CQ recv_cq=$CQ max_send_wr=4 max_recv_wr=4 max_send_sge=1 max_recv_sge=1")
 for q in "$A" "$B"; do
 	show "echo 'modify qp_state=INIT pkey_index=0 port_num=1 qkey=0x1234' > $M/qp/$q/ctl"
 	show "echo 'modify qp_state=RTR' > $M/qp/$q/ctl"
