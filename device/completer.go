@@ -2,16 +2,20 @@ package device
 
 import (
 	"encoding/binary"
+	"time"
 
 	"rdmafs/qp"
 )
 
 // compState is the completer's transport state.
 type compState struct {
-	psn          qp.PSN // first PSN not yet acknowledged
-	retryLeft    uint8  // retries left after timeouts / sequence NAKs
-	rnrLeft      uint8  // RNR retries left (7 = infinite)
-	timeoutFired bool   // the retransmit timer expired
+	psn          qp.PSN    // first PSN not yet acknowledged
+	acked        qp.PSN    // highest PSN an ACK covered (may lie past an unanswered READ)
+	retryLeft    uint8     // retries left after timeouts / sequence NAKs
+	rnrLeft      uint8     // RNR retries left (7 = infinite)
+	timeoutFired bool      // the retransmit timer expired
+	progress     bool      // an acknowledgement came since the timer was armed
+	progressAt   time.Time // when the last one came
 }
 
 // completeResponseLocked handles an ACK, NAK, read response or atomic
@@ -22,12 +26,17 @@ func (q *QP) completeResponseLocked(p *packet) {
 		return
 	}
 	// A response beyond everything sent, or before the unacked window, is
-	// stale or bogus.
-	if p.psn.Sub(q.req.psn) >= 0 || p.psn.Before(q.comp.psn) && opInfo(p.opcode)&ofRead == 0 {
-		if p.opcode&opMask != opAcknowledge || p.psn.Before(q.comp.psn.Add(^uint32(0))) {
-			q.dropLocked(p)
-			return
-		}
+	// stale or bogus. "Sent" counts from the last rewind: an ACK for
+	// packets sent before a retry that arrives while the retry is under
+	// way would otherwise complete WQEs the requester is sending again
+	// (the duplicates it sends are acknowledged anew). A duplicate ACK of
+	// the last acknowledged PSN is harmless and let through.
+	beyond := p.psn.Sub(q.req.psn) >= 0
+	old := p.psn.Before(q.comp.psn) && opInfo(p.opcode)&ofRead == 0 &&
+		(p.opcode&opMask != opAcknowledge || p.psn.Before(q.comp.psn.Add(^uint32(0))))
+	if beyond || old {
+		q.dropLocked(p)
+		return
 	}
 	op := p.opcode & opMask
 	switch op {
@@ -48,9 +57,18 @@ func (q *QP) dropLocked(p *packet) {
 }
 
 // ackThroughLocked completes every SEND/WRITE WQE whose last PSN is at or
-// before psn. It stops at a READ or atomic that has not got its response.
+// before psn. It stops at a READ or atomic that has not got its response:
+// an acknowledgement cannot complete those, so the first unacknowledged
+// PSN stays at the READ's first unanswered one (its responses are late or
+// lost; the retransmit timer asks again), and the WQEs behind it are
+// completed from the remembered acknowledgement when it finishes
+// (ackPendingLocked).
 func (q *QP) ackThroughLocked(psn qp.PSN) {
 	progressed := false
+	next := psn.Add(1)
+	if psn.Sub(q.comp.acked) > 0 {
+		q.comp.acked = psn
+	}
 	for i := q.sqCons.Tail(); i != q.reqIdx; i++ {
 		w := &q.swq[i&q.sqMask()]
 		if w.state == wqeDone {
@@ -59,19 +77,48 @@ func (q *QP) ackThroughLocked(psn qp.PSN) {
 		if w.state != wqePending && w.state != wqeSending {
 			break
 		}
-		if w.info.Read || w.info.Atomic || w.lastPSN.Sub(psn) > 0 {
+		if w.info.Read || w.info.Atomic {
+			if next.Sub(w.firstPSN) > 0 {
+				next = w.firstPSN
+			}
+			break
+		}
+		if w.lastPSN.Sub(psn) > 0 {
 			break
 		}
 		w.state, w.status = wqeDone, qp.WCSuccess
 		progressed = true
 	}
-	if psn.Add(1).Sub(q.comp.psn) > 0 {
-		q.comp.psn = psn.Add(1)
+	if next.Sub(q.comp.psn) > 0 {
+		q.comp.psn = next
 		progressed = true
 	}
 	if progressed {
-		q.comp.retryLeft = q.attr.RetryCnt
-		q.comp.rnrLeft = q.attr.RNRRetry
+		q.progressLocked()
+	}
+}
+
+// progressLocked notes that the responder acknowledged something: the
+// retry counters start over, and the retransmit timer, which measures time
+// without progress (rxe's reset_retry_timer), not the age of the oldest
+// packet, is pushed back. Stopping and re-creating a timer for every ACK
+// would cost more than the rest of the message, so the running timer is
+// kept, and when it fires after progress it is re-armed for what is left
+// of a timeout counted from the last progress.
+func (q *QP) progressLocked() {
+	q.comp.retryLeft = q.attr.RetryCnt
+	q.comp.rnrLeft = q.attr.RNRRetry
+	if q.retryTimer != nil {
+		q.comp.progress = true
+		q.comp.progressAt = q.dev.nowLocked()
+	}
+}
+
+// ackPendingLocked applies an acknowledgement that arrived while a READ or
+// atomic before the WQEs it covers was still unanswered.
+func (q *QP) ackPendingLocked() {
+	if q.comp.acked.Sub(q.comp.psn) >= 0 {
+		q.ackThroughLocked(q.comp.acked)
 	}
 }
 
@@ -100,17 +147,26 @@ func (q *QP) handleAETHLocked(p *packet) {
 		}
 		q.stopRetryLocked()
 		q.req.waitRNR = true
-		gen := q.timerGen
 		if q.rnrTimer != nil {
 			q.rnrTimer.Stop()
 		}
-		q.rnrTimer = d.clock.AfterFunc(qp.RNRDelay(syn&0x1F), func() { q.rnrExpired(gen) })
+		q.rnrSeq++
+		seq := q.rnrSeq
+		q.rnrTimer = d.clock.AfterFunc(qp.RNRDelay(syn&0x1F), func() { q.rnrExpired(seq) })
 	case aethNAK:
 		q.ackThroughLocked(p.psn.Add(^uint32(0)))
 		switch syn {
 		case aethNAKSeq:
 			q.Counters.SeqErrNaks++
 			d.Counters.SeqErrNaks.Add(1)
+			if q.req.waitRNR {
+				// The packets that followed an RNR-NAKed one arrive out
+				// of sequence and draw this NAK. The RNR retry goes back
+				// to the first unacknowledged PSN anyway; counting a
+				// transport retry as well would fail a QP with a small
+				// retry_cnt that only waited for a receive WQE.
+				return
+			}
 			q.retryLocked()
 			return
 		}
@@ -168,16 +224,21 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 		return
 	}
 	q.comp.psn = p.psn.Add(1)
-	q.comp.retryLeft = q.attr.RetryCnt
+	q.progressLocked()
 	if op := p.opcode & opMask; op == opReadResponseLast || op == opReadResponseOnly {
 		w.state, w.status = wqeDone, qp.WCSuccess
+		q.ackPendingLocked()
 	}
 	q.armRetryLocked()
 }
 
 func (q *QP) handleAtomicAckLocked(p *packet) {
 	w := q.wqeAtLocked(p.psn)
-	if w == nil || !w.info.Atomic {
+	if w == nil || !w.info.Atomic || p.psn != q.comp.psn {
+		// Out of order (responses before it were lost) or a duplicate:
+		// taking it would move the window past a READ that has not got
+		// its data. Dropped; the retry asks again and the responder
+		// replays the saved result.
 		q.dropLocked(&packet{})
 		return
 	}
@@ -190,7 +251,8 @@ func (q *QP) handleAtomicAckLocked(p *packet) {
 	}
 	w.state, w.status = wqeDone, qp.WCSuccess
 	q.comp.psn = p.psn.Add(1)
-	q.comp.retryLeft = q.attr.RetryCnt
+	q.progressLocked()
+	q.ackPendingLocked()
 	q.armRetryLocked()
 }
 
@@ -282,34 +344,51 @@ func (q *QP) armRetryLocked() {
 	if q.attr.Timeout == 0 || q.retryTimer != nil {
 		return
 	}
-	gen := q.timerGen
-	q.retryTimer = q.dev.clock.AfterFunc(qp.AckTimeout(q.attr.Timeout), func() { q.retryExpired(gen) })
+	q.armRetryAfterLocked(qp.AckTimeout(q.attr.Timeout))
+}
+
+func (q *QP) armRetryAfterLocked(after time.Duration) {
+	q.comp.progress = false
+	q.retrySeq++
+	seq := q.retrySeq
+	q.retryTimer = q.dev.clock.AfterFunc(after, func() { q.retryExpired(seq) })
 }
 
 func (q *QP) stopRetryLocked() {
 	if q.retryTimer != nil {
 		q.retryTimer.Stop()
 		q.retryTimer = nil
+		q.retrySeq++
 	}
 }
 
 // Timer callbacks only mark the QP and wake the engine; the engine does the
 // protocol work under Device.mu (rxe's retransmit_timer).
-func (q *QP) retryExpired(gen uint64) {
+func (q *QP) retryExpired(seq uint64) {
 	d := q.dev
 	d.mu.Lock()
-	if gen == q.timerGen && !q.destroyed {
+	if seq == q.retrySeq && !q.destroyed {
 		q.retryTimer = nil
-		q.comp.timeoutFired = true
+		left := time.Duration(0)
+		if q.comp.progress {
+			left = q.comp.progressAt.Add(qp.AckTimeout(q.attr.Timeout)).Sub(d.clock.Now())
+		}
+		if left > 0 && q.req.psn != q.comp.psn {
+			// Acknowledgements came meanwhile: the timeout counts
+			// from the last of them.
+			q.armRetryAfterLocked(left)
+		} else {
+			q.comp.timeoutFired = true
+		}
 	}
 	d.mu.Unlock()
 	d.engine.schedule(q)
 }
 
-func (q *QP) rnrExpired(gen uint64) {
+func (q *QP) rnrExpired(seq uint64) {
 	d := q.dev
 	d.mu.Lock()
-	if gen == q.timerGen && !q.destroyed && q.req.waitRNR {
+	if seq == q.rnrSeq && !q.destroyed && q.req.waitRNR {
 		q.rnrTimer = nil
 		q.req.waitRNR = false
 		q.req.needRetry = true

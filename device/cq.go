@@ -36,12 +36,12 @@ type CQ struct {
 	pollMu sync.Mutex // serializes in-daemon pollers (Poll); orders before Device.mu
 	gone   bool       // destroyed or device closed: the ring is unmapped; guarded by pollMu
 
-	evMu     sync.Mutex
-	fired    uint64        // events fired
-	taken    uint64        // events taken by WaitEvent
-	evWake   chan struct{} // closed and replaced when an event fires
+	evMu      sync.Mutex
+	fired     uint64        // events fired
+	taken     uint64        // events taken by WaitEvent
+	evWake    chan struct{} // closed and replaced when an event fires
 	destroyed bool
-	hook     func() // called (without blocking) on every event; see SetEventHook
+	hook      func() // called (without blocking) on every event; see SetEventHook
 }
 
 // CreateCQ is ibv_create_cq.
@@ -155,6 +155,9 @@ func (cq *CQ) Resize(cqe uint32) error {
 	if d.cqs.get(cq.Handle) != cq {
 		return errf(op, syscall.ENOENT, "cq %d does not exist", cq.Handle)
 	}
+	if err := d.checkOpenLocked(op); err != nil {
+		return err
+	}
 	cons := ring.NewConsumer(cq.ring)
 	n, err := cons.Pending()
 	if err != nil {
@@ -242,6 +245,13 @@ func (cq *CQ) SetEventHook(f func()) {
 // ReqNotify is ibv_req_notify_cq. A pending request for the next completion
 // is never weakened to solicited-only (C11-31/32).
 func (cq *CQ) ReqNotify(solicitedOnly bool) {
+	// The ring's header is written directly; pollMu keeps it mapped
+	// (Destroy, Resize and Close unmap under it).
+	cq.pollMu.Lock()
+	defer cq.pollMu.Unlock()
+	if cq.gone {
+		return
+	}
 	if solicitedOnly {
 		if cq.ring.Armed() == armNone {
 			cq.ring.SetArmed(armSolicited)

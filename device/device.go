@@ -185,15 +185,15 @@ type Device struct {
 	srqs   table[SRQ]
 	qps    map[uint32]*QP // by QPN
 	// keys maps a key's index (key >> 8) to its MR or MW.
-	keys       []keyEntry
-	freeKeys   []uint32
-	nextQPN    uint32
-	mrBytes    uint64 // registered bytes, against MaxTotalMRBytes
-	events     eventQueue
-	Counters   Counters
-	engine     engine
-	link       link
-	pool       packetPool
+	keys     []keyEntry
+	freeKeys []uint32
+	nextQPN  uint32
+	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
+	events   eventQueue
+	Counters Counters
+	engine   engine
+	link     link
+	pool     packetPool
 }
 
 // New makes a device and starts its engine.
@@ -356,15 +356,15 @@ func (d *Device) Attr() DeviceAttr {
 
 // PortAttr is ibv_port_attr for port 1.
 type PortAttr struct {
-	State     string // "ACTIVE"
-	MaxMTU    qp.MTU
-	ActiveMTU qp.MTU
-	GID       [16]byte
-	LID       uint16
-	LinkLayer string
-	GIDTblLen uint32
+	State      string // "ACTIVE"
+	MaxMTU     qp.MTU
+	ActiveMTU  qp.MTU
+	GID        [16]byte
+	LID        uint16
+	LinkLayer  string
+	GIDTblLen  uint32
 	PKeyTblLen uint32
-	MaxMsgSz  uint32
+	MaxMsgSz   uint32
 }
 
 // Port is ibv_query_port(1).

@@ -3,6 +3,7 @@ package device
 import (
 	"runtime"
 	"sync"
+	"time"
 )
 
 // engine runs QPs that have work. One goroutine serves the whole device:
@@ -16,10 +17,24 @@ type engine struct {
 	mu      sync.Mutex
 	running bool  // a batch is being run; guarded by mu
 	runq    []*QP // guarded by mu
-	spare  []*QP // guarded by mu
-	wake   chan struct{}
-	stopCh chan struct{}
-	done   chan struct{}
+	spare   []*QP // guarded by mu
+	wake    chan struct{}
+	stopCh  chan struct{}
+	done    chan struct{}
+
+	// now is the clock read once per batch, for the many timestamps a
+	// batch takes (one per ACK); guarded by Device.mu, valid while nowOK.
+	now   time.Time
+	nowOK bool
+}
+
+// nowLocked is the time, read at most once per engine batch.
+func (d *Device) nowLocked() time.Time {
+	e := &d.engine
+	if !e.nowOK {
+		e.now, e.nowOK = d.clock.Now(), true
+	}
+	return e.now
 }
 
 func (e *engine) start(d *Device) {
@@ -76,11 +91,13 @@ func (e *engine) loop() {
 			e.mu.Unlock()
 			d.Counters.EngineRuns.Add(1)
 			d.mu.Lock()
+			e.nowOK = false
 			for _, q := range batch {
 				if !q.destroyed {
 					q.runLocked()
 				}
 			}
+			e.nowOK = false
 			d.mu.Unlock()
 			e.mu.Lock()
 			clear(batch)

@@ -241,3 +241,206 @@ func sameBytes(t testing.TB, got, want []byte) {
 	}
 }
 
+// Stage keys of connectX: which modify of the RESET→INIT→RTR→RTS walk a
+// key belongs to.
+var connectStage = map[string]int{
+	"pkey_index": 0, "port_num": 0, "qp_access_flags": 0, "qkey": 0,
+	"path_mtu": 1, "rq_psn": 1, "max_dest_rd_atomic": 1, "min_rnr_timer": 1, "dest_qp_num": 1, "dgid": 1,
+	"sq_psn": 2, "timeout": 2, "retry_cnt": 2, "rnr_retry": 2, "max_rd_atomic": 2,
+}
+
+// connectX is connect with attributes overridden: over is "key=value ..."
+// where each key replaces the default of its stage (or adds it); a value
+// of "-" removes the key.
+func (e *env) connectX(q *QP, destQPN uint32, over string) {
+	e.t.Helper()
+	gid := GIDString(e.d.Port().GID)
+	var stages [3][][2]string
+	add := func(st int, k, v string) { stages[st] = append(stages[st], [2]string{k, v}) }
+	switch q.Type {
+	case qp.TypeUD:
+		add(0, "pkey_index", "0")
+		add(0, "port_num", "1")
+		add(0, "qkey", "0x11111111")
+		add(2, "sq_psn", "100")
+	case qp.TypeUC:
+		add(0, "pkey_index", "0")
+		add(0, "port_num", "1")
+		add(0, "qp_access_flags", allAccess)
+		add(1, "path_mtu", "1024")
+		add(1, "rq_psn", "500")
+		add(1, "dest_qp_num", itoa(destQPN))
+		add(1, "dgid", gid)
+		add(2, "sq_psn", "500")
+	default:
+		add(0, "pkey_index", "0")
+		add(0, "port_num", "1")
+		add(0, "qp_access_flags", allAccess)
+		add(1, "path_mtu", "1024")
+		add(1, "rq_psn", "500")
+		add(1, "max_dest_rd_atomic", "4")
+		add(1, "min_rnr_timer", "12")
+		add(1, "dest_qp_num", itoa(destQPN))
+		add(1, "dgid", gid)
+		add(2, "sq_psn", "500")
+		add(2, "timeout", "14")
+		add(2, "retry_cnt", "7")
+		add(2, "rnr_retry", "7")
+		add(2, "max_rd_atomic", "4")
+	}
+	for _, tok := range strings.Fields(over) {
+		k, v, _ := strings.Cut(tok, "=")
+		st, ok := connectStage[k]
+		if !ok {
+			e.t.Fatalf("connectX: unknown key %q", k)
+		}
+		found := false
+		for i := range stages[st] {
+			if stages[st][i][0] == k {
+				stages[st][i][1] = v
+				found = true
+			}
+		}
+		if !found {
+			add(st, k, v)
+		}
+	}
+	names := []string{"INIT", "RTR", "RTS"}
+	for i, st := range stages {
+		line := "qp_state=" + names[i]
+		for _, kv := range st {
+			if kv[1] != "-" {
+				line += " " + kv[0] + "=" + kv[1]
+			}
+		}
+		e.modify(q, line)
+	}
+}
+
+// pairX is pair with connectX overrides for each side.
+func (e *env) pairX(t qp.Type, overA, overB string) (a, b *QP, acq, bcq *CQ) {
+	e.t.Helper()
+	acq, bcq = e.cq(256), e.cq(256)
+	a = e.qp(qpOpts{typ: t, scq: acq, rcq: acq})
+	b = e.qp(qpOpts{typ: t, scq: bcq, rcq: bcq})
+	e.connectX(a, b.QPN, overA)
+	e.connectX(b, a.QPN, overB)
+	return
+}
+
+// expectEvents checks the async events raised since the last call.
+func (e *env) expectEvents(want ...string) {
+	e.t.Helper()
+	e.d.Quiesce()
+	got := e.events()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		e.t.Fatalf("events:\n got: %s\nwant: %s", strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+	}
+}
+
+// sendWC and recvWC format expected completions.
+func sendWC(wrid uint64, status, opcode string, q *QP, n int) string {
+	return fmt.Sprintf("wr_id=%d status=%s opcode=%s qp_num=%d byte_len=%d", wrid, status, opcode, q.QPN, n)
+}
+
+func recvWC(wrid uint64, status, opcode string, q *QP, n int, src *QP, extra string) string {
+	s := fmt.Sprintf("wr_id=%d status=%s opcode=%s qp_num=%d byte_len=%d", wrid, status, opcode, q.QPN, n)
+	switch {
+	case status != "success":
+		s += " src_qp=0"
+	case src != nil:
+		s += fmt.Sprintf(" src_qp=%d", src.QPN)
+	}
+	if extra != "" {
+		s += " " + extra
+	}
+	return s
+}
+
+// flushed lists wr_flush_err completions for wrids with opcode.
+func flushed(q *QP, opcode string, wrids ...uint64) []string {
+	var out []string
+	for _, id := range wrids {
+		if opcode == "recv" {
+			out = append(out, recvWC(id, "wr_flush_err", "recv", q, 0, nil, ""))
+		} else {
+			out = append(out, sendWC(id, "wr_flush_err", opcode, q, 0))
+		}
+	}
+	return out
+}
+
+// cat joins expectation lists.
+func cat(parts ...any) []string {
+	var out []string
+	for _, p := range parts {
+		switch v := p.(type) {
+		case string:
+			out = append(out, v)
+		case []string:
+			out = append(out, v...)
+		}
+	}
+	return out
+}
+
+// trySend posts one text WR and returns the error.
+func (e *env) trySend(q *QP, line string) error {
+	e.t.Helper()
+	wr, err := qp.ParseSendWR(line)
+	if err != nil {
+		e.t.Fatalf("parse %q: %v", line, err)
+	}
+	_, err = q.PostSend([]qp.SendWR{wr})
+	return err
+}
+
+func (e *env) qpCounters(q *QP) QPCounters { e.d.Quiesce(); return q.CountersSnapshot() }
+
+func (e *env) healthy(qps ...*QP) {
+	e.t.Helper()
+	for _, q := range qps {
+		e.state(q, qp.StateRTS)
+	}
+	e.expectEvents()
+}
+
+func (e *env) mw(typ uint8) *MW {
+	e.t.Helper()
+	mw, err := e.d.AllocMW(0, qp.CreateMW{PD: e.pd.Handle, Type: typ})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return mw
+}
+
+func (e *env) ah(gid [16]byte) *AH {
+	e.t.Helper()
+	ah, err := e.d.CreateAH(0, qp.CreateAH{PD: e.pd.Handle, AH: qp.AH{DGID: gid, PortNum: 1}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ah
+}
+
+func (e *env) srq(maxWR, limit uint32) *SRQ {
+	e.t.Helper()
+	s, err := e.d.CreateSRQ(0, qp.CreateSRQ{PD: e.pd.Handle, MaxWR: maxWR, MaxSGE: 2, SRQLimit: limit})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) postSRQ(s *SRQ, lines ...string) {
+	e.t.Helper()
+	for _, l := range lines {
+		wr, err := qp.ParseRecvWR(l)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := s.PostRecv([]qp.RecvWR{wr}); err != nil {
+			e.t.Fatalf("post_srq_recv %q: %v", l, err)
+		}
+	}
+}

@@ -47,6 +47,11 @@ func (d *Device) invalidateKeyLocked(q *QP, key uint32, remote bool) qp.WCStatus
 		if mw.Type != 2 || mw.PD != q.pd || mw.RKey != key {
 			return qp.WCLocQPOpErr
 		}
+		// A SEND_WITH_INV may only invalidate a window bound through the
+		// QP it arrives on, the one QP that may use its rkey at all.
+		if remote && mw.qp != q {
+			return qp.WCLocQPOpErr
+		}
 		mw.unbindLocked()
 		return qp.WCSuccess
 	}
@@ -67,6 +72,10 @@ func (d *Device) bindMWLocked(q *QP, wr *qp.SendWR) qp.WCStatus {
 		return qp.WCMWBindErr
 	}
 	if wr.BindAccess&^qp.AccessSupportedMW != 0 {
+		return qp.WCMWBindErr
+	}
+	if mw.Type == 1 && wr.BindAccess&qp.AccessZeroBased != 0 {
+		// o10-36.2.2: only type 2 windows may be zero based.
 		return qp.WCMWBindErr
 	}
 	if wr.BindLength == 0 {

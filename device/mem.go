@@ -15,12 +15,12 @@ import (
 type keyFault uint8
 
 const (
-	faultNone keyFault = iota
-	faultKey           // no such key, or its generation byte differs
-	faultInvalid       // invalidated
-	faultPD            // another PD
-	faultAccess        // the key lacks the access
-	faultRange         // outside the region
+	faultNone    keyFault = iota
+	faultKey              // no such key, or its generation byte differs
+	faultInvalid          // invalidated
+	faultPD               // another PD
+	faultAccess           // the key lacks the access
+	faultRange            // outside the region
 )
 
 func (f keyFault) String() string {

@@ -11,31 +11,31 @@ const (
 	transUC = 0x20
 	transUD = 0x60
 
-	opSendFirst            = 0x00
-	opSendMiddle           = 0x01
-	opSendLast             = 0x02
-	opSendLastImm          = 0x03
-	opSendOnly             = 0x04
-	opSendOnlyImm          = 0x05
-	opWriteFirst           = 0x06
-	opWriteMiddle          = 0x07
-	opWriteLast            = 0x08
-	opWriteLastImm         = 0x09
-	opWriteOnly            = 0x0A
-	opWriteOnlyImm         = 0x0B
-	opReadRequest          = 0x0C
-	opReadResponseFirst    = 0x0D
-	opReadResponseMiddle   = 0x0E
-	opReadResponseLast     = 0x0F
-	opReadResponseOnly     = 0x10
-	opAcknowledge          = 0x11
-	opAtomicAcknowledge    = 0x12
-	opCompareSwap          = 0x13
-	opFetchAdd             = 0x14
-	opSendLastInv          = 0x16
-	opSendOnlyInv          = 0x17
-	opMask                 = 0x1F
-	transMask              = 0xE0
+	opSendFirst          = 0x00
+	opSendMiddle         = 0x01
+	opSendLast           = 0x02
+	opSendLastImm        = 0x03
+	opSendOnly           = 0x04
+	opSendOnlyImm        = 0x05
+	opWriteFirst         = 0x06
+	opWriteMiddle        = 0x07
+	opWriteLast          = 0x08
+	opWriteLastImm       = 0x09
+	opWriteOnly          = 0x0A
+	opWriteOnlyImm       = 0x0B
+	opReadRequest        = 0x0C
+	opReadResponseFirst  = 0x0D
+	opReadResponseMiddle = 0x0E
+	opReadResponseLast   = 0x0F
+	opReadResponseOnly   = 0x10
+	opAcknowledge        = 0x11
+	opAtomicAcknowledge  = 0x12
+	opCompareSwap        = 0x13
+	opFetchAdd           = 0x14
+	opSendLastInv        = 0x16
+	opSendOnlyInv        = 0x17
+	opMask               = 0x1F
+	transMask            = 0xE0
 )
 
 // opFlags classify an operation (the low five bits), like rxe's opcode
@@ -186,7 +186,8 @@ func (p *packet) own() {
 func (d *Device) detachPacketsLocked(mr *MR) {
 	for _, q := range d.qps {
 		for _, p := range q.inq {
-			if p.mr == mr {
+			// runLocked clears the slots of packets it has taken.
+			if p != nil && p.mr == mr {
 				p.own()
 			}
 		}

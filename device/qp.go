@@ -57,7 +57,10 @@ type QP struct {
 
 	retryTimer clock.Timer
 	rnrTimer   clock.Timer
-	timerGen   uint64 // invalidates timers that fire after a reset
+	// Bumped whenever the timer is armed or stopped: a callback that
+	// already fired and waits for Device.mu while its timer is stopped and
+	// a new one armed must not act (Stop cannot recall it).
+	retrySeq, rnrSeq uint64
 
 	commEst   bool // comm_est raised since the last move to RTR
 	drainSent bool // sq_drained raised for this SQD
@@ -230,7 +233,7 @@ func (q *QP) SQ() *ring.Region { return q.sqRegion }
 func (q *QP) RQ() *ring.Region { return q.rqRegion }
 
 // PD, SendCQ, RecvCQ, SRQ report what the QP was created with.
-func (q *QP) PDHandle() uint32 { return q.pd.Handle }
+func (q *QP) PDHandle() uint32     { return q.pd.Handle }
 func (q *QP) SendCQHandle() uint32 { return q.sendCQ.Handle }
 func (q *QP) RecvCQHandle() uint32 { return q.recvCQ.Handle }
 func (q *QP) SRQHandle() uint32 {
@@ -277,6 +280,9 @@ func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	if q.destroyed {
 		return errf(op, syscall.ENOENT, "qp %d was destroyed", q.QPN)
 	}
+	if err := d.checkOpenLocked(op); err != nil {
+		return err // the rings are unmapped: a reset must not touch them
+	}
 	cur := q.attr.QPState
 	if mask&qp.MaskCurState != 0 && attr.CurQPState != cur {
 		return errf(op, syscall.EINVAL, "cur_qp_state: %v given but qp %d is in %v", attr.CurQPState, q.QPN, cur)
@@ -309,6 +315,7 @@ func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
 	if mask&qp.MaskSQPSN != 0 {
 		q.req.psn = q.attr.SQPSN
 		q.comp.psn = q.attr.SQPSN
+		q.comp.acked = q.attr.SQPSN.Add(^uint32(0))
 	}
 	if mask&qp.MaskRQPSN != 0 {
 		q.resp.psn = q.attr.RQPSN
@@ -371,7 +378,6 @@ func (q *QP) fatalLocked(ev EventType) {
 // retry counts, the address vector and the rd_atomic limits are kept.
 func (q *QP) resetLocked() {
 	q.stopTimersLocked()
-	q.timerGen++
 	if p := q.sq.LoadProducer(); true {
 		q.sqCons.Reset(p)
 		q.sqCons.Publish()
@@ -398,7 +404,8 @@ func (q *QP) resetLocked() {
 // initLocked sets the transport state a fresh or reset QP starts with.
 func (q *QP) initLocked() {
 	q.req = reqState{psn: q.attr.SQPSN, rdAtomic: int(q.attr.MaxRdAtomic)}
-	q.comp = compState{psn: q.attr.SQPSN, retryLeft: q.attr.RetryCnt, rnrLeft: q.attr.RNRRetry}
+	q.comp = compState{psn: q.attr.SQPSN, acked: q.attr.SQPSN.Add(^uint32(0)),
+		retryLeft: q.attr.RetryCnt, rnrLeft: q.attr.RNRRetry}
 	q.resp = respState{psn: q.attr.RQPSN, res: make([]respResource, max(int(q.attr.MaxDestRdAtomic), 1))}
 	q.ssn = 0
 	q.commEst, q.drainSent, q.lastWQE = false, false, false
@@ -413,6 +420,8 @@ func (q *QP) stopTimersLocked() {
 		q.rnrTimer.Stop()
 		q.rnrTimer = nil
 	}
+	q.retrySeq++
+	q.rnrSeq++
 	q.comp.timeoutFired = false
 	q.req.waitRNR = false
 }
@@ -438,8 +447,10 @@ func (q *QP) Destroy() error {
 	if q.destroyed {
 		return errf("destroy_qp", syscall.ENOENT, "qp %d does not exist", q.QPN)
 	}
+	if err := d.checkOpenLocked("destroy_qp"); err != nil {
+		return err // Close released everything already
+	}
 	q.stopTimersLocked()
-	q.timerGen++
 	for _, mw := range d.mws.m {
 		if mw.qp == q {
 			mw.unbindLocked()
@@ -500,6 +511,10 @@ func (q *QP) postSendLocked(op string, wrs []qp.SendWR) (int, error) {
 	d := q.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// Close unmaps the rings under Device.mu without taking postMu.
+	if err := d.checkOpenLocked(op); err != nil {
+		return 0, err
+	}
 	if st := q.attr.QPState; !st.CanPostSend() {
 		return 0, errf(op, syscall.EINVAL, "qp %d is in %v; sends need RTS", q.QPN, st)
 	}
@@ -573,9 +588,14 @@ func (q *QP) PostRecv(wrs []qp.RecvWR) (int, error) {
 	if q.gone {
 		return 0, errf(op, syscall.ENOENT, "qp %d was destroyed", q.QPN)
 	}
+	// Device.mu is held across the ring write: Close unmaps the rings
+	// under it without taking postMu.
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked(op); err != nil {
+		return 0, err
+	}
 	st := q.attr.QPState
-	d.mu.Unlock()
 	if q.srq != nil {
 		return 0, errf(op, syscall.EINVAL, "qp %d receives from srq %d; post to the srq", q.QPN, q.srq.Handle)
 	}

@@ -1,6 +1,8 @@
 package device
 
 import (
+	"encoding/binary"
+
 	"rdmafs/qp"
 	"rdmafs/ring"
 )
@@ -22,6 +24,7 @@ type sendWQE struct {
 	length   uint64 // bytes the WR moves
 	state    wqeState
 	status   qp.WCStatus
+	rejected bool // failed the engine's checks when fetched; never started
 	firstPSN qp.PSN
 	lastPSN  qp.PSN
 	sent     uint64 // bytes sent (SEND, WRITE) so far
@@ -81,8 +84,16 @@ func (q *QP) fetchLocked() bool {
 		*w = sendWQE{}
 		w.wr.SGL, w.wr.InlineData = sgl, inl
 		q.Counters.SendWQEs++
-		if derr := ring.DecodeSendWQE(q.sqCons.Peek(q.sqFetched-q.sqCons.Tail()), &w.wr); derr != nil {
-			w.fail(qp.WCLocQPOpErr)
+		slot := q.sqCons.Peek(q.sqFetched - q.sqCons.Tail())
+		if derr := ring.DecodeSendWQE(slot, &w.wr); derr != nil {
+			// The completion still names the WR: its wr_id and, when
+			// it is one, its opcode are where they always are.
+			w.wr.WRID = binary.LittleEndian.Uint64(slot[ring.SendOffWRID:])
+			if op := qp.WROpcode(slot[ring.SendOffOpcode]); op.Valid() {
+				w.wr.Opcode = op
+				w.info, _ = op.Info()
+			}
+			w.reject(qp.WCLocQPOpErr)
 			continue
 		}
 		q.checkWQELocked(w)
@@ -95,6 +106,14 @@ func (w *sendWQE) fail(s qp.WCStatus) {
 	w.status = s
 }
 
+// reject fails a WQE that the engine refuses to start. If the QP is in
+// ERR by the time it is flushed, it completes with WR_FLUSH_ERR like every
+// other WQE that never ran; otherwise with s, and it takes the QP to ERR.
+func (w *sendWQE) reject(s qp.WCStatus) {
+	w.fail(s)
+	w.rejected = true
+}
+
 // checkWQELocked is the post-time validation again, on the engine side:
 // a client writing the ring directly may have skipped it (or lied).
 func (q *QP) checkWQELocked(w *sendWQE) {
@@ -102,16 +121,16 @@ func (q *QP) checkWQELocked(w *sendWQE) {
 	info, ok := w.wr.Opcode.Info()
 	w.info = info
 	if !ok || !w.wr.Opcode.AllowedOn(q.Type) {
-		w.fail(qp.WCLocQPOpErr)
+		w.reject(qp.WCLocQPOpErr)
 		return
 	}
 	caps := qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: q.attr.MaxRdAtomic}
 	if err := qp.ValidateSendWR(q.Type, &w.wr, caps); err != nil {
 		// Lengths past 2^31 are length errors; everything else malformed.
 		if total, ok := sglLength(w.wr.SGL); !ok || total > qp.MaxMsgSize {
-			w.fail(qp.WCLocLenErr)
+			w.reject(qp.WCLocLenErr)
 		} else {
-			w.fail(qp.WCLocQPOpErr)
+			w.reject(qp.WCLocQPOpErr)
 		}
 		return
 	}
@@ -120,14 +139,14 @@ func (q *QP) checkWQELocked(w *sendWQE) {
 	} else {
 		w.length, _ = sglLength(w.wr.SGL)
 		if f := d.checkSGLLocked(q.pd, w.wr.SGL, info.SGEAccess); f != faultNone {
-			w.fail(qp.WCLocProtErr)
+			w.reject(qp.WCLocProtErr)
 			return
 		}
 	}
 	if q.Type == qp.TypeUD {
 		ah := d.ahs.get(w.wr.AH)
 		if ah == nil || ah.PD != q.pd {
-			w.fail(qp.WCLocQPOpErr)
+			w.reject(qp.WCLocQPOpErr)
 			return
 		}
 		w.dgid = ah.Attr.DGID
@@ -161,8 +180,16 @@ func (q *QP) requesterLocked() bool {
 		}
 		w := &q.swq[q.reqIdx&q.sqMask()]
 		if w.state == wqeDone {
-			// Failed validation: stop here; the completer retires it and
-			// moves the QP to ERR. Nothing after it may start.
+			if w.status == qp.WCSuccess {
+				// Finished already: a local operation (or UC/UD WQE)
+				// that a go-back-N retry of an earlier WQE walks over
+				// again. It is not executed twice.
+				q.reqIdx++
+				continue
+			}
+			// Failed (validation, or a local operation): stop here; the
+			// completer retires it and moves the QP to ERR. Nothing
+			// after it may start.
 			return false
 		}
 		if w.state == wqePosted {
@@ -175,6 +202,14 @@ func (q *QP) requesterLocked() bool {
 				if w.status != qp.WCSuccess {
 					return false
 				}
+				continue
+			}
+			if q.Type == qp.TypeUD && w.length > uint64(mtu) {
+				// A datagram larger than the MTU is not sent, and the
+				// WQE completes successfully (C10-93.1.1, as rxe does).
+				q.dev.Counters.UDOversizeDrops.Add(1)
+				w.state, w.status = wqeDone, qp.WCSuccess
+				q.reqIdx++
 				continue
 			}
 			if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= maxUnackedPSNs {
@@ -286,6 +321,13 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 			}
 			if p.mr == nil {
 				p.buf = p.payload[:0]
+			} else if q.Type != qp.TypeRC {
+				// UC and UD complete the WQE as soon as its last packet
+				// is out, before the receiver has run: the client may
+				// then reuse the buffer, so the packet needs its own
+				// copy. RC completes only after the ACK, which the
+				// receiver sends after it has copied the data.
+				p.own()
 			}
 		}
 		p.opcode = trans | dataOpcode(w.info, first, last)

@@ -9,10 +9,10 @@ import (
 
 // respState is the responder's transport state.
 type respState struct {
-	psn    qp.PSN // expected PSN (ePSN)
-	msn    uint32 // messages completed (AETH MSN)
-	inSend bool   // a multi-packet SEND is in progress
-	inWrite bool  // a multi-packet WRITE is in progress
+	psn     qp.PSN // expected PSN (ePSN)
+	msn     uint32 // messages completed (AETH MSN)
+	inSend  bool   // a multi-packet SEND is in progress
+	inWrite bool   // a multi-packet WRITE is in progress
 	// The receive WQE being filled.
 	rwqe     qp.RecvWR
 	haveRWQE bool
@@ -418,10 +418,9 @@ func (q *QP) readReplyLocked(r *respResource, from qp.PSN) {
 		off := uint64(i) * mtu
 		size := min(mtu, uint64(r.length)-min(off, uint64(r.length)))
 		var src []byte
-		var mr *MR
 		if size > 0 {
 			var f keyFault
-			src, mr, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
+			src, _, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
 			if f != faultNone {
 				// The MR went away mid-read (rxe_recheck_mr).
 				q.nakLocked(r.firstPSN.Add(i), aethNAKRemAccess, qp.WCRemAccessErr)
@@ -442,7 +441,12 @@ func (q *QP) readReplyLocked(r *respResource, from qp.PSN) {
 		rp.psn = r.firstPSN.Add(i)
 		rp.syndrome = q.creditCodeLocked()
 		rp.msn = q.resp.msn & 0xFFFFFF
-		rp.payload, rp.mr = src, mr
+		// The data is copied now, not aliased: the responder goes on to
+		// execute later requests (a WRITE to the same bytes) before the
+		// requester takes this packet, and a READ must return the memory
+		// as it was when the READ executed (rxe copies into the skb).
+		rp.buf = append(rp.buf[:0], src...)
+		rp.payload = rp.buf
 		q.xmitResponseLocked(rp)
 	}
 }
@@ -545,17 +549,8 @@ func (q *QP) respondUCLocked(p *packet) {
 	}
 	switch {
 	case flags&ofSend != 0:
-		if flags&ofFirst != 0 {
-			ok, malformed := q.takeRWQELocked()
-			if !ok {
-				q.ucAbortLocked()
-				return
-			}
-			if malformed {
-				q.completeRecvLocked(qp.WCLocQPOpErr, 0, 0, 0, false)
-				q.fatalLocked(EventQPFatal)
-				return
-			}
+		if flags&ofFirst != 0 && !q.ucRWQELocked() {
+			return
 		}
 		total, _ := sglLength(q.resp.rwqe.SGL)
 		if !q.packetLenOK(p, flags) || q.resp.offset+uint64(len(p.payload)) > total {
@@ -603,9 +598,7 @@ func (q *QP) respondUCLocked(p *packet) {
 		q.resp.writeResid -= n
 		q.resp.inWrite = flags&ofLast == 0
 		if flags&ofLast != 0 && flags&ofImm != 0 {
-			ok, malformed := q.takeRWQELocked()
-			if !ok || malformed {
-				q.ucAbortLocked()
+			if !q.ucRWQELocked() {
 				return
 			}
 			q.resp.msn++
@@ -618,6 +611,28 @@ func (q *QP) respondUCLocked(p *packet) {
 	default:
 		q.Counters.Dropped++
 	}
+}
+
+// ucRWQELocked makes a receive WQE ready for a UC message: the one an
+// aborted message left behind (it was never completed, so it is reused, as
+// rxe leaves a dropped message's WQE on the queue), else the next posted
+// one. Without one the message is dropped; a malformed one ends the QP.
+func (q *QP) ucRWQELocked() bool {
+	if q.resp.haveRWQE {
+		q.resp.offset = 0
+		return true
+	}
+	ok, malformed := q.takeRWQELocked()
+	if !ok {
+		q.ucAbortLocked()
+		return false
+	}
+	if malformed {
+		q.completeRecvLocked(qp.WCLocQPOpErr, 0, 0, 0, false)
+		q.fatalLocked(EventQPFatal)
+		return false
+	}
+	return true
 }
 
 // ucAbortLocked forgets the UC message in progress; a receive WQE it had
@@ -700,7 +715,7 @@ func buildGRH(b []byte, sgid, dgid [16]byte, payload int) {
 		h := b[20:40]
 		h[0] = 0x45
 		binary.BigEndian.PutUint16(h[2:], uint16(20+8+12+8+payload+4)) // IP+UDP+BTH+DETH+payload+ICRC
-		h[6] = 0x40                                                   // DF
+		h[6] = 0x40                                                    // DF
 		h[8] = 64
 		h[9] = 17 // UDP
 		copy(h[12:16], sgid[12:])

@@ -49,13 +49,15 @@ func (q *QP) runLocked() {
 }
 
 // flushSendLocked completes every outstanding send WQE, fetched or still in
-// the ring, with WR_FLUSH_ERR (a WQE that failed keeps its own status).
+// the ring, with WR_FLUSH_ERR. A WQE that ran and failed but was not yet
+// retired keeps its own status; one the engine rejected before it ran is
+// flushed like the rest.
 func (q *QP) flushSendLocked() {
 	q.fetchLocked()
 	for q.sqCons.Tail() != q.sqFetched {
 		w := &q.swq[q.sqCons.Tail()&q.sqMask()]
 		status := qp.WCWRFlushErr
-		if w.state == wqeDone && w.status != qp.WCSuccess {
+		if w.state == wqeDone && w.status != qp.WCSuccess && !w.rejected {
 			status = w.status
 		}
 		q.completeSendLocked(w, status)

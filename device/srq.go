@@ -95,7 +95,10 @@ type SRQAttr struct {
 func (s *SRQ) Attr() SRQAttr {
 	s.dev.mu.Lock()
 	defer s.dev.mu.Unlock()
-	n, _ := s.cons.Pending()
+	var n uint32
+	if !s.dev.closed && s.dev.srqs.get(s.Handle) == s {
+		n, _ = s.cons.Pending() // only while the ring is mapped
+	}
 	return SRQAttr{PD: s.PD.Handle, MaxWR: s.MaxWR, MaxSGE: s.MaxSGE, SRQLimit: s.Limit, Pending: n}
 }
 
