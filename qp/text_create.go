@@ -45,8 +45,8 @@ func ParseCreatePD(s string) (CreatePD, error) {
 	return CreatePD{}, textKeys(s, nil)
 }
 
-// CreateMR is an mr/new request. Without iova the MR's iova is its address
-// in the daemon (HasIOVA false).
+// CreateMR is an mr/new request. Without iova (HasIOVA false) the MR starts
+// at iova 0, so SGE addresses are offsets into its memory.
 type CreateMR struct {
 	PD      uint32
 	Length  uint64
