@@ -64,10 +64,15 @@ type Config struct {
 	MaxQPRdAtom     uint8 // max_qp_rd_atom: responder resources (max_dest_rd_atomic)
 	MaxQPInitRdAtom uint8 // max_qp_init_rd_atom: initiator depth (max_rd_atomic)
 	MaxInlineData   uint32
-	MaxMTU          qp.MTU // port max_mtu
-	ActiveMTU       qp.MTU // port active_mtu, the UD MTU
-	GID             [16]byte
-	NodeGUID        uint64
+	// SpinIdle is how long the engine polls the send rings of recently
+	// active QPs before it parks and asks for doorbells (negative: never
+	// spin).
+	SpinIdle time.Duration
+
+	MaxMTU    qp.MTU // port max_mtu
+	ActiveMTU qp.MTU // port active_mtu, the UD MTU
+	GID       [16]byte
+	NodeGUID  uint64
 
 	Clock clock.Clock
 	Logf  func(format string, args ...any)
@@ -161,6 +166,9 @@ func (c *Config) fill() error {
 		c.GID[0], c.GID[1] = 0xfe, 0x80
 		binary.BigEndian.PutUint64(c.GID[8:], c.NodeGUID)
 	}
+	if c.SpinIdle == 0 {
+		c.SpinIdle = 50 * time.Microsecond
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -238,7 +246,12 @@ func (d *Device) Close() error {
 	defer d.mu.Unlock()
 	for _, q := range d.qps {
 		q.stopTimersLocked()
+		q.destroyed = true
 		q.releaseLocked()
+		q.sqRegion.Close()
+		if q.rqRegion != nil {
+			q.rqRegion.Close()
+		}
 	}
 	d.qps = map[uint32]*QP{}
 	d.mrs.each(func(m *MR) { m.valid = false; m.region.Close() })
@@ -616,5 +629,3 @@ func (d *Device) PendingEvents() int {
 	defer d.events.mu.Unlock()
 	return len(d.events.q)
 }
-
-var _ = time.Second

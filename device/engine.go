@@ -8,9 +8,18 @@ import (
 
 // engine runs QPs that have work. One goroutine serves the whole device:
 // QPs are marked runnable (a post, a doorbell, an arriving packet, a timer)
-// and the goroutine runs each under Device.mu, then parks on a channel when
-// nothing is runnable, so an idle device costs no CPU whatever its number of
-// QPs. A QP marked while it runs is run again (rxe_task's "armed" idea).
+// and the goroutine runs each under Device.mu. A QP marked while it runs is
+// run again (rxe_task's "armed" idea).
+//
+// Between batches the engine spins for a short while (Config.SpinIdle) on
+// the send rings of the QPs it ran recently, so a client that keeps posting
+// through its mapped ring is served without a single syscall. When the
+// spin finds nothing it parks: it sets each watched SQ's NEED_WAKEUP flag,
+// looks at the producer indices once more (the flag and the index are
+// sequentially consistent atomics on both sides, so either the client sees
+// the flag after publishing or the engine sees the index), and sleeps on a
+// channel until a doorbell or another event schedules a QP. An idle device
+// therefore uses no CPU whatever its number of QPs.
 type engine struct {
 	d *Device
 
@@ -18,9 +27,15 @@ type engine struct {
 	running bool  // a batch is being run; guarded by mu
 	runq    []*QP // guarded by mu
 	spare   []*QP // guarded by mu
+	retired []*QP // destroyed QPs whose rings the engine unmaps; guarded by mu
 	wake    chan struct{}
 	stopCh  chan struct{}
 	done    chan struct{}
+
+	// watched are the QPs whose SQ producer index the spin loop polls.
+	// Only the engine goroutine touches it (and QP.watched).
+	watched  []*QP
+	spinIdle time.Duration
 
 	// now is the clock read once per batch, for the many timestamps a
 	// batch takes (one per ACK); guarded by Device.mu, valid while nowOK.
@@ -39,6 +54,7 @@ func (d *Device) nowLocked() time.Time {
 
 func (e *engine) start(d *Device) {
 	e.d = d
+	e.spinIdle = d.cfg.SpinIdle
 	e.wake = make(chan struct{}, 1)
 	e.stopCh = make(chan struct{})
 	e.done = make(chan struct{})
@@ -71,46 +87,180 @@ func (e *engine) loop() {
 	for {
 		select {
 		case <-e.stopCh:
+			e.reapRetired()
 			return
 		case <-e.wake:
 		}
+	busy:
 		for {
-			e.mu.Lock()
-			// Double buffering: runq and spare never share an array.
-			batch := e.runq
-			e.runq, e.spare = e.spare[:0], nil
-			for _, q := range batch {
-				q.queued = false
-			}
-			e.running = len(batch) > 0
-			if len(batch) == 0 {
-				e.spare = batch
-				e.mu.Unlock()
-				break
-			}
-			e.mu.Unlock()
-			d.Counters.EngineRuns.Add(1)
-			d.mu.Lock()
-			e.nowOK = false
-			for _, q := range batch {
-				if !q.destroyed {
-					q.runLocked()
-				}
-			}
-			e.nowOK = false
-			d.mu.Unlock()
-			e.mu.Lock()
-			clear(batch)
-			e.spare = batch[:0]
-			e.running = false
-			e.mu.Unlock()
+			e.runBatches()
+			e.reapRetired()
 			select {
 			case <-e.stopCh:
+				e.reapRetired()
 				return
 			default:
 			}
+			if !e.spin() && !e.prepareToPark() {
+				break busy
+			}
 		}
 		d.Counters.EngineParks.Add(1)
+	}
+}
+
+// runBatches runs QPs until none is runnable.
+func (e *engine) runBatches() {
+	d := e.d
+	for {
+		e.mu.Lock()
+		// Double buffering: runq and spare never share an array.
+		batch := e.runq
+		e.runq, e.spare = e.spare[:0], nil
+		for _, q := range batch {
+			q.queued = false
+		}
+		e.running = len(batch) > 0
+		if len(batch) == 0 {
+			e.spare = batch
+			e.mu.Unlock()
+			return
+		}
+		e.mu.Unlock()
+		d.Counters.EngineRuns.Add(1)
+		d.mu.Lock()
+		e.nowOK = false
+		for _, q := range batch {
+			if !q.destroyed {
+				q.runLocked()
+				e.watch(q)
+			}
+		}
+		e.nowOK = false
+		d.mu.Unlock()
+		e.mu.Lock()
+		clear(batch)
+		e.spare = batch[:0]
+		e.running = false
+		e.mu.Unlock()
+	}
+}
+
+// watch adds q to the QPs the spin loop polls; its SQ no longer needs a
+// doorbell while the engine watches it.
+func (e *engine) watch(q *QP) {
+	if q.watched {
+		return
+	}
+	q.watched = true
+	q.sq.SetNeedWakeup(false)
+	e.watched = append(e.watched, q)
+}
+
+// newSendWork reports whether a client published send WQEs the engine has
+// not fetched. It reads only atomics, without Device.mu.
+func (q *QP) newSendWork() bool { return q.sq.LoadProducer() != q.sqSeen.Load() }
+
+// spin polls the watched SQs for up to spinIdle. It reports whether it
+// found work (and scheduled it).
+func (e *engine) spin() bool {
+	if e.spinIdle <= 0 || len(e.watched) == 0 {
+		return false
+	}
+	// The spin is a CPU-for-latency trade, not a protocol timer, so it
+	// uses the monotonic clock even under a fake Config.Clock.
+	deadline := time.Now().Add(e.spinIdle)
+	for i := 0; ; i++ {
+		found := false
+		for _, q := range e.watched {
+			if q.newSendWork() {
+				e.schedule(q)
+				found = true
+			}
+		}
+		if found || e.pending() {
+			return true
+		}
+		if i&63 == 63 {
+			if time.Now().After(deadline) {
+				return false
+			}
+			select {
+			case <-e.stopCh:
+				return false
+			default:
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// prepareToPark raises NEED_WAKEUP on every watched SQ and then looks once
+// more. It reports whether work turned up (the engine must not park).
+func (e *engine) prepareToPark() bool {
+	for _, q := range e.watched {
+		q.sq.SetNeedWakeup(true)
+	}
+	found := false
+	for _, q := range e.watched {
+		if q.newSendWork() {
+			q.sq.SetNeedWakeup(false)
+			e.schedule(q)
+			found = true
+		}
+	}
+	if found {
+		return true
+	}
+	for _, q := range e.watched {
+		q.watched = false
+	}
+	clear(e.watched)
+	e.watched = e.watched[:0]
+	return e.pending()
+}
+
+func (e *engine) pending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.runq) > 0
+}
+
+// retire hands a destroyed QP's rings to the engine, which unmaps them
+// once it no longer polls them.
+func (e *engine) retire(q *QP) {
+	e.mu.Lock()
+	e.retired = append(e.retired, q)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reapRetired unmaps the rings of destroyed QPs. Engine goroutine only.
+func (e *engine) reapRetired() {
+	e.mu.Lock()
+	r := e.retired
+	e.retired = nil
+	e.mu.Unlock()
+	if len(r) == 0 {
+		return
+	}
+	for _, q := range r {
+		if q.watched {
+			q.watched = false
+			for i, w := range e.watched {
+				if w == q {
+					e.watched = append(e.watched[:i], e.watched[i+1:]...)
+					break
+				}
+			}
+		}
+		q.sqRegion.Close()
+		if q.rqRegion != nil {
+			q.rqRegion.Close()
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package device
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"rdmafs/clock"
@@ -38,6 +39,10 @@ type QP struct {
 
 	destroyed bool // guarded by Device.mu
 	queued    bool // guarded by engine.mu
+	watched   bool // the engine's spin loop polls the SQ; engine goroutine only
+	// sqSeen is the SQ producer index the engine last fetched up to; the
+	// spin loop compares it with the ring's without Device.mu.
+	sqSeen atomic.Uint32
 
 	// Send side. WQEs in [sqCons.Tail(), sqFetched) have been copied out of
 	// the ring into swq (the client may scribble on the ring, never on
@@ -170,6 +175,8 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 		return nil, errf(op, syscall.ENOMEM, "send queue: %v", err)
 	}
 	q.sqCons = ring.NewConsumer(q.sq)
+	// Nobody watches a new SQ: the first post rings the doorbell.
+	q.sq.SetNeedWakeup(true)
 	q.swq = make([]sendWQE, sqSlots)
 	if srq == nil {
 		rqSlots := ring.SlotCount(max(c.MaxRecvWR, 1))
@@ -344,8 +351,8 @@ func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
 		if next == qp.StateRTR && cur != qp.StateRTR {
 			q.commEst = false
 		}
-		if next == qp.StateSQD {
-			q.drainSent = false
+		if next == qp.StateSQD && cur != qp.StateSQD {
+			q.drainSent = false // SQD→SQD drains nothing new
 		}
 		q.attr.QPState = next
 	}
@@ -460,10 +467,13 @@ func (q *QP) Destroy() error {
 	q.gone = true
 	delete(d.qps, q.QPN)
 	q.releaseLocked()
+	// The engine may be polling the SQ without Device.mu: it unmaps.
+	d.engine.retire(q)
 	return nil
 }
 
-// releaseLocked drops the QP's references and memory.
+// releaseLocked drops the QP's references and queued packets. The rings
+// are unmapped by the engine (engine.retire) or, after it stopped, by Close.
 func (q *QP) releaseLocked() {
 	for _, p := range q.inq {
 		q.dev.pool.put(p)
@@ -474,10 +484,6 @@ func (q *QP) releaseLocked() {
 	q.recvCQ.users--
 	if q.srq != nil {
 		q.srq.users--
-	}
-	q.sqRegion.Close()
-	if q.rqRegion != nil {
-		q.rqRegion.Close()
 	}
 }
 

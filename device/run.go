@@ -9,6 +9,10 @@ import (
 // runLocked is one turn of the engine for q: received packets, timers, the
 // requester, completions, flushing and the SQD drain, in that order.
 func (q *QP) runLocked() {
+	// What the client published before this run is handled now or, if the
+	// state forbids it, when a modify reschedules the QP; the spin loop
+	// looks only for what comes after.
+	q.sqSeen.Store(q.sq.LoadProducer())
 	if q.attr.QPState == qp.StateReset {
 		for _, p := range q.inq {
 			q.dev.pool.put(p)
