@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI runs as root; mounting must work")
+		}
+		t.Skip("needs root")
+	}
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rdmafs")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if rc := run([]string{"--help"}, &out, &errb); rc != 0 {
+		t.Fatalf("--help exit %d", rc)
+	}
+	for _, w := range []string{"mount", "umount", "new"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("--help does not mention %s", w)
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	if rc := run([]string{"mount", "--help"}, &out, &errb); rc != 0 {
+		t.Fatalf("mount --help exit %d", rc)
+	}
+	for _, f := range []string{"--foreground", "--max-qp", "--max-qp-wr", "--max-sge", "--max-cqe", "--max-mr-size", "--max-inline-data", "--mtu"} {
+		if !strings.Contains(errb.String(), f) {
+			t.Errorf("mount --help does not document %s", f)
+		}
+	}
+	if rc := run([]string{"bogus"}, &out, &errb); rc != 2 {
+		t.Errorf("unknown command exit %d, want 2", rc)
+	}
+	if rc := run([]string{"mount", "--mtu", "1000", "/"}, &out, &errb); rc != 2 {
+		t.Errorf("bad --mtu exit %d, want 2", rc)
+	}
+}
+
+// The background daemon serves, `new` prints names, and `umount` tears the
+// device down while a client still maps its memory: the daemon exits, the
+// mapping stays readable, the mount is gone.
+func TestMountNewUmountWithLiveMapping(t *testing.T) {
+	needRoot(t)
+	bin := buildBinary(t)
+	mnt := t.TempDir()
+	if out, err := exec.Command(bin, "mount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(bin, "umount", mnt).Run() })
+	rdmafs := func(args ...string) string {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rdmafs %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	pd := rdmafs("new", mnt, "pd")
+	mr := rdmafs("new", mnt, "mr", "pd="+pd, "length=4096", "access=local_write")
+	if _, err := strconv.Atoi(mr); err != nil {
+		t.Fatalf("new mr printed %q", mr)
+	}
+	out, err := exec.Command(bin, "new", mnt, "mr", "pd="+pd, "length=0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "length") {
+		t.Fatalf("a bad transaction: err %v, output %q", err, out)
+	}
+
+	f, err := os.OpenFile(filepath.Join(mnt, "mr", mr, "mem"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	copy(mem, "still here")
+
+	pidb, err := os.ReadFile(filepath.Join(stateDir, mountID(mnt)+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.SplitN(string(pidb), "\n", 2)[0])
+	rdmafs("umount", mnt)
+	deadline := time.Now().Add(10 * time.Second)
+	for unix.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not exit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if string(mem[:10]) != "still here" {
+		t.Fatalf("mapping after umount reads %q", mem[:10])
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "mr")); err == nil {
+		t.Fatal("the tree is still mounted")
+	}
+}
