@@ -119,3 +119,33 @@ func TestMountNewUmountWithLiveMapping(t *testing.T) {
 		t.Fatal("the tree is still mounted")
 	}
 }
+
+func TestForegroundSignalUnmounts(t *testing.T) {
+	needRoot(t)
+	bin := buildBinary(t)
+	for _, sig := range []os.Signal{os.Interrupt, unix.SIGTERM} {
+		mnt := t.TempDir()
+		cmd := exec.Command(bin, "mount", "--foreground", mnt)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Join(mnt, "device")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatal("the foreground mount never appeared")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cmd.Process.Signal(sig)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%v: exit %v", sig, err)
+		}
+		if _, err := os.Stat(filepath.Join(mnt, "device")); err == nil {
+			t.Fatalf("%v: still mounted", sig)
+		}
+	}
+}
