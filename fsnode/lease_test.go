@@ -1,0 +1,106 @@
+package fsnode_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A program's leased objects die with it; a shell's unleased ones stay.
+func TestLeaseDestroysOnExit(t *testing.T) {
+	m := mount(t)
+	keep := m.create("pd", "")
+	// A child process: open the lease, create objects, lease them, exit
+	// without cleaning up (as a crashed program would).
+	script := `
+set -e
+exec 9<>lease
+tx() { local k=$1; shift; local n; { echo "$*" >&0; read -r n; } <>$k/new; echo "$k $n" >&9; echo "$k $n"; }
+pd=$(tx pd "" | cut -d' ' -f2)
+cq=$(tx cq "cqe=4" | cut -d' ' -f2)
+mr=$(tx mr "pd=$pd length=4096 access=local_write" | cut -d' ' -f2)
+qp=$(tx qp "pd=$pd qp_type=rc send_cq=$cq recv_cq=$cq max_send_wr=4 max_recv_wr=4" | cut -d' ' -f2)
+cat <&9 >/dev/null || true
+echo "$pd $cq $mr $qp"
+`
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Dir = m.dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	f := strings.Fields(strings.TrimSpace(string(out)))
+	names := f[len(f)-4:]
+	gone := func(kind, name string) bool {
+		_, err := os.Stat(m.path(kind, name))
+		return err != nil
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, kn := range [][2]string{{"qp", names[3]}, {"mr", names[2]}, {"cq", names[1]}, {"pd", names[0]}} {
+		for !gone(kn[0], kn[1]) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s %s outlived the program that leased it", kn[0], kn[1])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if gone("pd", keep) {
+		t.Fatal("an unleased pd was destroyed")
+	}
+	if m.dev.QP(mustAtoi(t, names[3])) != nil {
+		t.Fatal("the device still has the leased qp")
+	}
+}
+
+func TestLeaseRejects(t *testing.T) {
+	m := mount(t)
+	pd := m.create("pd", "")
+	f, err := os.OpenFile(m.path("lease"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, c := range []struct {
+		line string
+		want syscall.Errno
+	}{
+		{"pd\n", syscall.EINVAL},
+		{"bogus 1\n", syscall.EINVAL},
+		{"pd 999\n", syscall.ENOENT},
+		{"\x00\x01\x02", syscall.EINVAL},
+	} {
+		if _, err := f.Write([]byte(c.line)); errnoOf(err) != c.want {
+			t.Errorf("lease %q: %v, want %v", c.line, err, c.want)
+		}
+	}
+	if _, err := f.Write([]byte("pd " + pd + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := f.Read(buf)
+	if got := string(buf[:n]); got != "pd "+pd+"\n" {
+		t.Fatalf("lease lists %q", got)
+	}
+	// Another user cannot lease (and so destroy) my objects.
+	cmd := exec.Command("bash", "-c", "exec 9<>lease; echo 'pd "+pd+"' >&9")
+	cmd.Dir = m.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Fatalf("another user leased my pd: %v %s", err, out)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) uint32 {
+	t.Helper()
+	var n uint32
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			t.Fatalf("not a number: %q", s)
+		}
+		n = n*10 + uint32(c-'0')
+	}
+	return n
+}

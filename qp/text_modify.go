@@ -1,0 +1,104 @@
+package qp
+
+import "strconv"
+
+// FormatModify prints the tokens of a modify command (without the word
+// "modify") for exactly the attributes mask names, in mask bit order, so
+// that ParseModify reads them back to the same attributes and the same
+// mask. MaskAV prints every address-vector key and MaskCap every cap key,
+// since ParseModify sets those bits for any one of their keys.
+//
+// MaskAltPath and MaskRateLimit have no text form that ParseModify
+// accepts: they print alt_port_num= and rate_limit= tokens, which the
+// parser (and so the daemon) refuses as unsupported (EOPNOTSUPP), exactly
+// as rdmafs refuses those features. Unknown mask bits print nothing.
+func FormatModify(a *Attr, mask AttrMask) string {
+	var l textLine
+	num := func(k string, v uint64) { l.num(k, v) }
+	for _, n := range maskNames {
+		if mask&n.bit == 0 {
+			continue
+		}
+		switch n.bit {
+		case MaskState:
+			l.str("qp_state", textFormatState(a.QPState))
+		case MaskCurState:
+			l.str("cur_qp_state", textFormatState(a.CurQPState))
+		case MaskEnSQDAsyncNotify:
+			if a.EnSQDAsyncNotify {
+				num("en_sqd_async_notify", 1)
+			} else {
+				num("en_sqd_async_notify", 0)
+			}
+		case MaskAccessFlags:
+			l.str("qp_access_flags", a.QPAccessFlags.String())
+		case MaskPKeyIndex:
+			num("pkey_index", uint64(a.PKeyIndex))
+		case MaskPort:
+			num("port_num", uint64(a.PortNum))
+		case MaskQKey:
+			num("qkey", uint64(a.QKey))
+		case MaskAV:
+			l.str("dgid", FormatGID(a.AH.DGID))
+			num("sgid_index", uint64(a.AH.SGIDIndex))
+			num("hop_limit", uint64(a.AH.HopLimit))
+			num("traffic_class", uint64(a.AH.TrafficClass))
+			num("flow_label", uint64(a.AH.FlowLabel))
+			num("sl", uint64(a.AH.SL))
+			num("dlid", uint64(a.AH.DLID))
+			num("static_rate", uint64(a.AH.StaticRate))
+		case MaskPathMTU:
+			// Bytes, as attr prints it; an invalid MTU prints its enum
+			// number, which ParseModify refuses.
+			if a.PathMTU.Valid() {
+				num("path_mtu", uint64(a.PathMTU.Bytes()))
+			} else {
+				num("path_mtu", uint64(a.PathMTU))
+			}
+		case MaskTimeout:
+			num("timeout", uint64(a.Timeout))
+		case MaskRetryCnt:
+			num("retry_cnt", uint64(a.RetryCnt))
+		case MaskRNRRetry:
+			num("rnr_retry", uint64(a.RNRRetry))
+		case MaskRQPSN:
+			num("rq_psn", uint64(a.RQPSN))
+		case MaskMaxQPRdAtomic:
+			num("max_rd_atomic", uint64(a.MaxRdAtomic))
+		case MaskAltPath:
+			num("alt_port_num", uint64(a.AltPortNum))
+		case MaskMinRNRTimer:
+			num("min_rnr_timer", uint64(a.MinRNRTimer))
+		case MaskSQPSN:
+			num("sq_psn", uint64(a.SQPSN))
+		case MaskMaxDestRdAtomic:
+			num("max_dest_rd_atomic", uint64(a.MaxDestRdAtomic))
+		case MaskPathMigState:
+			if int(a.PathMigState) < len(textMigNames) {
+				l.str("path_mig_state", textMigNames[a.PathMigState])
+			} else {
+				num("path_mig_state", uint64(a.PathMigState))
+			}
+		case MaskCap:
+			num("max_send_wr", uint64(a.Cap.MaxSendWR))
+			num("max_recv_wr", uint64(a.Cap.MaxRecvWR))
+			num("max_send_sge", uint64(a.Cap.MaxSendSGE))
+			num("max_recv_sge", uint64(a.Cap.MaxRecvSGE))
+			num("max_inline_data", uint64(a.Cap.MaxInlineData))
+		case MaskDestQPN:
+			num("dest_qp_num", uint64(a.DestQPNum))
+		case MaskRateLimit:
+			num("rate_limit", uint64(a.RateLimit))
+		}
+	}
+	return l.String()
+}
+
+// textFormatState prints a valid state by name and anything else as a
+// number, which ParseModify refuses as out of range.
+func textFormatState(s State) string {
+	if s.Valid() {
+		return s.String()
+	}
+	return strconv.FormatUint(uint64(s), 10)
+}

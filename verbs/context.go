@@ -1,0 +1,320 @@
+package verbs
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"rdmafs/qp"
+)
+
+// Options tune a Context.
+type Options struct {
+	// AlwaysDoorbell rings a QP's doorbell after every PostSend batch, not
+	// only when the engine set NEED_WAKEUP on the send queue. It is also
+	// on when the environment has RDMAFS_ALWAYS_DOORBELL=1. Needed with a
+	// daemon whose engine does not maintain NEED_WAKEUP.
+	AlwaysDoorbell bool
+}
+
+// Context is an open device: one mounted rdmafs (ibv_context). Its
+// methods and the objects it makes are safe for concurrent use, the way
+// libibverbs' are: posting to one QP from several goroutines is serialised
+// by the library, different QPs do not contend.
+type Context struct {
+	mount          string
+	alwaysDoorbell bool
+
+	mu     sync.RWMutex
+	mrs    map[uint32]*MR // by lkey, for inline gathers; guarded by mu
+	objs   map[closer]struct{}
+	closed bool
+}
+
+type closer interface{ release() error }
+
+// Open opens the device mounted at mount.
+func Open(mount string) (*Context, error) { return OpenWithOptions(mount, Options{}) }
+
+// OpenWithOptions is Open with options.
+func OpenWithOptions(mount string, opts Options) (*Context, error) {
+	abs, err := filepath.Abs(mount)
+	if err != nil {
+		return nil, opError("open_device", err, "")
+	}
+	if _, err := os.Stat(filepath.Join(abs, "device")); err != nil {
+		return nil, opError("open_device", err, abs+" is not an rdmafs mount")
+	}
+	return &Context{
+		mount:          abs,
+		alwaysDoorbell: opts.AlwaysDoorbell || os.Getenv("RDMAFS_ALWAYS_DOORBELL") == "1",
+		mrs:            map[uint32]*MR{},
+		objs:           map[closer]struct{}{},
+	}, nil
+}
+
+// Mount is the directory the Context was opened on.
+func (c *Context) Mount() string { return c.mount }
+
+// Close releases the mappings and files of every object this Context
+// still holds (ibv_close_device). It does not destroy them: the daemon
+// keeps them until they are destroyed (rmdir) or the device goes.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	objs := c.objs
+	c.objs, c.closed = map[closer]struct{}{}, true
+	clear(c.mrs)
+	c.mu.Unlock()
+	var errs []error
+	for o := range objs {
+		errs = append(errs, o.release())
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Context) track(o closer) {
+	c.mu.Lock()
+	c.objs[o] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *Context) untrack(o closer) {
+	c.mu.Lock()
+	delete(c.objs, o)
+	c.mu.Unlock()
+}
+
+func (c *Context) path(parts ...string) string {
+	return filepath.Join(append([]string{c.mount}, parts...)...)
+}
+
+// transact runs one */new transaction: write the request line, read the
+// new object's name. A refused request fails the write with an errno; the
+// read then returns "error: REASON".
+func (c *Context) transact(op, kind, line string) (string, error) {
+	f, err := os.OpenFile(c.path(kind, "new"), os.O_RDWR, 0)
+	if err != nil {
+		return "", opError(op, err, "")
+	}
+	defer f.Close()
+	_, werr := f.Write([]byte(line + "\n"))
+	buf := make([]byte, 4096)
+	n, rerr := f.Read(buf)
+	answer := strings.TrimSpace(string(buf[:n]))
+	if werr != nil {
+		return "", opError(op, werr, strings.TrimPrefix(answer, "error: "))
+	}
+	if rerr != nil {
+		return "", opError(op, rerr, "")
+	}
+	if answer == "" || strings.HasPrefix(answer, "error: ") {
+		return "", errorf(op, syscall.EIO, "unexpected answer %q to %s", answer, line)
+	}
+	return answer, nil
+}
+
+// command writes one command to an object's control file; on failure the
+// reason is the object's error file.
+func (c *Context) command(op, cmd string, dir ...string) error {
+	p := c.path(dir...)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return opError(op, err, "")
+	}
+	_, err = f.Write([]byte(cmd + "\n"))
+	f.Close()
+	if err != nil {
+		return opError(op, err, c.lastError(filepath.Dir(p)))
+	}
+	return nil
+}
+
+// lastError reads an object's error file.
+func (c *Context) lastError(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "error"))
+	return strings.TrimSpace(string(b))
+}
+
+// destroy removes an object's directory: the daemon destroys it, with the
+// verbs rules (EBUSY while others depend on it).
+func (c *Context) destroy(op string, dir ...string) error {
+	p := c.path(dir...)
+	if err := syscall.Rmdir(p); err != nil {
+		return opError(op, &os.PathError{Op: "rmdir", Path: p, Err: err}, c.lastError(p))
+	}
+	return nil
+}
+
+// keyValues reads a key=value file into a map.
+func (c *Context) keyValues(op string, parts ...string) (map[string]string, error) {
+	b, err := os.ReadFile(c.path(parts...))
+	if err != nil {
+		return nil, opError(op, err, "")
+	}
+	return parseKeyValues(b), nil
+}
+
+func parseKeyValues(b []byte) map[string]string {
+	m := map[string]string{}
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		k, v, ok := strings.Cut(strings.TrimSpace(string(l)), "=")
+		if ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// kv decodes numbers out of a key=value map, remembering the first error.
+type kv struct {
+	op  string
+	m   map[string]string
+	err error
+}
+
+func (d *kv) str(k string) string {
+	v, ok := d.m[k]
+	if !ok && d.err == nil {
+		d.err = errorf(d.op, syscall.EIO, "the daemon did not report %s", k)
+	}
+	return v
+}
+
+func (d *kv) u64(k string) uint64 {
+	s := d.str(k)
+	if s == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(s, 0, 64)
+	if err != nil && d.err == nil {
+		d.err = errorf(d.op, syscall.EIO, "%s=%q is not a number", k, s)
+	}
+	return n
+}
+
+func (d *kv) u32(k string) uint32 { return uint32(d.u64(k)) }
+
+// DeviceAttr is ibv_device_attr as the device file reports it.
+type DeviceAttr struct {
+	FwVer           string
+	NodeGUID        uint64
+	SysImageGUID    uint64
+	MaxMRSize       uint64
+	PageSizeCap     uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	HwVer           uint32
+	MaxQP           uint32
+	MaxQPWR         uint32
+	DeviceCapFlags  uint32
+	MaxSGE          uint32
+	MaxSGERd        uint32
+	MaxCQ           uint32
+	MaxCQE          uint32
+	MaxMR           uint32
+	MaxPD           uint32
+	MaxQPRdAtom     uint32
+	MaxResRdAtom    uint32
+	MaxQPInitRdAtom uint32
+	AtomicCap       string
+	MaxMW           uint32
+	MaxAH           uint32
+	MaxSRQ          uint32
+	MaxSRQWR        uint32
+	MaxSRQSGE       uint32
+	MaxPKeys        uint32
+	LocalCAAckDelay uint32
+	PhysPortCnt     uint32
+	MaxInlineData   uint32
+	MaxTotalMRBytes uint64
+}
+
+// QueryDevice is ibv_query_device.
+func (c *Context) QueryDevice() (*DeviceAttr, error) {
+	const op = "query_device"
+	m, err := c.keyValues(op, "device")
+	if err != nil {
+		return nil, err
+	}
+	d := kv{op: op, m: m}
+	a := &DeviceAttr{
+		FwVer: d.str("fw_ver"), NodeGUID: d.u64("node_guid"), SysImageGUID: d.u64("sys_image_guid"),
+		MaxMRSize: d.u64("max_mr_size"), PageSizeCap: d.u64("page_size_cap"),
+		VendorID: d.u32("vendor_id"), VendorPartID: d.u32("vendor_part_id"), HwVer: d.u32("hw_ver"),
+		MaxQP: d.u32("max_qp"), MaxQPWR: d.u32("max_qp_wr"), DeviceCapFlags: d.u32("device_cap_flags"),
+		MaxSGE: d.u32("max_sge"), MaxSGERd: d.u32("max_sge_rd"), MaxCQ: d.u32("max_cq"),
+		MaxCQE: d.u32("max_cqe"), MaxMR: d.u32("max_mr"), MaxPD: d.u32("max_pd"),
+		MaxQPRdAtom: d.u32("max_qp_rd_atom"), MaxResRdAtom: d.u32("max_res_rd_atom"),
+		MaxQPInitRdAtom: d.u32("max_qp_init_rd_atom"), AtomicCap: d.str("atomic_cap"),
+		MaxMW: d.u32("max_mw"), MaxAH: d.u32("max_ah"), MaxSRQ: d.u32("max_srq"),
+		MaxSRQWR: d.u32("max_srq_wr"), MaxSRQSGE: d.u32("max_srq_sge"), MaxPKeys: d.u32("max_pkeys"),
+		LocalCAAckDelay: d.u32("local_ca_ack_delay"), PhysPortCnt: d.u32("phys_port_cnt"),
+		MaxInlineData: d.u32("max_inline_data"), MaxTotalMRBytes: d.u64("max_total_mr_bytes"),
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return a, nil
+}
+
+// PortAttr is ibv_port_attr as the port file reports it.
+type PortAttr struct {
+	PortNum    uint8
+	State      string // "ACTIVE"
+	MaxMTU     MTU
+	ActiveMTU  MTU
+	GID        [16]byte // GID index 0
+	LID        uint16
+	LinkLayer  string
+	GIDTblLen  uint32
+	PKeyTblLen uint32
+	MaxMsgSz   uint32
+}
+
+// QueryPort is ibv_query_port. The device has one port, 1.
+func (c *Context) QueryPort(port uint8) (*PortAttr, error) {
+	const op = "query_port"
+	if port != 1 {
+		return nil, errorf(op, syscall.EINVAL, "port %d: the device has one port, 1", port)
+	}
+	m, err := c.keyValues(op, "port")
+	if err != nil {
+		return nil, err
+	}
+	d := kv{op: op, m: m}
+	a := &PortAttr{PortNum: uint8(d.u32("port_num")), State: d.str("state"), LID: uint16(d.u32("lid")),
+		LinkLayer: d.str("link_layer"), GIDTblLen: d.u32("gid_tbl_len"), PKeyTblLen: d.u32("pkey_tbl_len"),
+		MaxMsgSz: d.u32("max_msg_sz")}
+	var ok bool
+	if a.MaxMTU, ok = qp.MTUFromBytes(int(d.u32("max_mtu"))); !ok && d.err == nil {
+		d.err = errorf(op, syscall.EIO, "max_mtu=%s is not an MTU", m["max_mtu"])
+	}
+	if a.ActiveMTU, ok = qp.MTUFromBytes(int(d.u32("active_mtu"))); !ok && d.err == nil {
+		d.err = errorf(op, syscall.EIO, "active_mtu=%s is not an MTU", m["active_mtu"])
+	}
+	if d.err == nil {
+		if a.GID, err = qp.ParseGID(d.str("gid")); err != nil {
+			d.err = errorf(op, syscall.EIO, "gid: %v", err)
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return a, nil
+}
+
+// handleOf parses an object name the daemon gave.
+func handleOf(op, name string) (uint32, error) {
+	n, err := strconv.ParseUint(name, 10, 32)
+	if err != nil || n == 0 {
+		return 0, errorf(op, syscall.EIO, "the daemon answered %q, not a handle", name)
+	}
+	return uint32(n), nil
+}
+
+func hname(h uint32) string { return strconv.FormatUint(uint64(h), 10) }

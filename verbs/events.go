@@ -1,0 +1,177 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// AsyncEventType is ibv_event_type (same numbering).
+type AsyncEventType uint8
+
+// Asynchronous event types (IBV_EVENT_*).
+const (
+	EventCQErr AsyncEventType = iota
+	EventQPFatal
+	EventQPReqErr
+	EventQPAccessErr
+	EventCommEst
+	EventSQDrained
+	EventPathMig
+	EventPathMigErr
+	EventDeviceFatal
+	EventPortActive
+	EventPortErr
+	EventLIDChange
+	EventPKeyChange
+	EventSMChange
+	EventSRQErr
+	EventSRQLimitReached
+	EventQPLastWQEReached
+	EventClientReregister
+	EventGIDChange
+	numEvents
+)
+
+var eventNames = [numEvents]string{
+	"cq_err", "qp_fatal", "qp_req_err", "qp_access_err", "comm_est", "sq_drained",
+	"path_mig", "path_mig_err", "device_fatal", "port_active", "port_err", "lid_change",
+	"pkey_change", "sm_change", "srq_err", "srq_limit_reached", "qp_last_wqe_reached",
+	"client_reregister", "gid_change",
+}
+
+func (t AsyncEventType) String() string {
+	if t < numEvents {
+		return eventNames[t]
+	}
+	return fmt.Sprintf("AsyncEventType(%d)", uint8(t))
+}
+
+// AsyncEvent is ibv_async_event: what happened and to which object. Kind is
+// "qp" (Handle is the QPN), "cq", "srq" or "port".
+type AsyncEvent struct {
+	Type   AsyncEventType
+	Kind   string
+	Handle uint32
+	Line   string // the daemon's line, as read
+}
+
+func (e AsyncEvent) String() string { return e.Line }
+
+// parseAsyncEvent reads "event=comm_est qp=17".
+func parseAsyncEvent(line string) (AsyncEvent, error) {
+	ev := AsyncEvent{Line: line}
+	f := strings.Fields(line)
+	if len(f) != 2 || !strings.HasPrefix(f[0], "event=") {
+		return ev, fmt.Errorf("malformed event line %q", line)
+	}
+	name := strings.TrimPrefix(f[0], "event=")
+	ev.Type = numEvents
+	for i, n := range eventNames {
+		if n == name {
+			ev.Type = AsyncEventType(i)
+		}
+	}
+	if ev.Type == numEvents {
+		return ev, fmt.Errorf("unknown event %q", name)
+	}
+	k, v, ok := strings.Cut(f[1], "=")
+	n, err := strconv.ParseUint(v, 10, 32)
+	if !ok || err != nil {
+		return ev, fmt.Errorf("malformed object %q in event line %q", f[1], line)
+	}
+	ev.Kind, ev.Handle = k, uint32(n)
+	return ev, nil
+}
+
+// ReadAsyncEvents is ibv_get_async_event for every event queued: it blocks
+// until there is at least one (reading the events file, one batch per
+// open) and returns them in order. When ctx ends first it interrupts the
+// read (as Ctrl-C does a cat: a signal to the reading thread, which FUSE
+// turns into an interrupt) and returns ctx.Err(); no event is lost.
+func (c *Context) ReadAsyncEvents(ctx context.Context) ([]AsyncEvent, error) {
+	const op = "get_async_event"
+	fd, err := unix.Open(c.path("events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, opError(op, err, "")
+	}
+	defer unix.Close(fd)
+
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	tid := make(chan int, 1)
+	go func() {
+		// The read runs on a thread of its own, so that a signal can reach
+		// exactly it; the thread goes back to the pool afterwards.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- unix.Gettid()
+		var out []byte
+		buf := make([]byte, 16<<10)
+		for {
+			n, err := unix.Read(fd, buf)
+			switch {
+			case err == unix.EINTR:
+				if ctx.Err() != nil && len(out) == 0 {
+					done <- result{err: ctx.Err()}
+					return
+				}
+				continue
+			case err != nil:
+				done <- result{data: out, err: err}
+				return
+			case n == 0:
+				done <- result{data: out}
+				return
+			}
+			out = append(out, buf[:n]...)
+		}
+	}()
+	t := <-tid
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		pid := unix.Getpid()
+		tick := time.NewTicker(5 * time.Millisecond)
+	interrupt:
+		for {
+			// SIGURG: the Go runtime handles it (preemption) and ignores
+			// it otherwise; any pending signal interrupts the FUSE read.
+			unix.Tgkill(pid, t, syscall.SIGURG)
+			select {
+			case res = <-done:
+				break interrupt
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+	}
+	if res.err != nil && len(res.data) == 0 {
+		if res.err == ctx.Err() {
+			return nil, res.err
+		}
+		return nil, opError(op, res.err, "")
+	}
+	var evs []AsyncEvent
+	for _, l := range strings.Split(string(res.data), "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		ev, err := parseAsyncEvent(l)
+		if err != nil {
+			return evs, &Error{Op: op, Errno: syscall.EIO, Err: err}
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}

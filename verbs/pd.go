@@ -1,0 +1,197 @@
+package verbs
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
+
+// PD is a protection domain (ibv_pd).
+type PD struct {
+	ctx    *Context
+	Handle uint32
+}
+
+// AllocPD is ibv_alloc_pd.
+func (c *Context) AllocPD() (*PD, error) {
+	const op = "alloc_pd"
+	name, err := c.transact(op, "pd", "")
+	if err != nil {
+		return nil, err
+	}
+	h, err := handleOf(op, name)
+	if err != nil {
+		return nil, err
+	}
+	return &PD{ctx: c, Handle: h}, nil
+}
+
+// Context is the device the PD belongs to.
+func (pd *PD) Context() *Context { return pd.ctx }
+
+// Dealloc is ibv_dealloc_pd: EBUSY while MRs, QPs, SRQs, AHs or MWs use it.
+func (pd *PD) Dealloc() error { return pd.ctx.destroy("dealloc_pd", "pd", hname(pd.Handle)) }
+
+// MR is a registered memory region (ibv_mr). Buf is the memory itself,
+// mapped shared from mr/H/mem: what the program writes there the device
+// reads, and what the device writes the program sees. Byte i of Buf is at
+// IOVA+i in the addresses work requests use.
+type MR struct {
+	ctx    *Context
+	pd     *PD
+	Handle uint32
+	LKey   uint32
+	RKey   uint32
+	IOVA   uint64
+	Length uint64
+	Access Access
+	Buf    []byte
+
+	mu     sync.Mutex
+	region *ring.Region // nil once released; guarded by mu
+}
+
+// RegMR is ibv_reg_mr: length bytes of device memory with the given
+// access, at an iova the daemon chooses (its own address of the memory).
+func (pd *PD) RegMR(length int, access Access) (*MR, error) {
+	return pd.regMR(fmt.Sprintf("pd=%d length=%d access=%s", pd.Handle, length, accessText(access)))
+}
+
+// RegMRIOVA is RegMR with the iova given: work requests address byte i of
+// the MR as iova+i (ibv_reg_mr_iova).
+func (pd *PD) RegMRIOVA(length int, iova uint64, access Access) (*MR, error) {
+	return pd.regMR(fmt.Sprintf("pd=%d length=%d iova=%d access=%s", pd.Handle, length, iova, accessText(access)))
+}
+
+func accessText(a Access) string { return strings.TrimSpace(a.String()) }
+
+func (pd *PD) regMR(line string) (*MR, error) {
+	const op = "reg_mr"
+	c := pd.ctx
+	name, err := c.transact(op, "mr", line)
+	if err != nil {
+		return nil, err
+	}
+	h, err := handleOf(op, name)
+	if err != nil {
+		return nil, err
+	}
+	mr := &MR{ctx: c, pd: pd, Handle: h}
+	fail := func(err error) (*MR, error) {
+		mr.release()
+		c.destroy(op, "mr", name)
+		return nil, err
+	}
+	m, err := c.keyValues(op, "mr", name, "attr")
+	if err != nil {
+		return fail(err)
+	}
+	d := kv{op: op, m: m}
+	mr.LKey, mr.RKey, mr.IOVA, mr.Length = d.u32("lkey"), d.u32("rkey"), d.u64("iova"), d.u64("length")
+	if d.err != nil {
+		return fail(d.err)
+	}
+	if mr.Access, err = qp.ParseAccess(m["access"]); err != nil {
+		return fail(errorf(op, syscall.EIO, "access=%q: %v", m["access"], err))
+	}
+	reg, err := ring.MapFile(c.path("mr", name, "mem"))
+	if err != nil {
+		return fail(opError(op, err, ""))
+	}
+	if uint64(reg.Size()) < mr.Length {
+		reg.Close()
+		return fail(errorf(op, syscall.EIO, "mr %s: mem has %d bytes, length is %d", name, reg.Size(), mr.Length))
+	}
+	mr.region = reg
+	mr.Buf = reg.Bytes()[:mr.Length:mr.Length]
+	c.mu.Lock()
+	c.mrs[mr.LKey] = mr
+	c.objs[mr] = struct{}{}
+	c.mu.Unlock()
+	return mr, nil
+}
+
+// PD is the protection domain the MR was registered in.
+func (mr *MR) PD() *PD { return mr.pd }
+
+// Addr is the iova of byte off of the MR.
+func (mr *MR) Addr(off int) uint64 { return mr.IOVA + uint64(off) }
+
+// SGE describes length bytes at offset off of the MR.
+func (mr *MR) SGE(off, length int) SGE {
+	return SGE{Addr: mr.IOVA + uint64(off), Length: uint32(length), LKey: mr.LKey}
+}
+
+// Dereg is ibv_dereg_mr. Buf must not be used afterwards: it is unmapped.
+func (mr *MR) Dereg() error {
+	if err := mr.ctx.destroy("dereg_mr", "mr", hname(mr.Handle)); err != nil {
+		return err
+	}
+	mr.ctx.mu.Lock()
+	if mr.ctx.mrs[mr.LKey] == mr {
+		delete(mr.ctx.mrs, mr.LKey)
+	}
+	delete(mr.ctx.objs, mr)
+	mr.ctx.mu.Unlock()
+	return mr.release()
+}
+
+func (mr *MR) release() error {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.region == nil {
+		return nil
+	}
+	err := mr.region.Close()
+	mr.region = nil
+	mr.Buf = nil
+	return err
+}
+
+// gather copies the bytes sge names out of an MR this Context registered
+// in pd (the inline path of PostSend). The caller holds c.mu for reading.
+func (c *Context) gatherLocked(pd *PD, s SGE, dst []byte) ([]byte, error) {
+	mr := c.mrs[s.LKey]
+	if mr == nil || mr.pd != pd {
+		return dst, &qp.Error{Key: "sge", Msg: fmt.Sprintf("lkey %#x is not an MR of this context in pd %d", s.LKey, pd.Handle)}
+	}
+	if s.Addr < mr.IOVA || s.Addr-mr.IOVA > mr.Length || uint64(s.Length) > mr.Length-(s.Addr-mr.IOVA) {
+		return dst, &qp.Error{Key: "sge", Msg: fmt.Sprintf("addr %#x length %d is outside mr %d", s.Addr, s.Length, mr.Handle)}
+	}
+	off := s.Addr - mr.IOVA
+	return append(dst, mr.Buf[off:off+uint64(s.Length)]...), nil
+}
+
+// AH is an address handle (ibv_ah) for UD sends.
+type AH struct {
+	ctx    *Context
+	Handle uint32
+	Attr   AHAttr
+}
+
+// CreateAH is ibv_create_ah. DGID is required; on this device any GID
+// equal to the port's reaches the device itself.
+func (pd *PD) CreateAH(a AHAttr) (*AH, error) {
+	const op = "create_ah"
+	line := fmt.Sprintf("pd=%d dgid=%s sgid_index=%d hop_limit=%d traffic_class=%d flow_label=%d sl=%d dlid=%d static_rate=%d",
+		pd.Handle, qp.FormatGID(a.DGID), a.SGIDIndex, a.HopLimit, a.TrafficClass, a.FlowLabel, a.SL, a.DLID, a.StaticRate)
+	if a.PortNum != 0 {
+		line += fmt.Sprintf(" port_num=%d", a.PortNum)
+	}
+	name, err := pd.ctx.transact(op, "ah", line)
+	if err != nil {
+		return nil, err
+	}
+	h, err := handleOf(op, name)
+	if err != nil {
+		return nil, err
+	}
+	return &AH{ctx: pd.ctx, Handle: h, Attr: a}, nil
+}
+
+// Destroy is ibv_destroy_ah.
+func (ah *AH) Destroy() error { return ah.ctx.destroy("destroy_ah", "ah", hname(ah.Handle)) }

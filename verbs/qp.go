@@ -1,0 +1,410 @@
+package verbs
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
+
+// QPInitAttr is ibv_qp_init_attr.
+type QPInitAttr struct {
+	Type     QPType
+	SendCQ   *CQ
+	RecvCQ   *CQ
+	SRQ      *SRQ // receives come from the SRQ; the QP has no receive queue
+	Cap      QPCap
+	SQSigAll bool // every send WR completes, signalled or not
+}
+
+// QP is a queue pair (ibv_qp): its send and receive rings are mapped here
+// and posted to directly.
+type QP struct {
+	ctx    *Context
+	pd     *PD
+	QPN    uint32
+	Type   QPType
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *SRQ
+	// Cap is what the daemon provided: at least what was asked for (the
+	// rings are powers of two; the slack is the program's).
+	Cap      QPCap
+	SQSigAll bool
+
+	// state and maxRdAtomic as set by this library's modifies (the device
+	// itself only ever moves a QP to ERR or SQE, where posting is allowed).
+	state       atomic.Uint32
+	maxRdAtomic atomic.Uint32
+
+	send sendQueue
+	recv recvQueue
+
+	doorbells atomic.Uint64
+}
+
+type sendQueue struct {
+	mu     sync.Mutex
+	region *ring.Region // the sq file; its fd is the doorbell; nil once released
+	r      *ring.Ring
+	p      *ring.Producer
+	inline []byte    // scratch for inline gathers
+	wr     qp.SendWR // scratch copy of an inline WR
+	bell   [1]byte
+}
+
+type recvQueue struct {
+	mu     sync.Mutex
+	region *ring.Region // nil with an SRQ or once released
+	r      *ring.Ring
+	p      *ring.Producer
+	bell   [1]byte
+}
+
+// attrExtra are the lines of qp/N/attr that are not modify keys.
+var attrExtra = map[string]bool{"qp_num": true, "qp_type": true, "pd": true, "send_cq": true,
+	"recv_cq": true, "srq": true, "sq_sig_all": true}
+
+// CreateQP is ibv_create_qp.
+func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
+	const op = "create_qp"
+	c := pd.ctx
+	if init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, errorf(op, syscall.EINVAL, "send_cq and recv_cq are required")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pd=%d qp_type=%v send_cq=%d recv_cq=%d max_send_wr=%d max_send_sge=%d max_inline_data=%d",
+		pd.Handle, init.Type, init.SendCQ.Handle, init.RecvCQ.Handle,
+		init.Cap.MaxSendWR, init.Cap.MaxSendSGE, init.Cap.MaxInlineData)
+	if init.SRQ != nil {
+		fmt.Fprintf(&b, " srq=%d", init.SRQ.Handle)
+	} else {
+		fmt.Fprintf(&b, " max_recv_wr=%d max_recv_sge=%d", init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE)
+	}
+	if init.SQSigAll {
+		b.WriteString(" sq_sig_all=1")
+	}
+	name, err := c.transact(op, "qp", b.String())
+	if err != nil {
+		return nil, err
+	}
+	qpn, err := handleOf(op, name)
+	if err != nil {
+		return nil, err
+	}
+	q := &QP{ctx: c, pd: pd, QPN: qpn, Type: init.Type, SendCQ: init.SendCQ, RecvCQ: init.RecvCQ,
+		SRQ: init.SRQ, SQSigAll: init.SQSigAll}
+	fail := func(err error) (*QP, error) {
+		q.release()
+		c.destroy(op, "qp", name)
+		return nil, err
+	}
+	a, err := q.query(op)
+	if err != nil {
+		return fail(err)
+	}
+	q.Cap = a.Cap
+	q.state.Store(uint32(a.QPState))
+	q.maxRdAtomic.Store(uint32(a.MaxRdAtomic))
+	if q.send.region, q.send.r, err = mapQueue(op, c.path("qp", name, "sq"), ring.KindSQ); err != nil {
+		return fail(err)
+	}
+	q.send.p = ring.NewProducer(q.send.r)
+	q.send.inline = make([]byte, 0, q.Cap.MaxInlineData)
+	if init.SRQ == nil {
+		if q.recv.region, q.recv.r, err = mapQueue(op, c.path("qp", name, "rq"), ring.KindRQ); err != nil {
+			return fail(err)
+		}
+		q.recv.p = ring.NewProducer(q.recv.r)
+	}
+	c.track(q)
+	return q, nil
+}
+
+// mapQueue maps a work-queue ring file; the Region keeps the file open.
+func mapQueue(op, path string, kind ring.Kind) (*ring.Region, *ring.Ring, error) {
+	reg, err := ring.MapFile(path)
+	if err != nil {
+		return nil, nil, opError(op, err, "")
+	}
+	r, err := ring.Attach(reg.Bytes(), kind)
+	if err != nil {
+		reg.Close()
+		return nil, nil, &Error{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	return reg, r, nil
+}
+
+// PD is the protection domain of the QP.
+func (q *QP) PD() *PD { return q.pd }
+
+// Modify is ibv_modify_qp: the attributes mask names are written as one
+// `modify` command to qp/N/ctl. The daemon checks them against the IB
+// transition table; on refusal nothing changed and the error carries the
+// daemon's reason (EINVAL naming the attribute, EOPNOTSUPP for alternate
+// paths and rate limits).
+func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
+	const op = "modify_qp"
+	if mask == 0 {
+		return errorf(op, syscall.EINVAL, "empty attribute mask")
+	}
+	err := q.ctx.command(op, "modify "+qp.FormatModify(attr, mask), "qp", hname(q.QPN), "ctl")
+	if err != nil {
+		return err
+	}
+	if mask&qp.MaskState != 0 {
+		q.state.Store(uint32(attr.QPState))
+	}
+	if mask&qp.MaskMaxQPRdAtomic != 0 {
+		q.maxRdAtomic.Store(uint32(attr.MaxRdAtomic))
+	}
+	return nil
+}
+
+// Query is ibv_query_qp: every attribute of the QP (including Cap and the
+// current state) as qp/N/attr reports it.
+func (q *QP) Query() (*QPAttr, error) {
+	a, err := q.query("query_qp")
+	if err != nil {
+		return nil, err
+	}
+	q.state.Store(uint32(a.QPState))
+	q.maxRdAtomic.Store(uint32(a.MaxRdAtomic))
+	return a, nil
+}
+
+func (q *QP) query(op string) (*QPAttr, error) {
+	m, err := q.ctx.keyValues(op, "qp", hname(q.QPN), "attr")
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	for k, v := range m {
+		if attrExtra[k] {
+			continue
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(v)
+		b.WriteByte(' ')
+	}
+	a, _, err := qp.ParseModify(b.String())
+	if err != nil {
+		return nil, &Error{Op: op, Errno: syscall.EIO, Reason: "qp/" + hname(q.QPN) + "/attr: " + err.Error()}
+	}
+	a.CurQPState = a.QPState
+	return &a, nil
+}
+
+// State reads the QP's current state from qp/N/state.
+func (q *QP) State() (QPState, error) {
+	b, err := os.ReadFile(q.ctx.path("qp", hname(q.QPN), "state"))
+	if err != nil {
+		return 0, opError("query_qp", err, "")
+	}
+	st, ok := qp.ParseState(strings.TrimSpace(string(b)))
+	if !ok {
+		return 0, errorf("query_qp", syscall.EIO, "state %q", b)
+	}
+	q.state.Store(uint32(st))
+	return st, nil
+}
+
+// Doorbells counts the doorbells this QP rang (writes to qp/N/sq, each one
+// a FUSE request): zero while the engine keeps NEED_WAKEUP clear.
+func (q *QP) Doorbells() uint64 { return q.doorbells.Load() }
+
+// PostSend is ibv_post_send: each WR is checked as libibverbs providers
+// check it (qp.ValidateSendWR), encoded straight into the mapped send
+// ring, and the batch published with one store. A doorbell (one write to
+// qp/N/sq) follows only when the engine asked for one with NEED_WAKEUP
+// (or Options.AlwaysDoorbell is set). On a bad WR the error is a
+// *PostError whose Index is that WR's; the WRs before it are posted.
+//
+// An inline send (SendInline) with an SGL has its bytes copied out of the
+// MRs of this Context at post time, as libibverbs does; the SGE addresses
+// are iovas. In steady state PostSend makes no system call and does not
+// allocate.
+func (q *QP) PostSend(wrs ...SendWR) error {
+	const op = "post_send"
+	s := &q.send
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		return &PostError{Op: op, Errno: syscall.EBADF, Err: fmt.Errorf("qp %d is destroyed or closed", q.QPN)}
+	}
+	if st := QPState(q.state.Load()); !st.CanPostSend() {
+		return &PostError{Op: op, Errno: syscall.EINVAL, Err: fmt.Errorf("qp %d is in %v; sends need RTS", q.QPN, st)}
+	}
+	caps := qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: uint8(q.maxRdAtomic.Load())}
+	free, err := s.p.Free()
+	if err != nil {
+		return &PostError{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	posted := 0
+	var perr error
+	for i := range wrs {
+		wr := &wrs[i]
+		if wr.SendFlags&qp.SendInline != 0 && wr.InlineData == nil && len(wr.SGL) > 0 {
+			if wr, err = q.gatherInline(wr); err != nil {
+				perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
+				break
+			}
+		}
+		if err := qp.ValidateSendWR(q.Type, wr, caps); err != nil {
+			perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
+			break
+		}
+		if free == 0 {
+			perr = &PostError{Op: op, Index: i, Errno: syscall.ENOMEM, Err: fmt.Errorf("send queue full (%d WRs)", q.Cap.MaxSendWR)}
+			break
+		}
+		if err := ring.EncodeSendWQE(s.p.Next(), wr); err != nil {
+			perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
+			break
+		}
+		s.p.Advance()
+		free--
+		posted++
+	}
+	if posted > 0 {
+		s.p.Publish()
+		if q.ctx.alwaysDoorbell || s.r.NeedWakeup() {
+			q.doorbells.Add(1)
+			if _, err := unix.Write(s.region.Fd(), s.bell[:]); err != nil && perr == nil {
+				perr = &Error{Op: op, Errno: errnoOf(err), Reason: "doorbell: " + err.Error()}
+			}
+		}
+	}
+	return perr
+}
+
+// gatherInline copies an inline WR's SGL into the QP's scratch. The send
+// lock is held.
+func (q *QP) gatherInline(wr *SendWR) (*SendWR, error) {
+	s := &q.send
+	var total uint64
+	for _, e := range wr.SGL {
+		total += uint64(e.Length)
+	}
+	if total > uint64(q.Cap.MaxInlineData) {
+		return nil, &qp.Error{Key: "inline_data", Msg: fmt.Sprintf("%d bytes exceed max_inline_data %d", total, q.Cap.MaxInlineData)}
+	}
+	buf := s.inline[:0]
+	q.ctx.mu.RLock()
+	var err error
+	for _, e := range wr.SGL {
+		if buf, err = q.ctx.gatherLocked(q.pd, e, buf); err != nil {
+			break
+		}
+	}
+	q.ctx.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	s.wr = *wr
+	s.wr.InlineData, s.wr.SGL = buf, nil
+	return &s.wr, nil
+}
+
+// PostRecv is ibv_post_recv: the WRs go straight into the mapped receive
+// ring, published with one store. No doorbell: the engine takes receive
+// WQEs when a message arrives (it is rung only if the engine set
+// NEED_WAKEUP on the receive queue, or when this library moved the QP to
+// ERR, where the WRs are flushed at once). Errors are *PostError as for
+// PostSend.
+func (q *QP) PostRecv(wrs ...RecvWR) error {
+	const op = "post_recv"
+	if q.SRQ != nil {
+		return &PostError{Op: op, Errno: syscall.EINVAL, Err: fmt.Errorf("qp %d receives from srq %d; post to the srq", q.QPN, q.SRQ.Handle)}
+	}
+	if st := QPState(q.state.Load()); !st.CanPostRecv() {
+		return &PostError{Op: op, Errno: syscall.EINVAL, Err: fmt.Errorf("qp %d is in %v; receives need INIT or later", q.QPN, st)}
+	}
+	rq := &q.recv
+	rq.mu.Lock()
+	defer rq.mu.Unlock()
+	if rq.p == nil {
+		return &PostError{Op: op, Errno: syscall.EBADF, Err: fmt.Errorf("qp %d is destroyed or closed", q.QPN)}
+	}
+	err := postRecv(op, rq.region, rq.r, rq.p, &rq.bell, q.Cap.MaxRecvSGE, wrs)
+	if QPState(q.state.Load()) == StateErr {
+		// In ERR the WRs are flushed at once, by the engine: kick it.
+		q.doorbells.Add(1)
+		unix.Write(rq.region.Fd(), rq.bell[:])
+	}
+	return err
+}
+
+// postRecv is the receive post of a QP or an SRQ; the queue's lock is held.
+func postRecv(op string, reg *ring.Region, r *ring.Ring, p *ring.Producer, bell *[1]byte, maxSGE uint32, wrs []RecvWR) error {
+	free, err := p.Free()
+	if err != nil {
+		return &PostError{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	posted := 0
+	var perr error
+	for i := range wrs {
+		wr := &wrs[i]
+		if err := qp.ValidateRecvWR(wr, maxSGE); err != nil {
+			perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
+			break
+		}
+		if free == 0 {
+			perr = &PostError{Op: op, Index: i, Errno: syscall.ENOMEM, Err: fmt.Errorf("receive queue full (%d WRs)", r.SlotCount())}
+			break
+		}
+		if err := ring.EncodeRecvWQE(p.Next(), wr); err != nil {
+			perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
+			break
+		}
+		p.Advance()
+		free--
+		posted++
+	}
+	if posted > 0 {
+		p.Publish()
+		if r.NeedWakeup() {
+			if _, err := unix.Write(reg.Fd(), bell[:]); err != nil && perr == nil {
+				perr = &Error{Op: op, Errno: errnoOf(err), Reason: "doorbell: " + err.Error()}
+			}
+		}
+	}
+	return perr
+}
+
+// Destroy is ibv_destroy_qp: outstanding work is discarded and the rings
+// unmapped.
+func (q *QP) Destroy() error {
+	if err := q.ctx.destroy("destroy_qp", "qp", hname(q.QPN)); err != nil {
+		return err
+	}
+	q.ctx.untrack(q)
+	return q.release()
+}
+
+func (q *QP) release() error {
+	var err error
+	q.send.mu.Lock()
+	if q.send.region != nil {
+		err = q.send.region.Close()
+		q.send.region, q.send.r, q.send.p = nil, nil, nil
+	}
+	q.send.mu.Unlock()
+	q.recv.mu.Lock()
+	if q.recv.region != nil {
+		if e := q.recv.region.Close(); err == nil {
+			err = e
+		}
+		q.recv.region, q.recv.r, q.recv.p = nil, nil, nil
+	}
+	q.recv.mu.Unlock()
+	return err
+}

@@ -1,0 +1,113 @@
+package verbs
+
+import (
+	"fmt"
+	"syscall"
+
+	"rdmafs/ring"
+)
+
+// SRQInitAttr is ibv_srq_init_attr's attr.
+type SRQInitAttr struct {
+	MaxWR    uint32
+	MaxSGE   uint32
+	SRQLimit uint32 // srq_limit_reached fires when fewer WRs remain (0: off)
+}
+
+// SRQ is a shared receive queue (ibv_srq): its ring is mapped here.
+type SRQ struct {
+	ctx    *Context
+	Handle uint32
+	MaxWR  uint32 // as provided (a power of two)
+	MaxSGE uint32
+
+	q recvQueue
+}
+
+// CreateSRQ is ibv_create_srq.
+func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
+	const op = "create_srq"
+	c := pd.ctx
+	line := fmt.Sprintf("pd=%d max_wr=%d max_sge=%d", pd.Handle, a.MaxWR, a.MaxSGE)
+	if a.SRQLimit != 0 {
+		line += fmt.Sprintf(" srq_limit=%d", a.SRQLimit)
+	}
+	name, err := c.transact(op, "srq", line)
+	if err != nil {
+		return nil, err
+	}
+	h, err := handleOf(op, name)
+	if err != nil {
+		return nil, err
+	}
+	s := &SRQ{ctx: c, Handle: h}
+	fail := func(err error) (*SRQ, error) {
+		s.release()
+		c.destroy(op, "srq", name)
+		return nil, err
+	}
+	attr, err := s.Query()
+	if err != nil {
+		return fail(err)
+	}
+	s.MaxWR, s.MaxSGE = attr.MaxWR, attr.MaxSGE
+	if s.q.region, s.q.r, err = mapQueue(op, c.path("srq", name, "ring"), ring.KindSRQ); err != nil {
+		return fail(err)
+	}
+	s.q.p = ring.NewProducer(s.q.r)
+	c.track(s)
+	return s, nil
+}
+
+// SRQAttr is ibv_srq_attr plus how many WRs wait in the queue.
+type SRQAttr struct {
+	MaxWR, MaxSGE, SRQLimit, Pending uint32
+}
+
+// Query is ibv_query_srq.
+func (s *SRQ) Query() (*SRQAttr, error) {
+	const op = "query_srq"
+	m, err := s.ctx.keyValues(op, "srq", hname(s.Handle), "attr")
+	if err != nil {
+		return nil, err
+	}
+	d := kv{op: op, m: m}
+	a := &SRQAttr{MaxWR: d.u32("max_wr"), MaxSGE: d.u32("max_sge"), SRQLimit: d.u32("srq_limit"), Pending: d.u32("pending")}
+	return a, d.err
+}
+
+// ModifyLimit is ibv_modify_srq with IBV_SRQ_LIMIT: arm the limit event.
+func (s *SRQ) ModifyLimit(limit uint32) error {
+	return s.ctx.command("modify_srq", fmt.Sprintf("modify srq_limit=%d", limit), "srq", hname(s.Handle), "ctl")
+}
+
+// PostSRQRecv is ibv_post_srq_recv, through the mapped ring like PostRecv.
+func (s *SRQ) PostSRQRecv(wrs ...RecvWR) error {
+	const op = "post_srq_recv"
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	if s.q.p == nil {
+		return &PostError{Op: op, Errno: syscall.EBADF, Err: fmt.Errorf("srq %d is destroyed or closed", s.Handle)}
+	}
+	return postRecv(op, s.q.region, s.q.r, s.q.p, &s.q.bell, s.MaxSGE, wrs)
+}
+
+// Destroy is ibv_destroy_srq: EBUSY while a QP uses it.
+func (s *SRQ) Destroy() error {
+	if err := s.ctx.destroy("destroy_srq", "srq", hname(s.Handle)); err != nil {
+		return err
+	}
+	s.ctx.untrack(s)
+	return s.release()
+}
+
+func (s *SRQ) release() error {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	if s.q.region == nil {
+		return nil
+	}
+	err := s.q.region.Close()
+	s.q.region, s.q.r, s.q.p = nil, nil, nil
+	return err
+}
