@@ -11,11 +11,21 @@ import (
 // benchWrite measures RDMA WRITEs of size bytes through the engine: posted
 // 16 at a time with only the last signaled, up to 64 outstanding, completed
 // by polling the CQ, the way a verbs program streams writes.
-func benchWrite(b *testing.B, size int) {
-	e := newEnv(b, func(c *Config) { c.Clock = clock.Real{} })
-	a, _, acq, _ := e.pairX(qp.TypeRC, "path_mtu=4096", "path_mtu=4096")
-	src := e.mr(uint64(size)+64, 0)
-	dst := e.mr(uint64(size)+64, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+// With wire, the two QPs are on two devices that talk RoCEv2 over lo.
+func benchWrite(b *testing.B, size int, wire bool) {
+	var ea, eb *env
+	var a *QP
+	var acq *CQ
+	if wire {
+		ea, eb = newWirePair(b)
+		a, _, acq, _ = wireQPs(ea, eb, qp.TypeRC, "path_mtu=4096", "path_mtu=4096")
+	} else {
+		ea = newEnv(b, func(c *Config) { c.Clock = clock.Real{} })
+		eb = ea
+		a, _, acq, _ = ea.pairX(qp.TypeRC, "path_mtu=4096", "path_mtu=4096")
+	}
+	src := ea.mr(uint64(size)+64, 0)
+	dst := eb.mr(uint64(size)+64, qp.AccessLocalWrite|qp.AccessRemoteWrite)
 	fill(src.Mem(), 1)
 	const batch, depth = 16, 64
 	wrs := make([]qp.SendWR, batch)
@@ -53,8 +63,10 @@ func benchWrite(b *testing.B, size int) {
 	sameBytes(b, dst.Mem()[:size], src.Mem()[:size])
 }
 
-func BenchmarkRDMAWrite8B(b *testing.B)  { benchWrite(b, 8) }
-func BenchmarkRDMAWrite64K(b *testing.B) { benchWrite(b, 64<<10) }
+func BenchmarkRDMAWrite8B(b *testing.B)      { benchWrite(b, 8, false) }
+func BenchmarkRDMAWrite64K(b *testing.B)     { benchWrite(b, 64<<10, false) }
+func BenchmarkWireRDMAWrite8B(b *testing.B)  { benchWrite(b, 8, true) }
+func BenchmarkWireRDMAWrite64K(b *testing.B) { benchWrite(b, 64<<10, true) }
 
 var memcpySink []byte
 

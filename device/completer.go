@@ -35,6 +35,7 @@ func (q *QP) completeResponseLocked(p *packet) {
 	old := p.psn.Before(q.comp.psn) && opInfo(p.opcode)&ofRead == 0 &&
 		(p.opcode&opMask != opAcknowledge || p.psn.Before(q.comp.psn.Add(^uint32(0))))
 	if beyond || old {
+		q.Counters.DuplicateResps++
 		q.dropLocked(p)
 		return
 	}
@@ -158,6 +159,7 @@ func (q *QP) handleAETHLocked(p *packet) {
 		switch syn {
 		case aethNAKSeq:
 			q.Counters.SeqErrNaks++
+			q.Counters.SeqNaksRecv++
 			d.Counters.SeqErrNaks.Add(1)
 			if q.req.waitRNR {
 				// The packets that followed an RNR-NAKed one arrive out
@@ -180,8 +182,12 @@ func (q *QP) handleAETHLocked(p *packet) {
 		switch syn {
 		case aethNAKInvReq:
 			status = qp.WCRemInvReqErr
+			q.Counters.InvReqNaksRecv++
 		case aethNAKRemAccess:
 			status = qp.WCRemAccessErr
+			q.Counters.RemAccessNaksRecv++
+		default:
+			q.Counters.RemOpNaksRecv++
 		}
 		q.failWQELocked(w, status)
 	}
@@ -213,6 +219,7 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 	if w == nil || !w.info.Read || p.psn != q.comp.psn {
 		// Out of order or duplicate: rxe drops it and lets the retry
 		// timer or a later response sort it out.
+		q.Counters.DuplicateResps++
 		q.dropLocked(&packet{})
 		return
 	}
@@ -239,6 +246,7 @@ func (q *QP) handleAtomicAckLocked(p *packet) {
 		// taking it would move the window past a READ that has not got
 		// its data. Dropped; the retry asks again and the responder
 		// replays the saved result.
+		q.Counters.DuplicateResps++
 		q.dropLocked(&packet{})
 		return
 	}
@@ -281,8 +289,12 @@ func (q *QP) retireLocked() {
 		if w.state != wqeDone {
 			break
 		}
-		q.completeSendLocked(w, w.status)
+		// The slot is free before its completion is visible (as rxe), so a
+		// client that polls the CQE can post into it at once. w stays valid:
+		// the shadow slot is overwritten only when the engine fetches.
 		q.sqCons.Advance(1)
+		q.sqCons.Publish()
+		q.completeSendLocked(w, w.status)
 		moved = true
 		if w.status != qp.WCSuccess {
 			if q.reqIdx == q.sqCons.Tail()-1 {
@@ -296,8 +308,9 @@ func (q *QP) retireLocked() {
 	if q.sqCons.Tail() == q.reqIdx && q.reqIdx != q.sqFetched {
 		w := &q.swq[q.reqIdx&q.sqMask()]
 		if w.state == wqeDone && w.status != qp.WCSuccess {
-			q.completeSendLocked(w, w.status)
 			q.sqCons.Advance(1)
+			q.sqCons.Publish()
+			q.completeSendLocked(w, w.status)
 			q.reqIdx++
 			moved = true
 			q.enterErrLocked()

@@ -16,10 +16,14 @@
 //     has work; an idle device parks and uses no CPU.
 //   - packet.go, requester.go, responder.go, completer.go: the transport, in
 //     the shape of rxe. The requester turns WQEs into IB packets (PSNs, path
-//     MTU segmentation), the link delivers them (loopback now, RoCEv2 later),
+//     MTU segmentation), the link delivers them (loopback, or RoCEv2),
 //     the responder executes them against its QP and answers with ACK, NAK,
 //     read responses and atomic acknowledgements, and the completer retires
 //     WQEs, retries, and writes completions.
+//   - wire.go: the link every packet takes (routeLink: loopback for the
+//     device's own GID, RoCEv2 over IPv4 for Config.Addr's peers) and the
+//     RoCEv2 sockets, encoding, ICRC checks and receive goroutine.
+//   - capture.go: pcap capture of every packet sent and received.
 //
 // # Locking
 //
@@ -42,6 +46,7 @@ import (
 
 	"rdmafs/clock"
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
 
 // Config sets the device's limits and identity. Zero fields take the
@@ -73,6 +78,10 @@ type Config struct {
 	ActiveMTU qp.MTU // port active_mtu, the UD MTU
 	GID       [16]byte
 	NodeGUID  uint64
+
+	// Addr, when valid, is the IPv4 address the device speaks RoCEv2 on
+	// (UDP port 4791); the port GID becomes ::ffff:Addr (wire.go).
+	Addr netip.Addr
 
 	Clock clock.Clock
 	Logf  func(format string, args ...any)
@@ -161,6 +170,14 @@ func (c *Config) fill() error {
 		rand.Read(b[:])
 		c.NodeGUID = binary.BigEndian.Uint64(b[:]) &^ (1 << 56) // unicast, locally administered style
 	}
+	if c.Addr.IsValid() {
+		a := c.Addr.Unmap()
+		if !a.Is4() || a.IsUnspecified() || a.IsMulticast() {
+			return fmt.Errorf("addr %v: RoCEv2 needs a unicast IPv4 address", c.Addr)
+		}
+		c.Addr = a
+		c.GID = roce.GIDFromIPv4(a)
+	}
 	if c.GID == ([16]byte{}) {
 		// Link-local GID from the node GUID, as IB ports derive their first GID.
 		c.GID[0], c.GID[1] = 0xfe, 0x80
@@ -202,6 +219,8 @@ type Device struct {
 	engine   engine
 	link     link
 	pool     packetPool
+	wire     *wire // the RoCEv2 link, nil without Config.Addr
+	capture  captureHub
 }
 
 // New makes a device and starts its engine.
@@ -223,7 +242,15 @@ func New(cfg Config) (*Device, error) {
 	d.cqs.init()
 	d.srqs.init()
 	d.events.init()
-	d.link = loopbackLink{d}
+	d.capture.init()
+	d.link = routeLink{d}
+	if cfg.Addr.IsValid() {
+		w, err := openWire(d, cfg.Addr)
+		if err != nil {
+			return nil, err
+		}
+		d.wire = w
+	}
 	d.engine.start(d)
 	return d, nil
 }
@@ -242,6 +269,14 @@ func (d *Device) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.engine.stop()
+	d.mu.Lock()
+	w := d.wire
+	d.wire = nil
+	d.mu.Unlock()
+	if w != nil {
+		w.close()
+	}
+	d.capture.close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, q := range d.qps {
@@ -459,6 +494,14 @@ type Counters struct {
 	EngineParks     atomic.Uint64
 	Doorbells       atomic.Uint64
 	AsyncEvents     atomic.Uint64
+	// RoCEv2 and capture (wire.go, capture.go).
+	ICRCErrors       atomic.Uint64
+	MalformedPackets atomic.Uint64
+	WirePacketsSent  atomic.Uint64
+	WirePacketsRecv  atomic.Uint64
+	WireSendErrors   atomic.Uint64
+	WireRecvErrors   atomic.Uint64
+	CaptureDrops     atomic.Uint64
 }
 
 // Counter is one named value.
@@ -492,6 +535,13 @@ func (c *Counters) List() []Counter {
 		{"engine_parks", c.EngineParks.Load()},
 		{"doorbells", c.Doorbells.Load()},
 		{"async_events", c.AsyncEvents.Load()},
+		{"icrc_errors", c.ICRCErrors.Load()},
+		{"malformed_packets", c.MalformedPackets.Load()},
+		{"wire_packets_sent", c.WirePacketsSent.Load()},
+		{"wire_packets_recv", c.WirePacketsRecv.Load()},
+		{"wire_send_errors", c.WireSendErrors.Load()},
+		{"wire_recv_errors", c.WireRecvErrors.Load()},
+		{"capture_drops", c.CaptureDrops.Load()},
 	}
 }
 

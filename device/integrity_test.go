@@ -35,7 +35,7 @@ var (
 
 type integ struct {
 	t        *testing.T
-	e        *env
+	ea, eb   *env // the requester's device and the responder's (the same on loopback)
 	rng      *rand.Rand
 	a, b     *QP
 	acq, bcq *CQ
@@ -50,7 +50,12 @@ type integ struct {
 	model    []byte
 	maxMsg   int
 	lossy    bool
-	id       uint64
+	ops      int
+	// collect gathers the completions of a batch: at least want of them
+	// on cq, waiting (and, on a lossy link, driving the retry timers) as
+	// needed.
+	collect func(e *env, cq *CQ, want int) []string
+	id      uint64
 	// per batch
 	dstNext, rcvNext uint64
 	sends, recvs     []qp.SendWR
@@ -75,24 +80,9 @@ const atomicArea = 4096 // the first bytes of rem hold the atomic words
 // alike, and the RC transport has to recover every one by retransmission.
 func integrityRun(t *testing.T, typ qp.Type, seed uint64, lossy bool) {
 	e := newEnv(t)
-	rng := rand.New(rand.NewPCG(seed, seed*7))
-	mtus := []int{256, 512, 1024, 2048, 4096}
-	mtu := mtus[rng.IntN(len(mtus))]
-	over := fmt.Sprintf("path_mtu=%d", mtu)
-	a, b, acq, bcq := e.pairX(typ, over, over)
-	const memSize = 8 << 20
-	g := &integ{t: t, e: e, rng: rng, a: a, b: b, acq: acq, bcq: bcq,
-		src: e.mr(memSize, 0), dst: e.mr(2*memSize, qp.AccessLocalWrite),
-		rem: e.mr(memSize, rwAccess), rcv: e.mr(2*memSize, qp.AccessLocalWrite),
-		bsrc: e.mr(1<<20, 0), arcv: e.mr(4<<20, qp.AccessLocalWrite),
-		bindMR: e.mr(1<<16, qp.AccessLocalWrite|qp.AccessMWBind), mw: e.mw(1),
-		maxMsg: 2 << 20}
-	ops := 2000
-	if typ == qp.TypeUC {
-		ops = 600
-	}
+	g := newInteg(t, e, e, typ, seed, "")
 	if lossy {
-		ops, g.maxMsg, g.lossy = 600, 256<<10, true
+		g.ops, g.maxMsg, g.lossy = 600, 256<<10, true
 		lrng := rand.New(rand.NewPCG(seed, 99))
 		e.link(func(p *packet) linkAction {
 			if lrng.IntN(1000) < *integrityLoss {
@@ -101,19 +91,85 @@ func integrityRun(t *testing.T, typ qp.Type, seed uint64, lossy bool) {
 			return deliver
 		})
 	}
+	g.collect = g.collectFake
+	g.run(typ)
+}
+
+// newInteg makes the QP pair (a on ea, b on eb) and the memory of a
+// random-mix run; over adds connect attributes to both sides.
+func newInteg(t *testing.T, ea, eb *env, typ qp.Type, seed uint64, over string) *integ {
+	rng := rand.New(rand.NewPCG(seed, seed*7))
+	mtus := []int{256, 512, 1024, 2048, 4096}
+	mtu := mtus[rng.IntN(len(mtus))]
+	over = fmt.Sprintf("path_mtu=%d %s", mtu, over)
+	var a, b *QP
+	var acq, bcq *CQ
+	if ea == eb {
+		a, b, acq, bcq = ea.pairX(typ, over, over)
+	} else {
+		a, b, acq, bcq = wireQPs(ea, eb, typ, over, over)
+	}
+	const memSize = 8 << 20
+	g := &integ{t: t, ea: ea, eb: eb, rng: rng, a: a, b: b, acq: acq, bcq: bcq,
+		src: ea.mr(memSize, 0), dst: ea.mr(2*memSize, qp.AccessLocalWrite),
+		rem: eb.mr(memSize, rwAccess), rcv: eb.mr(2*memSize, qp.AccessLocalWrite),
+		bsrc: eb.mr(1<<20, 0), arcv: ea.mr(4<<20, qp.AccessLocalWrite),
+		bindMR: ea.mr(1<<16, qp.AccessLocalWrite|qp.AccessMWBind), mw: ea.mw(1),
+		maxMsg: 2 << 20, ops: 2000}
+	if typ == qp.TypeUC {
+		g.ops = 600
+	}
+	t.Logf("seed %#x path_mtu %d", seed, mtu)
+	return g
+}
+
+// run drives the random mix and checks the responder's memory at the end.
+func (g *integ) run(typ qp.Type) {
+	t := g.t
 	if testing.Short() {
-		ops /= 4
+		g.ops /= 4
 		g.maxMsg = 256 << 10
 	}
 	fill(g.rem.Mem(), 77)
 	fill(g.bsrc.Mem(), 78)
 	g.model = append([]byte(nil), g.rem.Mem()...)
-	t.Logf("seed %#x path_mtu %d ops %d", seed, mtu, ops)
-	for done := 0; done < ops; {
+	for done := 0; done < g.ops; {
 		done += g.batch(typ)
 	}
 	sameBytes(t, g.rem.Mem(), g.model)
-	e.healthy(a, b)
+	if g.ea == g.eb {
+		g.ea.healthy(g.a, g.b)
+	} else {
+		wireSettle(t, g.ea, g.eb)
+		g.ea.healthy(g.a)
+		g.eb.healthy(g.b)
+	}
+}
+
+// collectFake is collect on one device with the fake clock: the engine
+// is quiesced, and on a lossy link the clock is advanced by a retransmit
+// timeout until everything has come.
+func (g *integ) collectFake(e *env, cq *CQ, want int) []string {
+	t := g.t
+	got := e.poll(cq)
+	for i := 0; g.lossy && len(got) < want; i++ {
+		if i == 10000 {
+			e.d.mu.Lock()
+			a, b := g.a, g.b
+			t.Logf("a %v req.psn %d comp.psn %d acked %d reqIdx %d tail %d fetched %d waitRNR %v needRetry %v timer %v retryLeft %d",
+				a.attr.QPState, a.req.psn, a.comp.psn, a.comp.acked, a.reqIdx, a.sqCons.Tail(), a.sqFetched, a.req.waitRNR, a.req.needRetry, a.retryTimer != nil, a.comp.retryLeft)
+			for i := a.sqCons.Tail(); i != a.sqFetched; i++ {
+				w := &a.swq[i&a.sqMask()]
+				t.Logf("  wqe %d %v state %d status %v psn %d..%d len %d sent %d", i, w.wr.Opcode, w.state, w.status, w.firstPSN, w.lastPSN, w.length, w.sent)
+			}
+			t.Logf("b %v resp.psn %d inSend %v inWrite %v", b.attr.QPState, b.resp.psn, b.resp.inSend, b.resp.inWrite)
+			e.d.mu.Unlock()
+			t.Fatalf("stuck: %d of %d completions on cq %d:\n%s", len(got), want, cq.Handle, strings.Join(got, "\n"))
+		}
+		e.clk.Advance(qp.AckTimeout(14))
+		got = append(got, e.poll(cq)...)
+	}
+	return got
 }
 
 // size picks a message size: mostly small, some medium, a few large.
@@ -195,7 +251,7 @@ func gatherSpans(mem []byte, spans [][2]uint64, n int) []byte {
 
 // batch posts up to 48 random operations, waits for them and checks.
 func (g *integ) batch(typ qp.Type) int {
-	t, e := g.t, g.e
+	t := g.t
 	g.dstNext, g.rcvNext = 0, 0
 	g.sends, g.recvs, g.wantA, g.wantB, g.checks, g.reads = nil, nil, nil, nil, nil, nil
 	g.bsends, g.arecvs, g.arcvNext = nil, nil, 0
@@ -266,32 +322,8 @@ func (g *integ) batch(typ qp.Type) int {
 	for _, w := range g.arecvs {
 		wantA = append(wantA, recvWC(w.WRID, "success", "recv", g.a, int(w.InvalidateRKey), g.b, ""))
 	}
-	got := e.poll(g.acq)
-	for i := 0; g.lossy && len(got) < len(wantA); i++ {
-		if i == 10000 {
-			e.d.mu.Lock()
-			a, b := g.a, g.b
-			t.Logf("a %v req.psn %d comp.psn %d acked %d reqIdx %d tail %d fetched %d waitRNR %v needRetry %v timer %v retryLeft %d",
-				a.attr.QPState, a.req.psn, a.comp.psn, a.comp.acked, a.reqIdx, a.sqCons.Tail(), a.sqFetched, a.req.waitRNR, a.req.needRetry, a.retryTimer != nil, a.comp.retryLeft)
-			for i := a.sqCons.Tail(); i != a.sqFetched; i++ {
-				w := &a.swq[i&a.sqMask()]
-				t.Logf("  wqe %d %v state %d status %v psn %d..%d len %d sent %d", i, w.wr.Opcode, w.state, w.status, w.firstPSN, w.lastPSN, w.length, w.sent)
-			}
-			t.Logf("b %v resp.psn %d inSend %v inWrite %v", b.attr.QPState, b.resp.psn, b.resp.inSend, b.resp.inWrite)
-			e.d.mu.Unlock()
-			t.Fatalf("stuck: %d of %d completions:\n%s", len(got), len(wantA), strings.Join(got, "\n"))
-		}
-		e.clk.Advance(qp.AckTimeout(14))
-		got = append(got, e.poll(g.acq)...)
-	}
-	gotB := e.poll(g.bcq)
-	for i := 0; g.lossy && len(gotB) < len(wantB); i++ {
-		if i == 10000 {
-			t.Fatalf("stuck: %d of %d completions on b", len(gotB), len(wantB))
-		}
-		e.clk.Advance(qp.AckTimeout(14))
-		gotB = append(gotB, e.poll(g.bcq)...)
-	}
+	got := g.collect(g.ea, g.acq, len(wantA))
+	gotB := g.collect(g.eb, g.bcq, len(wantB))
 	// Each CQ holds two streams (sends, receives), each in order; how
 	// they interleave depends on the engine's schedule.
 	sameStreams(t, "a", got, wantA)

@@ -9,7 +9,7 @@ import (
 	"rdmafs/qp"
 )
 
-// testLink stands between the transport and the loopback link so a test
+// testLink stands between the transport and the device's link (routeLink) so a test
 // can lose, hold and later deliver packets, as a real network would.
 type testLink struct {
 	d      *Device
@@ -34,7 +34,7 @@ func (l *testLink) xmitLocked(p *packet) {
 	}
 	switch act {
 	case deliver:
-		loopbackLink{l.d}.xmitLocked(p)
+		routeLink{l.d}.xmitLocked(p)
 	case hold:
 		p.own()
 		l.held = append(l.held, p)
@@ -61,7 +61,7 @@ func (e *env) release(l *testLink, n int) {
 	ps := l.held[:n]
 	l.held = append([]*packet(nil), l.held[n:]...)
 	for _, p := range ps {
-		loopbackLink{e.d}.xmitLocked(p)
+		routeLink{e.d}.xmitLocked(p)
 	}
 	e.d.mu.Unlock()
 }

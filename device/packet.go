@@ -125,6 +125,7 @@ type packet struct {
 	psn     qp.PSN
 
 	sgid, dgid [16]byte
+	srcQPN     uint32 // the sending QP (its UDP source port on the wire)
 
 	// RETH / AtomicETH
 	va   uint64
@@ -195,27 +196,10 @@ func (d *Device) detachPacketsLocked(mr *MR) {
 }
 
 // link carries packets from a QP's transport to the destination's receive
-// path. Loopback delivers to a QP of this device; the RoCEv2 link will
-// encode them onto UDP.
+// path. routeLink (wire.go) is the device's: loopback to a QP of this
+// device, RoCEv2 to other devices.
 type link interface {
 	xmitLocked(p *packet)
-}
-
-type loopbackLink struct{ d *Device }
-
-// xmitLocked delivers p to the QP it names, if the destination GID is this
-// device; anything else has no route and is lost, as on a network without
-// the peer (RC then retries and times out).
-func (l loopbackLink) xmitLocked(p *packet) {
-	d := l.d
-	d.Counters.PacketsSent.Add(1)
-	d.Counters.BytesSent.Add(uint64(len(p.payload)))
-	if !d.isLocalGID(p.dgid) {
-		d.Counters.NoRoute.Add(1)
-		d.pool.put(p)
-		return
-	}
-	d.receiveLocked(p)
 }
 
 // receiveLocked is the receive entry point every packet takes, whatever

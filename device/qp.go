@@ -74,7 +74,10 @@ type QP struct {
 	Counters QPCounters
 }
 
-// QPCounters are per-QP statistics.
+// QPCounters are per-QP statistics. NAKs are counted by kind, as the
+// responder sends them and as the requester receives them; SeqErrNaks and
+// RemoteErrNak are the older sums (sequence NAKs sent or received; error
+// NAKs received).
 type QPCounters struct {
 	PacketsSent, PacketsRecv                uint64
 	Retransmits, RetryTimeouts              uint64
@@ -82,6 +85,22 @@ type QPCounters struct {
 	SeqErrNaks, DuplicateReqs, RemoteErrNak uint64
 	Dropped                                 uint64
 	SendWQEs, RecvWQEs                      uint64
+
+	SeqNaksSent, SeqNaksRecv             uint64
+	InvReqNaksSent, InvReqNaksRecv       uint64
+	RemAccessNaksSent, RemAccessNaksRecv uint64
+	RemOpNaksSent, RemOpNaksRecv         uint64
+	// SeqErrors counts request packets that arrived out of sequence (past
+	// the expected PSN: RC drops them after one NAK, UC drops the message).
+	SeqErrors uint64
+	// DuplicateResps counts stale or repeated responses the requester
+	// dropped (ACKs of PSNs already acknowledged, read responses and
+	// atomic acknowledgements out of order).
+	DuplicateResps uint64
+	// ICRCErrors counts wire packets naming this QP whose ICRC was bad
+	// (the QPN is read from a packet that failed its check, so this is
+	// best effort; the device counter is exact).
+	ICRCErrors uint64
 }
 
 // List names the counters in a fixed order.
@@ -93,6 +112,12 @@ func (c *QPCounters) List() []Counter {
 		{"seq_err_naks", c.SeqErrNaks}, {"duplicate_requests", c.DuplicateReqs},
 		{"remote_err_naks", c.RemoteErrNak}, {"dropped_packets", c.Dropped},
 		{"send_wqes", c.SendWQEs}, {"recv_wqes", c.RecvWQEs},
+		{"seq_naks_sent", c.SeqNaksSent}, {"seq_naks_recv", c.SeqNaksRecv},
+		{"inv_req_naks_sent", c.InvReqNaksSent}, {"inv_req_naks_recv", c.InvReqNaksRecv},
+		{"rem_access_naks_sent", c.RemAccessNaksSent}, {"rem_access_naks_recv", c.RemAccessNaksRecv},
+		{"rem_op_naks_sent", c.RemOpNaksSent}, {"rem_op_naks_recv", c.RemOpNaksRecv},
+		{"seq_errors", c.SeqErrors}, {"duplicate_responses", c.DuplicateResps},
+		{"icrc_errors", c.ICRCErrors},
 	}
 }
 

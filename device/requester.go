@@ -268,6 +268,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 	d := q.dev
 	p := d.pool.get()
 	p.sgid = d.cfg.GID
+	p.srcQPN = q.QPN
 	p.psn = q.req.psn
 	if q.Type == qp.TypeUD {
 		p.dgid = w.dgid

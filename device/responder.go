@@ -79,8 +79,17 @@ func (q *QP) sendAckLocked(psn qp.PSN, syndrome uint8) {
 	r.opcode = transRC | opAcknowledge
 	r.psn = psn
 	r.syndrome = syndrome
-	if syndrome == aethACK {
+	switch syndrome {
+	case aethACK:
 		r.syndrome = q.creditCodeLocked()
+	case aethNAKSeq:
+		q.Counters.SeqNaksSent++
+	case aethNAKInvReq:
+		q.Counters.InvReqNaksSent++
+	case aethNAKRemAccess:
+		q.Counters.RemAccessNaksSent++
+	case aethNAKRemOp:
+		q.Counters.RemOpNaksSent++
 	}
 	r.msn = q.resp.msn & 0xFFFFFF
 	q.xmitResponseLocked(r)
@@ -100,6 +109,7 @@ func (q *QP) creditCodeLocked() uint8 {
 func (q *QP) xmitResponseLocked(r *packet) {
 	d := q.dev
 	r.sgid = d.cfg.GID
+	r.srcQPN = q.QPN
 	r.dgid = q.attr.AH.DGID
 	r.destQPN = q.attr.DestQPNum
 	q.Counters.PacketsSent++
@@ -131,6 +141,7 @@ func (q *QP) respondRCLocked(p *packet) {
 	switch diff := p.psn.Sub(q.resp.psn); {
 	case diff > 0:
 		// A gap: NAK the expected PSN once, then drop until it arrives.
+		q.Counters.SeqErrors++
 		if !q.resp.nakSent {
 			q.resp.nakSent = true
 			q.Counters.SeqErrNaks++
@@ -528,6 +539,7 @@ func (q *QP) duplicateLocked(p *packet, flags opFlags) {
 func (q *QP) respondUCLocked(p *packet) {
 	flags := opInfo(p.opcode)
 	if p.psn != q.resp.psn {
+		q.Counters.SeqErrors++
 		q.ucAbortLocked()
 	}
 	q.resp.psn = p.psn.Add(1)

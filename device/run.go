@@ -64,8 +64,9 @@ func (q *QP) flushSendLocked() {
 		if w.state == wqeDone && w.status != qp.WCSuccess && !w.rejected {
 			status = w.status
 		}
-		q.completeSendLocked(w, status)
 		q.sqCons.Advance(1)
+		q.sqCons.Publish() // free before the completion shows, as in retireLocked
+		q.completeSendLocked(w, status)
 	}
 	q.reqIdx = q.sqFetched
 	q.sqCons.Publish()

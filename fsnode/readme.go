@@ -21,6 +21,9 @@ lower-case, without the IBV_ prefix.
                     "event=comm_est qp=17". The first read blocks until there
                     are events and takes all of them; after they are read the
                     file is at end of file, so "cat events" prints one batch.
+  capture           a live pcap of every packet the device sends and receives
+                    (loopback too): "cat capture | tshark -r -". Each open is
+                    one capture; a slow reader loses packets (capture_drops).
   KIND/new          create an object (KIND: pd mr mw cq srq ah qp); see below
   KIND/H/           one directory per object (H: handle; for qp, the QPN)
 

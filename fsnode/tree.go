@@ -77,6 +77,8 @@ func (r *root) OnAdd(ctx context.Context) {
 	addChild(ctx, in, "port", ro(t.portText), syscall.S_IFREG)
 	addChild(ctx, in, "counters", ro(func() string { return countersText(t.dev.Counters.List()) }), syscall.S_IFREG)
 	addChild(ctx, in, "events", &file{owner: sys, readable: true, open: t.openEvents}, syscall.S_IFREG)
+	addChild(ctx, in, "capture", t.captureFile(sys), syscall.S_IFREG)
+	addChild(ctx, in, "lease", t.leaseFile(), syscall.S_IFREG)
 	for _, k := range kinds {
 		kd := newDir(owner{born: t.born})
 		kd.rmdir = t.rmdirIn(kd)

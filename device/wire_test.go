@@ -1,0 +1,658 @@
+package device
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"rdmafs/clock"
+	"rdmafs/qp"
+	"rdmafs/roce"
+)
+
+// Two devices in one process, each with its own loopback address, talk
+// RoCEv2 through the kernel (raw sockets on lo): the same transport as on
+// loopback, now with every packet encoded, checksummed and parsed. They run
+// on the real clock.
+
+var wireSerial atomic.Uint32
+
+// wireAddrs returns two fresh addresses of 127.0.2.0/23 (other packages'
+// tests use other subnets, so parallel test binaries do not collide).
+func wireAddrs() (netip.Addr, netip.Addr) {
+	k := wireSerial.Add(1) % 250
+	return netip.AddrFrom4([4]byte{127, 0, 2, byte(2 + k)}), netip.AddrFrom4([4]byte{127, 0, 3, byte(2 + k)})
+}
+
+// newWireEnv is a device on addr with the real clock (env.clk is nil:
+// the timers are real). It skips the test without CAP_NET_RAW.
+func newWireEnv(t testing.TB, addr netip.Addr, mod ...func(*Config)) *env {
+	t.Helper()
+	goroutineLeakCheck(t)
+	cfg := Config{Clock: clock.Real{}, Addr: addr}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	d, err := New(cfg)
+	if err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			t.Skipf("no CAP_NET_RAW: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, d: d, pd: pd}
+}
+
+// newWirePair is two devices on two addresses.
+func newWirePair(t testing.TB, mod ...func(*Config)) (*env, *env) {
+	t.Helper()
+	aa, ab := wireAddrs()
+	return newWireEnv(t, aa, mod...), newWireEnv(t, ab, mod...)
+}
+
+func gidText(e *env) string { return GIDString(e.d.Port().GID) }
+
+// wireQPs makes a QP of type typ on each device and connects them to each
+// other by GID and QPN; over adds connect attributes to both.
+func wireQPs(ea, eb *env, typ qp.Type, overA, overB string) (a, b *QP, acq, bcq *CQ) {
+	acq, bcq = ea.cq(1024), eb.cq(1024)
+	a = ea.qp(qpOpts{typ: typ, scq: acq, rcq: acq, cap: qp.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
+	b = eb.qp(qpOpts{typ: typ, scq: bcq, rcq: bcq, cap: qp.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
+	if typ == qp.TypeUD {
+		ea.connectX(a, 0, overA)
+		eb.connectX(b, 0, overB)
+		return
+	}
+	ea.connectX(a, b.QPN, "dgid="+gidText(eb)+" "+overA)
+	eb.connectX(b, a.QPN, "dgid="+gidText(ea)+" "+overB)
+	return
+}
+
+// wireSettle waits until both engines are idle and every datagram either
+// device sent has been read by the other (lo does not lose them).
+func wireSettle(t testing.TB, envs ...*env) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	stable := 0
+	for stable < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("wire did not settle")
+		}
+		var sent, recv uint64
+		idle := true
+		for _, e := range envs {
+			sent += e.d.Counters.WirePacketsSent.Load()
+			recv += e.d.Counters.WirePacketsRecv.Load()
+			idle = idle && e.d.engine.idle()
+		}
+		if idle && recv >= sent {
+			stable++
+		} else {
+			stable = 0
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// waitWCs polls cq until it has n completions or timeout passes.
+func waitWCs(t testing.TB, cq *CQ, n int, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var out []string
+	for len(out) < n && time.Now().Before(deadline) {
+		wcs, err := cq.Poll(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range wcs {
+			out = append(out, qp.FormatWC(&wcs[i]))
+		}
+		if len(wcs) == 0 {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+// wexpect is expect across the wire: the completions must come (within a
+// generous time), then the devices settle and nothing more may come.
+func wexpect(t testing.TB, cq *CQ, envs []*env, want ...string) {
+	t.Helper()
+	got := waitWCs(t, cq, len(want), 20*time.Second)
+	wireSettle(t, envs...)
+	got = append(got, waitWCs(t, cq, 1<<30, 0)...)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("completions on cq %d:\n got: %s\nwant: %s", cq.Handle, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+	}
+}
+
+// collectWire is integ.collect across the wire.
+func (g *integ) collectWire(e *env, cq *CQ, want int) []string {
+	got := waitWCs(g.t, cq, want, 120*time.Second)
+	if len(got) < want {
+		g.t.Fatalf("stuck: %d of %d completions on cq %d:\n%s", len(got), want, cq.Handle, strings.Join(got, "\n"))
+	}
+	if !g.lossy {
+		wireSettle(g.t, g.ea, g.eb)
+		got = append(got, waitWCs(g.t, cq, 1<<30, 0)...)
+	}
+	return got
+}
+
+func TestWireNeedsFreshAddress(t *testing.T) {
+	goroutineLeakCheck(t)
+	aa, _ := wireAddrs()
+	e := newWireEnv(t, aa)
+	if g := e.d.Port().GID; g != roce.GIDFromIPv4(aa) {
+		t.Fatalf("gid %s, want ::ffff:%v", GIDString(g), aa)
+	}
+	if _, err := New(Config{Addr: aa}); err == nil {
+		t.Fatal("a second device on the same address started")
+	}
+	if _, err := New(Config{Addr: netip.MustParseAddr("ff02::1")}); err == nil {
+		t.Fatal("an IPv6 address was accepted")
+	}
+}
+
+func TestWireRCOps(t *testing.T) {
+	for _, mtu := range []int{256, 1024, 4096} {
+		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
+			ea, eb := newWirePair(t)
+			envs := []*env{ea, eb}
+			over := fmt.Sprintf("path_mtu=%d", mtu)
+			a, b, acq, bcq := wireQPs(ea, eb, qp.TypeRC, over, over)
+			src, res := ea.mr(1<<16, 0), ea.mr(1<<16, qp.AccessLocalWrite)
+			dst := eb.mr(1<<16, rwAccess)
+			fill(src.Mem(), 11)
+			fill(dst.Mem()[32768:], 12)
+			binary.LittleEndian.PutUint64(dst.Mem()[48000:], 1000)
+			eb.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:16384", dst.LKey), fmt.Sprintf("wr_id=10 sge=%d:0:16", dst.LKey))
+			ea.postSend(a,
+				fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:5000 sge=%d:6000:5000", src.LKey, src.LKey),
+				fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:9000 remote_addr=16384 rkey=%d", src.LKey, dst.RKey),
+				fmt.Sprintf("opcode=rdma_write_with_imm wr_id=3 send_flags=signaled imm_data=77 sge=%d:100:3000 remote_addr=25384 rkey=%d", src.LKey, dst.RKey),
+				fmt.Sprintf("opcode=rdma_read wr_id=4 send_flags=signaled sge=%d:0:12000 remote_addr=32768 rkey=%d", res.LKey, dst.RKey),
+				fmt.Sprintf("opcode=atomic_fetch_and_add wr_id=5 send_flags=signaled sge=%d:20000:8 remote_addr=48000 rkey=%d compare_add=5", res.LKey, dst.RKey),
+				fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=6 send_flags=signaled sge=%d:20008:8 remote_addr=48000 rkey=%d compare_add=1005 swap=42", res.LKey, dst.RKey))
+			wexpect(t, acq, envs,
+				sendWC(1, "success", "send", a, 10000), sendWC(2, "success", "rdma_write", a, 9000),
+				sendWC(3, "success", "rdma_write", a, 3000), sendWC(4, "success", "rdma_read", a, 12000),
+				sendWC(5, "success", "fetch_add", a, 8), sendWC(6, "success", "comp_swap", a, 8))
+			wexpect(t, bcq, envs, recvWC(9, "success", "recv", b, 10000, a, ""),
+				fmt.Sprintf("wr_id=10 status=success opcode=recv_rdma_with_imm qp_num=%d byte_len=3000 imm_data=77 src_qp=%d wc_flags=with_imm", b.QPN, a.QPN))
+			want := append(append([]byte(nil), src.Mem()[:5000]...), src.Mem()[6000:11000]...)
+			sameBytes(t, dst.Mem()[:10000], want)
+			sameBytes(t, dst.Mem()[16384:25384], src.Mem()[:9000])
+			sameBytes(t, dst.Mem()[25384:28384], src.Mem()[100:3100])
+			sameBytes(t, res.Mem()[:12000], dst.Mem()[32768:44768])
+			if o1, o2, v := binary.LittleEndian.Uint64(res.Mem()[20000:]), binary.LittleEndian.Uint64(res.Mem()[20008:]), binary.LittleEndian.Uint64(dst.Mem()[48000:]); o1 != 1000 || o2 != 1005 || v != 42 {
+				t.Fatalf("atomics: %d %d, memory %d", o1, o2, v)
+			}
+			ea.healthy(a)
+			eb.healthy(b)
+			for _, e := range envs {
+				c := &e.d.Counters
+				if c.WirePacketsSent.Load() == 0 || c.WirePacketsRecv.Load() == 0 || c.ICRCErrors.Load() != 0 || c.MalformedPackets.Load() != 0 || c.NoRoute.Load() != 0 {
+					t.Fatalf("counters %v", c.List())
+				}
+			}
+		})
+	}
+}
+
+func TestWireUC(t *testing.T) {
+	ea, eb := newWirePair(t)
+	envs := []*env{ea, eb}
+	a, b, acq, bcq := wireQPs(ea, eb, qp.TypeUC, "path_mtu=512", "path_mtu=512")
+	src, dst := ea.mr(16384, 0), eb.mr(16384, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+	fill(src.Mem(), 21)
+	eb.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:8192", dst.LKey))
+	ea.postSend(a,
+		fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:5000", src.LKey),
+		fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:4000 remote_addr=8192 rkey=%d", src.LKey, dst.RKey))
+	wexpect(t, acq, envs, sendWC(1, "success", "send", a, 5000), sendWC(2, "success", "rdma_write", a, 4000))
+	wexpect(t, bcq, envs, recvWC(9, "success", "recv", b, 5000, a, ""))
+	sameBytes(t, dst.Mem()[:5000], src.Mem()[:5000])
+	sameBytes(t, dst.Mem()[8192:12192], src.Mem()[:4000])
+	ea.healthy(a)
+	eb.healthy(b)
+}
+
+// A UD datagram across the wire: the receive buffer's GRH holds the IPv4
+// header of the addresses it came between.
+func TestWireUD(t *testing.T) {
+	ea, eb := newWirePair(t)
+	envs := []*env{ea, eb}
+	a, b, acq, bcq := wireQPs(ea, eb, qp.TypeUD, "", "")
+	src, dst := ea.mr(4096, 0), eb.mr(8192, qp.AccessLocalWrite)
+	fill(src.Mem(), 31)
+	ah := ea.ah(eb.d.Port().GID)
+	eb.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:8192", dst.LKey))
+	ea.postSend(a, fmt.Sprintf("opcode=send_with_imm wr_id=1 send_flags=signaled imm_data=5 sge=%d:0:3000 ah=%d remote_qpn=%d remote_qkey=0x11111111", src.LKey, ah.Handle, b.QPN))
+	wexpect(t, acq, envs, sendWC(1, "success", "send", a, 3000))
+	wexpect(t, bcq, envs, fmt.Sprintf("wr_id=9 status=success opcode=recv qp_num=%d byte_len=3040 imm_data=5 src_qp=%d wc_flags=grh,with_imm", b.QPN, a.QPN))
+	sameBytes(t, dst.Mem()[40:3040], src.Mem()[:3000])
+	ip := dst.Mem()[20:40]
+	sa, da := ea.d.Config().Addr.As4(), eb.d.Config().Addr.As4()
+	if ip[0] != 0x45 || ip[9] != 17 || string(ip[12:16]) != string(sa[:]) || string(ip[16:20]) != string(da[:]) {
+		t.Fatalf("GRH % x", dst.Mem()[:40])
+	}
+	ea.healthy(a)
+	eb.healthy(b)
+}
+
+func TestWireRNR(t *testing.T) {
+	ea, eb := newWirePair(t)
+	envs := []*env{ea, eb}
+	a, b, acq, bcq := wireQPs(ea, eb, qp.TypeRC, "", "min_rnr_timer=4")
+	src, dst := ea.mr(64, 0), eb.mr(64, qp.AccessLocalWrite)
+	fill(src.Mem(), 1)
+	ea.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:40", src.LKey))
+	deadline := time.Now().Add(10 * time.Second)
+	for a.CountersSnapshot().RNRNaksRecv < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no RNR NAKs came")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	eb.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:64", dst.LKey))
+	wexpect(t, acq, envs, sendWC(1, "success", "send", a, 40))
+	wexpect(t, bcq, envs, recvWC(9, "success", "recv", b, 40, a, ""))
+	sameBytes(t, dst.Mem()[:40], src.Mem()[:40])
+	ca, cb := a.CountersSnapshot(), b.CountersSnapshot()
+	if ca.RNRNaksRecv < 2 || cb.RNRNaksSent != ca.RNRNaksRecv {
+		t.Fatalf("requester %+v responder %+v", ca, cb)
+	}
+	ea.healthy(a)
+	eb.healthy(b)
+}
+
+func TestWireRemoteAccessError(t *testing.T) {
+	ea, eb := newWirePair(t)
+	envs := []*env{ea, eb}
+	a, b, acq, bcq := wireQPs(ea, eb, qp.TypeRC, "", "")
+	src, dst := ea.mr(4096, 0), eb.mr(4096, qp.AccessLocalWrite|qp.AccessRemoteRead)
+	ea.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey),
+		"opcode=send wr_id=2 send_flags=signaled")
+	wexpect(t, acq, envs, sendWC(1, "rem_access_err", "rdma_write", a, 0), flushed(a, "send", 2)[0])
+	wexpect(t, bcq, envs)
+	ea.state(a, qp.StateErr)
+	eb.state(b, qp.StateErr)
+	ca, cb := a.CountersSnapshot(), b.CountersSnapshot()
+	if ca.RemAccessNaksRecv != 1 || cb.RemAccessNaksSent != 1 {
+		t.Fatalf("requester %+v responder %+v", ca, cb)
+	}
+	if got := eb.events(); len(got) != 1 || !strings.Contains(got[0], "qp_access_err") {
+		t.Fatalf("responder events %q", got)
+	}
+	ea.events()
+}
+
+// Datagrams that are not good RoCEv2 are counted and have no effect; a
+// good one built by hand and sent from a plain UDP socket (unconnected,
+// bound, DF: the kernel writes IP ID 0, so its ICRC is computable) is
+// received.
+func TestWireICRCAndMalformed(t *testing.T) {
+	ea, eb := newWirePair(t)
+	envs := []*env{ea, eb}
+	a, b, acq, bcq := wireQPs(ea, eb, qp.TypeUD, "", "")
+	dst := eb.mr(4096, qp.AccessLocalWrite)
+	eb.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:4096", dst.LKey))
+
+	from := netip.AddrFrom4([4]byte{127, 0, 4, 9})
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: from.AsSlice(), Port: 40000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := control(conn, func(fd int) error {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	to := &net.UDPAddr{IP: eb.d.Config().Addr.AsSlice(), Port: roce.UDPPort}
+	rp := roce.Packet{Opcode: roce.Opcode(transUD | opSendOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: 7,
+		QKey: 0x11111111, SrcQP: 77, Payload: []byte("hello over plain UDP")}
+	ib, err := rp.AppendIB(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := roce.BuildIPv4(from, eb.d.Config().Addr, 40000, ib, 0, 0, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := good[28:] // what the UDP socket sends: BTH .. ICRC
+	bad := append([]byte(nil), payload...)
+	bad[len(bad)-5] ^= 1 // a payload bit: the ICRC no longer matches
+	for _, d := range [][]byte{{1, 2, 3}, bad, payload} {
+		if _, err := conn.WriteToUDP(d, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wexpect(t, bcq, envs, fmt.Sprintf("wr_id=9 status=success opcode=recv qp_num=%d byte_len=%d src_qp=77 wc_flags=grh", b.QPN, 40+len(rp.Payload)))
+	if string(dst.Mem()[40:40+len(rp.Payload)]) != string(rp.Payload) {
+		t.Fatalf("payload %q", dst.Mem()[40:60])
+	}
+	c := &eb.d.Counters
+	if c.ICRCErrors.Load() != 1 || c.MalformedPackets.Load() != 1 || c.WirePacketsRecv.Load() != 3 {
+		t.Fatalf("counters %v", c.List())
+	}
+	if q := b.CountersSnapshot(); q.ICRCErrors != 1 || q.PacketsRecv != 1 {
+		t.Fatalf("qp counters %+v", q)
+	}
+	wexpect(t, acq, envs)
+	ea.healthy(a)
+	eb.healthy(b)
+}
+
+// readCapture takes what a capture has queued, until it has been quiet
+// for a moment.
+func readCapture(t testing.TB, c *CaptureReader) []byte {
+	t.Helper()
+	var out []byte
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		b, err := c.Next(ctx)
+		cancel()
+		if err != nil || b == nil {
+			return out
+		}
+		out = append(out, b...)
+	}
+}
+
+func captureOpcodes(t testing.TB, pcap []byte, check func([]byte) error) map[roce.Opcode]int {
+	t.Helper()
+	ops := map[roce.Opcode]int{}
+	n := 0
+	for rec, err := range roce.ReadPcap(strings.NewReader(string(pcap))) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkt, ok := rec.IP()
+		if !ok {
+			t.Fatalf("record %d is not IP", n)
+		}
+		if err := check(pkt); err != nil {
+			t.Fatalf("record %d: %v\n% x", n, err, pkt)
+		}
+		hl := roce.HeadroomIPv4
+		if pkt[0]>>4 == 6 {
+			hl = roce.HeadroomIPv6
+		}
+		ops[roce.Opcode(pkt[hl])]++
+		n++
+	}
+	if n == 0 {
+		t.Fatal("empty capture")
+	}
+	return ops
+}
+
+// The capture shows every packet sent and received, wire and loopback, as
+// datagrams whose ICRCs are right.
+func TestWireCapture(t *testing.T) {
+	ea, eb := newWirePair(t)
+	envs := []*env{ea, eb}
+	c := ea.d.OpenCapture()
+	defer c.Close()
+	a, b, acq, bcq := wireQPs(ea, eb, qp.TypeRC, "path_mtu=1024", "path_mtu=1024")
+	src, dst := ea.mr(8192, qp.AccessLocalWrite), eb.mr(8192, rwAccess)
+	eb.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:8192", dst.LKey))
+	ea.postSend(a,
+		fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey),
+		fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey),
+		fmt.Sprintf("opcode=rdma_read wr_id=3 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey),
+		fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=4 send_flags=signaled sge=%d:0:8 remote_addr=8 rkey=%d compare_add=0 swap=1", src.LKey, dst.RKey))
+	wexpect(t, acq, envs, sendWC(1, "success", "send", a, 3000), sendWC(2, "success", "rdma_write", a, 100),
+		sendWC(3, "success", "rdma_read", a, 100), sendWC(4, "success", "comp_swap", a, 8))
+	wexpect(t, bcq, envs, recvWC(9, "success", "recv", b, 3000, a, ""))
+	// And a loopback pair on device a.
+	la, lb, lacq, lbcq := ea.pair(qp.TypeUC)
+	ea.postRecv(lb, "wr_id=5")
+	ea.postSend(la, "opcode=send wr_id=6 send_flags=signaled")
+	wexpect(t, lacq, envs, sendWC(6, "success", "send", la, 0))
+	wexpect(t, lbcq, envs, recvWC(5, "success", "recv", lb, 0, la, ""))
+
+	ops := captureOpcodes(t, readCapture(t, c), roce.CheckIPv4)
+	want := map[roce.Opcode]int{
+		transRC | opSendFirst: 1, transRC | opSendMiddle: 1, transRC | opSendLast: 1,
+		transRC | opWriteOnly: 1, transRC | opReadRequest: 1, transRC | opReadResponseOnly: 1,
+		transRC | opCompareSwap: 1, transRC | opAtomicAcknowledge: 1, transUC | opSendOnly: 1,
+	}
+	for op, n := range want {
+		if ops[op] != n {
+			t.Errorf("opcode %v: %d packets, want %d (all: %v)", op, ops[op], n, ops)
+		}
+	}
+	if ops[transRC|opAcknowledge] == 0 {
+		t.Errorf("no ACKs captured: %v", ops)
+	}
+	if d := ea.d.Counters.CaptureDrops.Load(); d != 0 {
+		t.Errorf("%d capture drops", d)
+	}
+}
+
+// Without an address the GIDs are fe80:: ones and the capture holds IPv6
+// datagrams.
+func TestCaptureIPv6Loopback(t *testing.T) {
+	e := newEnv(t)
+	c := e.d.OpenCapture()
+	defer c.Close()
+	a, b, acq, bcq := e.pair(qp.TypeRC)
+	e.postRecv(b, "wr_id=5")
+	e.postSend(a, "opcode=send wr_id=6 send_flags=signaled")
+	e.expect(acq, sendWC(6, "success", "send", a, 0))
+	e.expect(bcq, recvWC(5, "success", "recv", b, 0, a, ""))
+	ops := captureOpcodes(t, readCapture(t, c), roce.CheckIPv6)
+	if ops[opSendOnly] != 1 || ops[opAcknowledge] != 1 || len(ops) != 2 {
+		t.Fatalf("opcodes %v", ops)
+	}
+}
+
+// A slow capture reader loses packets (counted); the engine never waits.
+func TestCaptureBounded(t *testing.T) {
+	e := newEnv(t)
+	c := e.d.OpenCapture()
+	a, b, acq, _ := e.pair(qp.TypeUC)
+	for i := 0; i < 3*captureQueue/64; i++ {
+		lines := make([]string, 64)
+		for j := range lines {
+			lines[j] = "opcode=send"
+		}
+		e.postSend(a, lines...)
+		e.d.Quiesce()
+	}
+	_ = b
+	e.poll(acq)
+	if e.d.Counters.CaptureDrops.Load() == 0 {
+		t.Fatal("no drops counted")
+	}
+	c.Close()
+	if e.d.capture.on.Load() {
+		t.Fatal("capture still on after close")
+	}
+}
+
+// faultLink is a fault injector in front of the device's link: it drops,
+// duplicates and reorders (holds one packet back behind the next) packets
+// at random, rates per thousand.
+type faultLink struct {
+	d                   *Device
+	rng                 *rand.Rand
+	drop, dup, reorder  int
+	held                *packet
+	dropped, duped, reo int
+}
+
+func (l *faultLink) clone(p *packet) *packet {
+	c := l.d.pool.get()
+	buf := c.buf
+	*c = *p
+	c.next, c.mr = nil, nil
+	c.buf = append(buf[:0], p.payload...)
+	c.payload = c.buf
+	return c
+}
+
+func (l *faultLink) xmitLocked(p *packet) {
+	next := routeLink{l.d}
+	r := l.rng.IntN(1000)
+	switch {
+	case r < l.drop:
+		l.dropped++
+		l.d.pool.put(p)
+		return
+	case r < l.drop+l.dup:
+		l.duped++
+		next.xmitLocked(l.clone(p))
+	case r < l.drop+l.dup+l.reorder && l.held == nil:
+		l.reo++
+		l.held = l.clone(p)
+		l.d.pool.put(p)
+		return
+	}
+	next.xmitLocked(p)
+	if h := l.held; h != nil {
+		l.held = nil
+		next.xmitLocked(h)
+	}
+}
+
+func (e *env) faults(seed uint64, drop, dup, reorder int) *faultLink {
+	l := &faultLink{d: e.d, rng: rand.New(rand.NewPCG(seed, 3)), drop: drop, dup: dup, reorder: reorder}
+	e.d.mu.Lock()
+	e.d.link = l
+	e.d.mu.Unlock()
+	return l
+}
+
+// The data-integrity random mix across the wire: RC and UC, and RC with a
+// fault injector on both devices that drops, duplicates and reorders.
+func TestWireDataIntegrity(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		typ    qp.Type
+		faults bool
+	}{{"rc", qp.TypeRC, false}, {"uc", qp.TypeUC, false}, {"rc-faults", qp.TypeRC, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ea, eb := newWirePair(t)
+			seed := uint64(0x31e0) + uint64(tc.typ)
+			over := ""
+			if tc.faults {
+				over = "timeout=10" // 4 ms
+			}
+			g := newInteg(t, ea, eb, tc.typ, seed, over)
+			g.collect = g.collectWire
+			g.ops = 600
+			if tc.typ == qp.TypeUC {
+				g.ops = 300
+			}
+			var la, lb *faultLink
+			if tc.faults {
+				g.lossy, g.maxMsg, g.ops = true, 256<<10, 400
+				la, lb = ea.faults(seed, 10, 10, 10), eb.faults(seed+1, 10, 10, 10)
+			}
+			g.run(tc.typ)
+			if tc.faults {
+				ea.d.mu.Lock()
+				t.Logf("a's link: %d dropped %d duplicated %d reordered; b's: %d %d %d",
+					la.dropped, la.duped, la.reo, lb.dropped, lb.duped, lb.reo)
+				ea.d.mu.Unlock()
+				ca, cb := g.a.CountersSnapshot(), g.b.CountersSnapshot()
+				t.Logf("requester %v", ca.List())
+				t.Logf("responder %v", cb.List())
+				if la.dropped == 0 || cb.DuplicateReqs == 0 || ca.Retransmits == 0 {
+					t.Fatal("the faults did not happen")
+				}
+			}
+			for _, e := range []*env{ea, eb} {
+				if c := &e.d.Counters; c.ICRCErrors.Load() != 0 || c.MalformedPackets.Load() != 0 || c.WireSendErrors.Load() != 0 {
+					t.Fatalf("counters %v", c.List())
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWireSendLatency is a ping-pong of 8-byte SENDs across the wire;
+// one op is a round trip.
+func BenchmarkWireSendLatency(b *testing.B) { benchPingPong(b, true) }
+
+// BenchmarkSendLatency is the same ping-pong on one device (loopback).
+func BenchmarkSendLatency(b *testing.B) { benchPingPong(b, false) }
+
+func benchPingPong(b *testing.B, wire bool) {
+	var ea, eb *env
+	var qa, qb *QP
+	var acq, bcq *CQ
+	if wire {
+		ea, eb = newWirePair(b)
+		qa, qb, acq, bcq = wireQPs(ea, eb, qp.TypeRC, "", "")
+	} else {
+		ea = newEnv(b, func(c *Config) { c.Clock = clock.Real{} })
+		eb = ea
+		qa, qb, acq, bcq = ea.pair(qp.TypeRC)
+	}
+	ma, mb := ea.mr(64, qp.AccessLocalWrite), eb.mr(64, qp.AccessLocalWrite)
+	send := func(mr *MR) qp.SendWR {
+		return qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{{Length: 8, LKey: mr.LKey}}}
+	}
+	recv := func(q *QP, mr *MR) {
+		if _, err := q.PostRecv([]qp.RecvWR{{SGL: []qp.SGE{{Addr: 32, Length: 8, LKey: mr.LKey}}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wait := func(cq *CQ) {
+		for {
+			wcs, err := cq.Poll(4)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(wcs) == 0 {
+				runtime.Gosched()
+			}
+			for _, wc := range wcs {
+				if wc.Status != qp.WCSuccess {
+					b.Fatalf("%+v", wc)
+				}
+				if wc.Opcode == qp.WCRecv {
+					return
+				}
+			}
+		}
+	}
+	sa, sb := send(ma), send(mb)
+	recv(qa, ma)
+	recv(qb, mb)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := qa.PostSend([]qp.SendWR{sa}); err != nil {
+			b.Fatal(err)
+		}
+		wait(bcq)
+		recv(qb, mb)
+		if _, err := qb.PostSend([]qp.SendWR{sb}); err != nil {
+			b.Fatal(err)
+		}
+		wait(acq)
+		recv(qa, ma)
+	}
+}
