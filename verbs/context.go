@@ -20,6 +20,11 @@ type Options struct {
 	// on when the environment has RDMAFS_ALWAYS_DOORBELL=1. Needed with a
 	// daemon whose engine does not maintain NEED_WAKEUP.
 	AlwaysDoorbell bool
+	// Persistent leaves the objects this Context creates alive after it is
+	// closed or the program exits (until rmdir). By default they are
+	// leased: the daemon destroys them when the program closes the Context
+	// or dies, as the kernel does for a closed uverbs file.
+	Persistent bool
 }
 
 // Context is an open device: one mounted rdmafs (ibv_context). Its
@@ -29,6 +34,10 @@ type Options struct {
 type Context struct {
 	mount          string
 	alwaysDoorbell bool
+
+	// lease is the mount's lease file, open for the Context's life; every
+	// object created is named in it (nil with Options.Persistent).
+	lease *os.File
 
 	mu     sync.RWMutex
 	mrs    map[uint32]*MR // by lkey, for inline gathers; guarded by mu
@@ -50,29 +59,41 @@ func OpenWithOptions(mount string, opts Options) (*Context, error) {
 	if _, err := os.Stat(filepath.Join(abs, "device")); err != nil {
 		return nil, opError("open_device", err, abs+" is not an rdmafs mount")
 	}
-	return &Context{
+	c := &Context{
 		mount:          abs,
 		alwaysDoorbell: opts.AlwaysDoorbell || os.Getenv("RDMAFS_ALWAYS_DOORBELL") == "1",
 		mrs:            map[uint32]*MR{},
 		objs:           map[closer]struct{}{},
-	}, nil
+	}
+	if !opts.Persistent {
+		if c.lease, err = os.OpenFile(filepath.Join(abs, "lease"), os.O_RDWR, 0); err != nil {
+			return nil, opError("open_device", err, "cannot open the lease file")
+		}
+	}
+	return c, nil
 }
 
 // Mount is the directory the Context was opened on.
 func (c *Context) Mount() string { return c.mount }
 
 // Close releases the mappings and files of every object this Context
-// still holds (ibv_close_device). It does not destroy them: the daemon
-// keeps them until they are destroyed (rmdir) or the device goes.
+// still holds (ibv_close_device) and then its lease, so the daemon
+// destroys every object the Context created and did not destroy (with
+// Options.Persistent they stay until rmdir).
 func (c *Context) Close() error {
 	c.mu.Lock()
 	objs := c.objs
 	c.objs, c.closed = map[closer]struct{}{}, true
 	clear(c.mrs)
+	lease := c.lease
+	c.lease = nil
 	c.mu.Unlock()
 	var errs []error
 	for o := range objs {
 		errs = append(errs, o.release())
+	}
+	if lease != nil {
+		errs = append(errs, lease.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -114,6 +135,14 @@ func (c *Context) transact(op, kind, line string) (string, error) {
 	}
 	if answer == "" || strings.HasPrefix(answer, "error: ") {
 		return "", errorf(op, syscall.EIO, "unexpected answer %q to %s", answer, line)
+	}
+	c.mu.RLock()
+	lease := c.lease
+	c.mu.RUnlock()
+	if lease != nil {
+		if _, err := lease.Write([]byte(kind + " " + answer + "\n")); err != nil {
+			return "", opError(op, err, "cannot lease "+kind+" "+answer)
+		}
 	}
 	return answer, nil
 }

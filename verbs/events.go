@@ -98,6 +98,11 @@ func parseAsyncEvent(line string) (AsyncEvent, error) {
 func (c *Context) ReadAsyncEvents(ctx context.Context) ([]AsyncEvent, error) {
 	const op = "get_async_event"
 	fd, err := unix.Open(c.path("events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// A mounted rdmafs always has its events file: without it the mount
+	// is gone.
+	if deviceGone(err) || err == unix.ENOENT {
+		return []AsyncEvent{fatalEvent(err)}, nil
+	}
 	if err != nil {
 		return nil, opError(op, err, "")
 	}
@@ -160,6 +165,9 @@ func (c *Context) ReadAsyncEvents(ctx context.Context) ([]AsyncEvent, error) {
 		if res.err == ctx.Err() {
 			return nil, res.err
 		}
+		if deviceGone(res.err) {
+			return []AsyncEvent{fatalEvent(res.err)}, nil
+		}
 		return nil, opError(op, res.err, "")
 	}
 	var evs []AsyncEvent
@@ -174,4 +182,17 @@ func (c *Context) ReadAsyncEvents(ctx context.Context) ([]AsyncEvent, error) {
 		evs = append(evs, ev)
 	}
 	return evs, nil
+}
+
+// deviceGone reports an error that means the daemon is gone: its FUSE
+// connection was aborted or the mount went away.
+func deviceGone(err error) bool {
+	return err == unix.ENOTCONN || err == unix.ECONNABORTED || err == unix.ENODEV
+}
+
+// fatalEvent is the IBV_EVENT_DEVICE_FATAL a client gets when the daemon
+// dies or the device is unmounted under it. Mapped memory stays readable.
+func fatalEvent(err error) AsyncEvent {
+	return AsyncEvent{Type: EventDeviceFatal, Kind: "port", Handle: 1,
+		Line: "event=device_fatal port=1 (" + err.Error() + ")"}
 }

@@ -19,6 +19,7 @@ type env struct {
 	dev *device.Device
 	ctx *Context
 	gid [16]byte
+	srv *fsnode.Server
 }
 
 // mount mounts a fresh device in a temporary directory and opens it. It
@@ -62,7 +63,7 @@ func mountConfig(t testing.TB, opts Options, set func(*device.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, dir: dir, dev: dev, ctx: ctx, gid: port.GID}
+	return &env{t: t, dir: dir, dev: dev, ctx: ctx, gid: port.GID, srv: srv}
 }
 
 // testOpts: doorbells only on NEED_WAKEUP, as programs run. Setting
