@@ -220,6 +220,12 @@ type Device struct {
 	link     link
 	pool     packetPool
 	wire     *wire // the RoCEv2 link, nil without Config.Addr
+	// wireSelf sends even packets for the device's own GID through the
+	// wire (to its own address) instead of the loopback fast path, with
+	// the GIDs as loopback has them. A test mode: the whole behavioural
+	// suite runs through the RoCEv2 encoding, the kernel and the ICRC
+	// check (-device.wire).
+	wireSelf bool
 	capture  captureHub
 }
 
@@ -494,6 +500,10 @@ type Counters struct {
 	EngineParks     atomic.Uint64
 	Doorbells       atomic.Uint64
 	AsyncEvents     atomic.Uint64
+	FaultDrops      atomic.Uint64
+	FaultDups       atomic.Uint64
+	FaultDelays     atomic.Uint64
+	FaultReorders   atomic.Uint64
 	// RoCEv2 and capture (wire.go, capture.go).
 	ICRCErrors       atomic.Uint64
 	MalformedPackets atomic.Uint64
@@ -535,6 +545,10 @@ func (c *Counters) List() []Counter {
 		{"engine_parks", c.EngineParks.Load()},
 		{"doorbells", c.Doorbells.Load()},
 		{"async_events", c.AsyncEvents.Load()},
+		{"fault_drops", c.FaultDrops.Load()},
+		{"fault_dups", c.FaultDups.Load()},
+		{"fault_delays", c.FaultDelays.Load()},
+		{"fault_reorders", c.FaultReorders.Load()},
 		{"icrc_errors", c.ICRCErrors.Load()},
 		{"malformed_packets", c.MalformedPackets.Load()},
 		{"wire_packets_sent", c.WirePacketsSent.Load()},

@@ -104,3 +104,28 @@ func mustAtoi(t *testing.T, s string) uint32 {
 	}
 	return n
 }
+
+func TestFaultsFile(t *testing.T) {
+	m := mount(t)
+	if got := m.read("faults"); !strings.HasPrefix(got, "off\n") || !strings.Contains(got, "fault_drops=0") {
+		t.Fatalf("faults reads %q", got)
+	}
+	m.mustWrite("drop=0.5 seed=3\n", "faults")
+	if got := m.read("faults"); !strings.HasPrefix(got, "drop=0.5 dup=0 delay=0 delay_us=1000 reorder=0 seed=3\n") {
+		t.Fatalf("faults reads %q", got)
+	}
+	if err := m.write("drop=2\n", "faults"); errnoOf(err) != syscall.EINVAL {
+		t.Fatalf("drop=2: %v", err)
+	}
+	m.mustWrite("off\n", "faults")
+	if got := m.read("faults"); !strings.HasPrefix(got, "off\n") {
+		t.Fatalf("faults reads %q after off", got)
+	}
+	// Only root may set faults: they act on everyone's traffic.
+	cmd := exec.Command("bash", "-c", "echo drop=1 > faults")
+	cmd.Dir = m.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Fatalf("another user set faults: %v %s", err, out)
+	}
+}

@@ -79,6 +79,7 @@ func (r *root) OnAdd(ctx context.Context) {
 	addChild(ctx, in, "events", &file{owner: sys, readable: true, open: t.openEvents}, syscall.S_IFREG)
 	addChild(ctx, in, "capture", t.captureFile(sys), syscall.S_IFREG)
 	addChild(ctx, in, "lease", t.leaseFile(), syscall.S_IFREG)
+	addChild(ctx, in, "faults", t.faultsFile(), syscall.S_IFREG)
 	for _, k := range kinds {
 		kd := newDir(owner{born: t.born})
 		kd.rmdir = t.rmdirIn(kd)
