@@ -3,6 +3,7 @@ package fsnode
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,7 +76,7 @@ func (r *root) OnAdd(ctx context.Context) {
 	addChild(ctx, in, "README", ro(func() string { return readme(t.runtimeDir) }), syscall.S_IFREG)
 	addChild(ctx, in, "device", ro(t.deviceText), syscall.S_IFREG)
 	addChild(ctx, in, "port", ro(t.portText), syscall.S_IFREG)
-	addChild(ctx, in, "counters", ro(func() string { return countersText(t.dev.Counters.List()) }), syscall.S_IFREG)
+	addChild(ctx, in, "counters", ro(t.countersText), syscall.S_IFREG)
 	addChild(ctx, in, "events", &file{owner: sys, readable: true, open: t.openEvents}, syscall.S_IFREG)
 	addChild(ctx, in, "capture", t.captureFile(sys), syscall.S_IFREG)
 	addChild(ctx, in, "lease", t.leaseFile(), syscall.S_IFREG)
@@ -142,6 +143,19 @@ func (t *tree) portText() string {
 	kv("pkey_tbl_len", p.PKeyTblLen)
 	kv("max_msg_sz", p.MaxMsgSz)
 	return b.String()
+}
+
+// countersText is the device's counters and, last, the daemon's own
+// footprint (goroutines, heap, mapped objects), so a soak can see that
+// nothing grows.
+func (t *tree) countersText() string {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return countersText(t.dev.Counters.List()) + countersText([]device.Counter{
+		{Name: "daemon_goroutines", Value: uint64(runtime.NumGoroutine())},
+		{Name: "daemon_heap_bytes", Value: ms.HeapAlloc},
+		{Name: "daemon_sys_bytes", Value: ms.Sys},
+	})
 }
 
 func countersText(cs []device.Counter) string {

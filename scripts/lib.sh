@@ -21,6 +21,10 @@ fi
 
 cleanup() {
 	local rc=$?
+	if ((rc != 0)) && [[ -s "$work/daemon.log" ]]; then
+		echo "--- daemon log" >&2
+		tail -n 40 "$work/daemon.log" >&2
+	fi
 	"$RDMAFS" umount "$M" 2>/dev/null || true
 	rm -rf "$work"
 	exit $rc
@@ -80,6 +84,6 @@ expect_state() {
 }
 
 mount_device() {
-	pp "$RDMAFS" mount "$@" "$M"
+	pp "$RDMAFS" mount --log "$work/daemon.log" "$@" "$M"
 	pp ls "$M"
 }
