@@ -184,3 +184,42 @@ func stressRound(e *env, rng *rand.Rand, wrs int) (s [4]int, err error) {
 func faultSpec(drop, dup float64) device.Faults {
 	return device.Faults{Drop: drop, Dup: dup, Seed: 11}
 }
+
+// TestUnmountRacingWork: the device is unmounted while goroutines create,
+// post, poll and destroy. Every call returns (an error is fine), nothing
+// hangs, nothing panics, mapped memory stays readable.
+func TestUnmountRacingWork(t *testing.T) {
+	e := mount(t, testOpts)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := stressRound(e, rng, 8); err != nil {
+					return // the device went away under us: expected
+				}
+			}
+		}(w)
+	}
+	time.Sleep(30 * time.Millisecond) // let the work get going (not an assertion)
+	if err := e.srv.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		close(stop)
+		t.Fatal("workers hung after the unmount")
+	}
+	close(stop)
+}
