@@ -69,11 +69,20 @@ func (e *engine) stop() {
 // schedule marks q runnable. It never blocks and takes no Device lock, so
 // timers and doorbells may call it from anywhere.
 func (e *engine) schedule(q *QP) {
-	e.mu.Lock()
-	if !q.queued {
-		q.queued = true
-		e.runq = append(e.runq, q)
+	// A QP already in the run queue will run after the caller's change:
+	// the engine clears the flag (sequentially consistent) before it runs
+	// the QP, and the run takes Device.mu. This skips the lock and the
+	// wake-up for the second and later packets of a burst.
+	if q.queued.Load() {
+		return
 	}
+	e.mu.Lock()
+	if q.queued.Load() {
+		e.mu.Unlock()
+		return
+	}
+	q.queued.Store(true)
+	e.runq = append(e.runq, q)
 	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
@@ -118,7 +127,7 @@ func (e *engine) runBatches() {
 		batch := e.runq
 		e.runq, e.spare = e.spare[:0], nil
 		for _, q := range batch {
-			q.queued = false
+			q.queued.Store(false)
 		}
 		e.running = len(batch) > 0
 		if len(batch) == 0 {
@@ -274,8 +283,22 @@ func (e *engine) idle() bool {
 // Quiesce waits until the engine has nothing left to do: every packet in
 // flight delivered, every completion written. Pending timers (RNR, retry)
 // do not count; advance the clock to fire them. For tests and tools.
+//
+// Packets a device sends to its own address through the wire (the
+// wireSelf test mode) count as in flight until they are received back;
+// packets to other devices do not.
 func (d *Device) Quiesce() {
-	for !d.engine.idle() {
+	for {
+		var sent, recv uint64
+		d.mu.Lock()
+		w := d.wire
+		d.mu.Unlock()
+		if w != nil {
+			sent, recv = w.selfSent.Load(), w.selfRecv.Load()
+		}
+		if sent == recv && d.engine.idle() && (w == nil || w.selfRecv.Load() == recv && w.selfSent.Load() == sent) {
+			return
+		}
 		runtime.Gosched()
 	}
 }

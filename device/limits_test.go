@@ -15,7 +15,7 @@ import (
 func TestLimits(t *testing.T) {
 	e := newEnv(t, func(c *Config) {
 		c.MaxPD, c.MaxCQ, c.MaxQP, c.MaxMR, c.MaxSRQ, c.MaxAH, c.MaxMW = 3, 3, 2, 3, 1, 1, 1
-		c.MaxCQE, c.MaxQPWR, c.MaxTotalMRBytes = 64, 32, 3 << 20
+		c.MaxCQE, c.MaxQPWR, c.MaxTotalMRBytes = 64, 32, 3<<20
 	})
 	d := e.d
 	want := func(err error, errno syscall.Errno, what string) {

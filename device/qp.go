@@ -37,9 +37,9 @@ type QP struct {
 	postMu sync.Mutex // serializes in-daemon posters; orders before Device.mu
 	gone   bool       // destroyed: rings unmapped; guarded by postMu
 
-	destroyed bool // guarded by Device.mu
-	queued    bool // guarded by engine.mu
-	watched   bool // the engine's spin loop polls the SQ; engine goroutine only
+	destroyed bool        // guarded by Device.mu
+	queued    atomic.Bool // in the engine's run queue; set under engine.mu
+	watched   bool        // the engine's spin loop polls the SQ; engine goroutine only
 	// sqSeen is the SQ producer index the engine last fetched up to; the
 	// spin loop compares it with the ring's without Device.mu.
 	sqSeen atomic.Uint32
