@@ -23,6 +23,9 @@ func TestRCRecvTooSmall(t *testing.T) {
 	e.state(a, qp.StateErr)
 	e.state(b, qp.StateErr)
 	e.expectEvents(fmt.Sprintf("event=qp_req_err qp=%d", b.QPN))
+	if ca, cb := e.qpCounters(a), e.qpCounters(b); ca.InvReqNaksRecv != 1 || cb.InvReqNaksSent != 1 || ca.RemoteErrNak != 1 {
+		t.Fatalf("requester %+v responder %+v", ca, cb)
+	}
 }
 
 func TestRCRecvBadLKey(t *testing.T) {
@@ -36,6 +39,9 @@ func TestRCRecvBadLKey(t *testing.T) {
 	e.state(a, qp.StateErr)
 	e.state(b, qp.StateErr)
 	e.expectEvents(fmt.Sprintf("event=qp_req_err qp=%d", b.QPN))
+	if ca, cb := e.qpCounters(a), e.qpCounters(b); ca.RemOpNaksRecv != 1 || cb.RemOpNaksSent != 1 {
+		t.Fatalf("requester %+v responder %+v", ca, cb)
+	}
 }
 
 func TestRCRemoteAccessErrors(t *testing.T) {

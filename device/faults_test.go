@@ -107,7 +107,7 @@ func TestFaultsScopedToQP(t *testing.T) {
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=3 send_flags=signaled sge=%d:0:8", buf.LKey))
 	e.postSend(c, fmt.Sprintf("opcode=send wr_id=4 send_flags=signaled sge=%d:0:8", buf.LKey))
 	e.expect(acq, sendWC(3, "success", "send", a, 8)) // UC: sent is done
-	e.expect(bcq)                                        // ...and lost
+	e.expect(bcq)                                     // ...and lost
 	e.expect(ccq, sendWC(4, "success", "send", c, 8))
 	e.expect(dcq, recvWC(2, "success", "recv", d, 8, c, ""))
 }

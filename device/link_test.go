@@ -104,7 +104,8 @@ func TestRCLostPacketSeqNak(t *testing.T) {
 	e.expect(bcq, recvWC(9, "success", "recv", b, 3000, a, ""))
 	sameBytes(t, dst.Mem()[:3000], src.Mem()[:3000])
 	ca, cb := e.qpCounters(a), e.qpCounters(b)
-	if cb.SeqErrNaks != 1 || ca.SeqErrNaks != 1 || ca.Retransmits != 1 || ca.RetryTimeouts != 0 {
+	if cb.SeqErrNaks != 1 || ca.SeqErrNaks != 1 || ca.Retransmits != 1 || ca.RetryTimeouts != 0 ||
+		cb.SeqNaksSent != 1 || ca.SeqNaksRecv != 1 || cb.SeqErrors == 0 || ca.SeqNaksSent != 0 {
 		t.Fatalf("requester %+v responder %+v", ca, cb)
 	}
 	e.healthy(a, b)
@@ -133,7 +134,7 @@ func TestRCLostAckTimeout(t *testing.T) {
 	e.expect(acq, sendWC(3, "success", "send", a, 100))
 	e.expect(bcq)
 	ca, cb := e.qpCounters(a), e.qpCounters(b)
-	if ca.RetryTimeouts != 1 || ca.Retransmits != 1 || cb.DuplicateReqs != 1 {
+	if ca.RetryTimeouts != 1 || ca.Retransmits != 1 || cb.DuplicateReqs != 1 || cb.SeqErrors != 0 {
 		t.Fatalf("requester %+v responder %+v", ca, cb)
 	}
 	e.healthy(a, b)

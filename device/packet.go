@@ -126,6 +126,10 @@ type packet struct {
 
 	sgid, dgid [16]byte
 	srcQPN     uint32 // the sending QP (its UDP source port on the wire)
+	// The IPv4 header a UD packet arrived with from the wire, for the
+	// receive buffer's GRH.
+	ipHdr    [20]byte
+	hasIPHdr bool
 
 	// RETH / AtomicETH
 	va   uint64
@@ -208,7 +212,10 @@ func (d *Device) receiveLocked(p *packet) {
 	d.Counters.PacketsRecv.Add(1)
 	d.Counters.BytesRecv.Add(uint64(len(p.payload)))
 	q := d.qps[p.destQPN]
-	if q == nil || q.destroyed || opInfo(p.opcode) == 0 || p.opcode&transMask != transportOf(q.Type) {
+	// A connected QP takes packets only from the GID it is connected to
+	// (rxe's check_addr).
+	if q == nil || q.destroyed || opInfo(p.opcode) == 0 || p.opcode&transMask != transportOf(q.Type) ||
+		q.Type != qp.TypeUD && p.sgid != q.attr.AH.DGID {
 		d.Counters.DroppedPackets.Add(1)
 		d.pool.put(p)
 		return

@@ -696,7 +696,13 @@ func (q *QP) respondUDLocked(p *packet) {
 		return
 	}
 	var grh [grhSize]byte
-	buildGRH(grh[:], p.sgid, p.dgid, len(p.payload))
+	if p.hasIPHdr {
+		// From the wire: the IPv4 header as it arrived (rxe copies the
+		// network header into the GRH slot).
+		copy(grh[20:], p.ipHdr[:])
+	} else {
+		buildGRH(grh[:], p.sgid, p.dgid, len(p.payload))
+	}
 	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, 0, grh[:]); f != faultNone {
 		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
 		q.fatalLocked(EventQPFatal)

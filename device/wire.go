@@ -51,6 +51,15 @@ import (
 // packet with an ICMP port-unreachable. The kernel counts what that filter
 // drops as UDP InErrors.
 //
+// The receive goroutine reads the raw socket itself, not through Go's
+// netpoller: a process whose goroutines spin (the engine, in-process
+// clients) gets netpoller wake-ups only every few milliseconds. It blocks in
+// read(2) when the wire is quiet and, like the engine, polls without
+// blocking for Config.SpinIdle after each datagram, so a burst or a
+// ping-pong does not pay a thread wake-up per packet. It checks each batch
+// of datagrams without locks and delivers the good ones under one hold of
+// Device.mu. Close shuts the socket down, which wakes it.
+//
 // Raw sockets need CAP_NET_RAW; New fails with a clear error without it.
 
 // wire is the RoCEv2 link of a device with an address.
@@ -65,6 +74,9 @@ type wire struct {
 	done chan struct{}
 	// closing tells the receive goroutine that a wake-up is the end.
 	closing atomic.Bool
+	// Datagrams sent to the device's own address and received back
+	// (Quiesce waits for them: the kernel does not lose them on lo).
+	selfSent, selfRecv atomic.Uint64
 }
 
 // roceFilter passes non-fragment UDP datagrams to port 4791 (the packet
@@ -184,6 +196,11 @@ func (l routeLink) xmitLocked(p *packet) {
 	d.Counters.PacketsSent.Add(1)
 	d.Counters.BytesSent.Add(uint64(len(p.payload)))
 	if d.isLocalGID(p.dgid) {
+		if d.wireSelf && d.wire != nil {
+			d.wire.sendLocked(p, d.wire.addr)
+			d.pool.put(p)
+			return
+		}
 		if d.capture.on.Load() {
 			d.captureLocked(p)
 		}
@@ -191,7 +208,7 @@ func (l routeLink) xmitLocked(p *packet) {
 		return
 	}
 	if w := d.wire; w != nil && isV4Mapped(p.dgid) {
-		w.sendLocked(p)
+		w.sendLocked(p, [4]byte(p.dgid[12:]))
 		d.pool.put(p)
 		return
 	}
@@ -229,14 +246,14 @@ func (p *packet) fromWire(rp *roce.Packet) {
 	p.payload = p.buf
 }
 
-// sendLocked encodes p as a RoCEv2 datagram and sends it. p stays the
-// caller's.
-func (w *wire) sendLocked(p *packet) {
+// sendLocked encodes p as a RoCEv2 datagram and sends it to dst. p stays
+// the caller's.
+func (w *wire) sendLocked(p *packet, dst [4]byte) {
 	d := w.d
 	p.toWire(&w.rp)
 	b, err := w.rp.AppendIB(w.tx[:roce.HeadroomIPv4])
 	if err == nil {
-		b, err = roce.EncapIPv4(b, w.addr, [4]byte(p.dgid[12:]), udpSourcePort(p.srcQPN), 0, 0, 64)
+		b, err = roce.EncapIPv4(b, w.addr, dst, udpSourcePort(p.srcQPN), 0, 0, 64)
 	}
 	w.rp.Payload = nil
 	if cap(b) > cap(w.tx) {
@@ -249,7 +266,7 @@ func (w *wire) sendLocked(p *packet) {
 	if d.capture.on.Load() {
 		d.capturePublish(append([]byte(nil), b...))
 	}
-	w.to.Addr = [4]byte(p.dgid[12:])
+	w.to.Addr = dst
 	for try := 0; ; try++ {
 		err = unix.Sendto(w.fd, b, unix.MSG_DONTWAIT, &w.to)
 		if err == unix.EINTR || (err == unix.EAGAIN && try < 1000) {
@@ -263,6 +280,9 @@ func (w *wire) sendLocked(p *packet) {
 		return
 	}
 	d.Counters.WirePacketsSent.Add(1)
+	if dst == w.addr {
+		w.selfSent.Add(1)
+	}
 }
 
 // recvBatch is how many datagrams the receive goroutine takes from the
@@ -287,9 +307,23 @@ func (w *wire) recvLoop() {
 	for i := range bufs {
 		bufs[i] = make([]byte, recvBufSize)
 	}
+	spin := w.d.cfg.SpinIdle
+	var lastRecv time.Time
 	for !w.closing.Load() {
-		// Block for one datagram, then take what else is queued.
-		m, err := unix.Read(w.fd, bufs[0])
+		// While traffic flows, poll without blocking (like the engine's
+		// spin); then block for one datagram. Then take what else is
+		// queued.
+		m, err := 0, error(unix.EAGAIN)
+		if spin > 0 && time.Since(lastRecv) < spin {
+			m, err = recvDontWait(w.fd, bufs[0])
+			if err == unix.EAGAIN {
+				runtime.Gosched()
+				continue
+			}
+		}
+		if err == unix.EAGAIN {
+			m, err = unix.Read(w.fd, bufs[0])
+		}
 		switch {
 		case w.closing.Load():
 			return
@@ -302,6 +336,7 @@ func (w *wire) recvLoop() {
 			time.Sleep(time.Millisecond)
 			continue
 		}
+		lastRecv = time.Now()
 		lens[0] = m
 		n = 1
 		for n < recvBatch {
@@ -373,6 +408,15 @@ func (w *wire) deliver(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool,
 		pkts[i].Payload = nil
 		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4([4]byte(b[12:16])))
 		p.dgid = roce.GIDFromIPv4(netip.AddrFrom4([4]byte(b[16:20])))
+		self := [4]byte(b[12:16]) == w.addr
+		if self && d.wireSelf {
+			p.sgid, p.dgid = d.cfg.GID, d.cfg.GID
+		} else if p.opcode&transMask == transUD {
+			p.ipHdr, p.hasIPHdr = [20]byte(b[:20]), true
+		}
 		d.receiveLocked(p)
+		if self {
+			w.selfRecv.Add(1)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,13 +26,21 @@ import (
 // loopback, now with every packet encoded, checksummed and parsed. They run
 // on the real clock.
 
-var wireSerial atomic.Uint32
+// randomLoopback returns a random address of 127.64.0.0/10, so that test
+// binaries running at the same time (other packages, other checkouts)
+// rarely pick the same; newWireEnv tries another on a collision.
+func randomLoopback() netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(64 + rand.IntN(64)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
+}
 
-// wireAddrs returns two fresh addresses of 127.0.2.0/23 (other packages'
-// tests use other subnets, so parallel test binaries do not collide).
+// wireAddrs returns two distinct random loopback addresses.
 func wireAddrs() (netip.Addr, netip.Addr) {
-	k := wireSerial.Add(1) % 250
-	return netip.AddrFrom4([4]byte{127, 0, 2, byte(2 + k)}), netip.AddrFrom4([4]byte{127, 0, 3, byte(2 + k)})
+	a := randomLoopback()
+	for {
+		if b := randomLoopback(); b != a {
+			return a, b
+		}
+	}
 }
 
 // newWireEnv is a device on addr with the real clock (env.clk is nil:
@@ -46,6 +53,10 @@ func newWireEnv(t testing.TB, addr netip.Addr, mod ...func(*Config)) *env {
 		m(&cfg)
 	}
 	d, err := New(cfg)
+	for try := 0; errors.Is(err, syscall.EADDRINUSE) && try < 20; try++ {
+		cfg.Addr = randomLoopback()
+		d, err = New(cfg)
+	}
 	if err != nil {
 		if errors.Is(err, syscall.EPERM) {
 			t.Skipf("no CAP_NET_RAW: %v", err)
@@ -251,7 +262,10 @@ func TestWireUD(t *testing.T) {
 	sameBytes(t, dst.Mem()[40:3040], src.Mem()[:3000])
 	ip := dst.Mem()[20:40]
 	sa, da := ea.d.Config().Addr.As4(), eb.d.Config().Addr.As4()
-	if ip[0] != 0x45 || ip[9] != 17 || string(ip[12:16]) != string(sa[:]) || string(ip[16:20]) != string(da[:]) {
+	// The header as it arrived: total length covers IP, UDP, BTH, DETH,
+	// ImmDt, payload and ICRC; DF; ID 0; TTL 64.
+	if ip[0] != 0x45 || ip[9] != 17 || string(ip[12:16]) != string(sa[:]) || string(ip[16:20]) != string(da[:]) ||
+		binary.BigEndian.Uint16(ip[2:]) != 20+8+12+8+4+3000+4 || ip[6] != 0x40 || ip[8] != 64 {
 		t.Fatalf("GRH % x", dst.Mem()[:40])
 	}
 	ea.healthy(a)
@@ -453,6 +467,9 @@ func TestWireCapture(t *testing.T) {
 // Without an address the GIDs are fe80:: ones and the capture holds IPv6
 // datagrams.
 func TestCaptureIPv6Loopback(t *testing.T) {
+	if *wireFlag {
+		t.Skip("-device.wire sends loopback packets as IPv4 datagrams")
+	}
 	e := newEnv(t)
 	c := e.d.OpenCapture()
 	defer c.Close()
@@ -655,4 +672,33 @@ func benchPingPong(b *testing.B, wire bool) {
 		wait(acq)
 		recv(qa, ma)
 	}
+}
+
+// A connected QP takes packets only from the address it is connected to:
+// a third device that names b's QPN is ignored.
+func TestWireWrongSourceDropped(t *testing.T) {
+	ea, eb := newWirePair(t)
+	ec := newWireEnv(t, randomLoopback())
+	envs := []*env{ea, eb, ec}
+	a, b, acq, bcq := wireQPs(ea, eb, qp.TypeRC, "", "")
+	ccq := ec.cq(16)
+	c := ec.qp(qpOpts{scq: ccq, rcq: ccq})
+	ec.connectX(c, b.QPN, "dgid="+gidText(eb)+" timeout=8 retry_cnt=1")
+	eb.postRecv(b, "wr_id=9")
+	ec.postSend(c, "opcode=send wr_id=1 send_flags=signaled")
+	// c gets no answer: it retries once and gives up.
+	if got := waitWCs(t, ccq, 1, 10*time.Second); len(got) != 1 || !strings.Contains(got[0], "status=retry_exc_err") {
+		t.Fatalf("c: %q", got)
+	}
+	wexpect(t, bcq, envs)
+	if n := b.CountersSnapshot().PacketsRecv; n != 0 {
+		t.Fatalf("b took %d packets from a stranger", n)
+	}
+	// a still reaches b.
+	ea.postSend(a, "opcode=send wr_id=2 send_flags=signaled")
+	wexpect(t, acq, envs, sendWC(2, "success", "send", a, 0))
+	wexpect(t, bcq, envs, recvWC(9, "success", "recv", b, 0, a, ""))
+	ea.healthy(a)
+	eb.healthy(b)
+	ec.events()
 }
