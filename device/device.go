@@ -145,6 +145,19 @@ func (c *Config) fill() error {
 	if c.MaxQPInitRdAtom == 0 {
 		c.MaxQPInitRdAtom = d.MaxQPInitRdAtom
 	}
+	if c.MaxMTU == 0 && c.Addr.IsValid() {
+		// As rxe: the largest IB MTU whose packets fit the interface's
+		// MTU with the headers (RXE_MAX_HDR_LENGTH, 80 bytes).
+		if m, ok := interfaceMTU(c.Addr); ok {
+			c.MaxMTU = qp.MTU256
+			for _, x := range []qp.MTU{qp.MTU4096, qp.MTU2048, qp.MTU1024, qp.MTU512} {
+				if x.Bytes()+80 <= m {
+					c.MaxMTU = x
+					break
+				}
+			}
+		}
+	}
 	if c.MaxMTU == 0 {
 		c.MaxMTU = d.MaxMTU
 	}

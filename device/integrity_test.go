@@ -25,6 +25,8 @@ func TestDataIntegrityRandomMix(t *testing.T) {
 		}
 		seed := uint64(0x1055) + uint64(i)<<8
 		t.Run(fmt.Sprintf("rc-lossy/%#x", seed), func(t *testing.T) { integrityRun(t, qp.TypeRC, seed, true) })
+		seed = uint64(0xfa17) + uint64(i)<<8
+		t.Run(fmt.Sprintf("rc-faults/%#x", seed), func(t *testing.T) { integrityFaultsRun(t, seed) })
 	}
 }
 
@@ -93,6 +95,23 @@ func integrityRun(t *testing.T, typ qp.Type, seed uint64, lossy bool) {
 	}
 	g.collect = g.collectFake
 	g.run(typ)
+}
+
+// integrityFaultsRun is the RC mix behind the fault injector: 1% of the
+// packets each way dropped, 1% duplicated, 1% reordered.
+func integrityFaultsRun(t *testing.T, seed uint64) {
+	e := newEnv(t)
+	g := newInteg(t, e, e, qp.TypeRC, seed, "")
+	g.ops, g.maxMsg, g.lossy = 400, 256<<10, true
+	l := e.faults(seed, 10, 10, 10)
+	g.collect = g.collectFake
+	g.run(qp.TypeRC)
+	e.d.mu.Lock()
+	t.Logf("%d dropped %d duplicated %d reordered", l.dropped, l.duped, l.reo)
+	e.d.mu.Unlock()
+	if c := g.b.CountersSnapshot(); c.DuplicateReqs == 0 {
+		t.Fatalf("no duplicates: %+v", c)
+	}
 }
 
 // newInteg makes the QP pair (a on ea, b on eb) and the memory of a

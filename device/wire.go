@@ -159,6 +159,31 @@ func openRaw(a netip.Addr) (int, error) {
 	return fd, nil
 }
 
+// interfaceMTU is the MTU of the interface that has address a.
+func interfaceMTU(a netip.Addr) (int, bool) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, false
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, x := range addrs {
+			if n, ok := x.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+					return ifc.MTU, true
+				}
+				if ifc.Flags&net.FlagLoopback != 0 && a.IsLoopback() {
+					return ifc.MTU, true // all of 127/8 is on lo
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
 func control(c syscall.Conn, f func(fd int) error) error {
 	rc, err := c.SyscallConn()
 	if err != nil {

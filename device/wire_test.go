@@ -702,3 +702,15 @@ func TestWireWrongSourceDropped(t *testing.T) {
 	eb.healthy(b)
 	ec.events()
 }
+
+// The port MTU follows the interface's, as rxe's does: lo's 65536 allows
+// 4096.
+func TestWirePortMTU(t *testing.T) {
+	e := newWireEnv(t, randomLoopback())
+	if p := e.d.Port(); p.MaxMTU != qp.MTU4096 || p.ActiveMTU != qp.MTU4096 {
+		t.Fatalf("port %+v", p)
+	}
+	if m, ok := interfaceMTU(e.d.Config().Addr); !ok || m < 4096+80 {
+		t.Fatalf("lo MTU %d %v", m, ok)
+	}
+}

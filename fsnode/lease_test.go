@@ -9,6 +9,11 @@ import (
 	"time"
 )
 
+// Children never get cmd.Dir inside the mount: Go forks with vfork, and a
+// chdir into our own FUSE mount before exec can deadlock with a GC
+// stop-the-world (the vforking thread holds a P that cannot stop while the
+// server goroutines are stopped). The shell changes directory itself.
+
 // A program's leased objects die with it; a shell's unleased ones stay.
 func TestLeaseDestroysOnExit(t *testing.T) {
 	m := mount(t)
@@ -26,8 +31,7 @@ qp=$(tx qp "pd=$pd qp_type=rc send_cq=$cq recv_cq=$cq max_send_wr=4 max_recv_wr=
 cat <&9 >/dev/null || true
 echo "$pd $cq $mr $qp"
 `
-	cmd := exec.Command("bash", "-c", script)
-	cmd.Dir = m.dir
+	cmd := exec.Command("bash", "-c", "cd \"$1\"\n"+script, "bash", m.dir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
@@ -85,8 +89,7 @@ func TestLeaseRejects(t *testing.T) {
 		t.Fatalf("lease lists %q", got)
 	}
 	// Another user cannot lease (and so destroy) my objects.
-	cmd := exec.Command("bash", "-c", "exec 9<>lease; echo 'pd "+pd+"' >&9")
-	cmd.Dir = m.dir
+	cmd := exec.Command("bash", "-c", "cd \"$1\" && exec 9<>lease && echo 'pd "+pd+"' >&9", "bash", m.dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
 		t.Fatalf("another user leased my pd: %v %s", err, out)
@@ -122,8 +125,7 @@ func TestFaultsFile(t *testing.T) {
 		t.Fatalf("faults reads %q after off", got)
 	}
 	// Only root may set faults: they act on everyone's traffic.
-	cmd := exec.Command("bash", "-c", "echo drop=1 > faults")
-	cmd.Dir = m.dir
+	cmd := exec.Command("bash", "-c", "echo drop=1 > \"$1/faults\"", "bash", m.dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
 		t.Fatalf("another user set faults: %v %s", err, out)

@@ -21,6 +21,7 @@ Usage:
   rdmafs umount MOUNTPOINT          tear the device down, even with live mappings
   rdmafs new MOUNTPOINT KIND k=v... create an object (KIND: pd mr mw cq srq ah qp)
                                     and print its name
+  rdmafs bench [flags] MOUNTPOINT   perftest-style loopback benchmark (--op, --mode bw|lat)
   rdmafs help [COMMAND]             this text, or a command's flags
 
 Every verb is a file: see MOUNTPOINT/README once mounted, or README.md.
@@ -45,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdUmount(args[1:], stdout)
 	case "new":
 		err = cmdNew(args[1:], stdout)
+	case "bench":
+		err = cmdBench(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		if len(args) > 1 {
 			return run([]string{args[1], "--help"}, stdout, stderr)

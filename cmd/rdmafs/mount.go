@@ -54,7 +54,8 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	fs.Uint8Var(&cfg.MaxQPInitRdAtom, "max-qp-init-rd-atom", cfg.MaxQPInitRdAtom, "max_qp_init_rd_atom: outstanding READ/atomics per QP")
 	fs.Uint32Var(&cfg.MaxInlineData, "max-inline-data", cfg.MaxInlineData, "max_inline_data: bytes of inline data per WR")
 	mtu := fs.Int("mtu", 4096, "port MTU in bytes (256, 512, 1024, 2048, 4096): max_mtu and active_mtu")
-	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID)")
+	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID, or ::ffff:ADDR with --addr)")
+	addr := fs.String("addr", "", "IPv4 address to speak RoCEv2 on (UDP 4791; needs CAP_NET_RAW): the port GID becomes ::ffff:ADDR and QPs reach other hosts' devices")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -67,6 +68,13 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("--mtu %d: not one of 256 512 1024 2048 4096", *mtu)}
 	}
 	cfg.MaxMTU, cfg.ActiveMTU = m, m
+	if *addr != "" {
+		a, err := netip.ParseAddr(*addr)
+		if err != nil || !a.Is4() {
+			return usageError{fmt.Errorf("--addr %q: want an IPv4 address", *addr)}
+		}
+		cfg.Addr = a
+	}
 	if *gid != "" {
 		g, err := netip.ParseAddr(*gid)
 		if err != nil {
@@ -99,15 +107,16 @@ func spawnDaemon(mnt string, args []string, logFile string) error {
 		return err
 	}
 	defer r.Close()
-	out := io.Discard
-	var lf *os.File
-	if logFile != "" {
-		if lf, err = os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-			return err
-		}
-		defer lf.Close()
-		out = lf
+	// The daemon outlives this process: its output must be a file, never a
+	// pipe to us (a write after we exit would kill it with SIGPIPE).
+	if logFile == "" {
+		logFile = os.DevNull
 	}
+	out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
 	cmd := exec.Command(self, append([]string{"mount", "--foreground", "--ready-fd", "3"}, args...)...)
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# bench-vs-peers.sh: rdmafs against its peers on this machine, in one go.
+#
+# Builds rdmafs, mounts a device in a temp dir, installs UCX's ucx_perftest
+# (Debian package ucx-utils) if it is missing, then runs ROUNDS rounds, each
+# alternating
+#   - a plain memcpy (rdmafs bench --op memcpy: Go's copy) of 64 KiB and 8 B,
+#   - rdmafs bench: WRITE bw 64 KiB, WRITE bw 8 B (message rate), WRITE lat
+#     8 B, READ bw 64 KiB, FETCH_AND_ADD bw,
+#   - ucx_perftest over shared memory (UCX_TLS=posix,sysv,cma,self, server
+#     and client on 127.0.0.1): ucp_put_bw 64 KiB and 8 B, ucp_put_lat 8 B,
+#     ucp_get 64 KiB, ucp_fadd,
+# and prints the medians and the ratios the targets are stated in. Then it
+# counts system calls per work request (strace -c -f of the bench process
+# and of the daemon, and perf's syscall tracepoint when perf is there), and
+# the daemon's CPU over 10 s of idleness after a benchmark.
+#
+#   sudo scripts/bench-vs-peers.sh            # ROUNDS=5 DUR=2 (seconds a run)
+#   ROUNDS=3 DUR=1 scripts/bench-vs-peers.sh  # quicker
+#
+# Needs root (the mount), /dev/fuse, Go, and apt-get for ucx-utils when
+# ucx_perftest is not installed. Takes about ROUNDS * (7*DUR + 8) s + 25 s
+# (two minutes with the defaults).
+# Results and raw outputs stay in $KEEP if set (a directory), else are
+# removed with the mount on exit.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+DUR=${DUR:-2}
+UCX_PORT=${UCX_PORT:-13457}
+UCX_TLS_LIST=${UCX_TLS_LIST:-posix,sysv,cma,self}
+UCX_TIMEOUT=${UCX_TIMEOUT:-20}
+# ucx_perftest iterations (about a second each on a 2-core Xeon).
+UCX_N_PUT8=${UCX_N_PUT8:-15000000}
+UCX_N_PUT64K=${UCX_N_PUT64K:-300000}
+UCX_N_LAT=${UCX_N_LAT:-3000000}
+UCX_N_GET64K=${UCX_N_GET64K:-600000}
+UCX_N_FADD=${UCX_N_FADD:-10000000}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+work=$(mktemp -d /tmp/rdmafs-bench.XXXXXX)
+M=$work/mnt
+mkdir -p "$M"
+results=$work/results.tsv
+: >"$results"
+ucx_srv=""
+mounted=""
+
+cleanup() {
+	local rc=$?
+	if [[ -n "$ucx_srv" ]] && kill -0 "$ucx_srv" 2>/dev/null; then
+		kill "$ucx_srv" 2>/dev/null || true
+		wait "$ucx_srv" 2>/dev/null || true
+	fi
+	if [[ -n "$mounted" ]]; then
+		"$RDMAFS" umount "$M" 2>/dev/null || true
+	fi
+	if ((rc != 0)) && [[ -s "$work/daemon.log" ]]; then
+		echo "--- daemon log" >&2
+		tail -n 20 "$work/daemon.log" >&2
+	fi
+	if [[ -n "${KEEP:-}" ]]; then
+		mkdir -p "$KEEP"
+		cp -r "$work"/*.tsv "$work"/*.txt "$work"/*.log "$KEEP"/ 2>/dev/null || true
+	fi
+	rm -rf "$work"
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+die() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# --- the machine, the tools -------------------------------------------------
+
+if [[ -z "${RDMAFS:-}" ]]; then
+	RDMAFS=$work/rdmafs
+	(cd "$repo" && go build -o "$RDMAFS" ./cmd/rdmafs)
+fi
+if ! command -v ucx_perftest >/dev/null 2>&1; then
+	echo "# installing ucx-utils (ucx_perftest)"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ucx-utils >/dev/null
+fi
+
+echo "# machine"
+echo "  nproc:  $(nproc)"
+echo "  cpu:    $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+echo "  kernel: $(uname -r)"
+echo "  go:     $(go version 2>/dev/null | awk '{print $3}')"
+echo "  ucx:    $(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -n 1)"
+echo "  rdmafs: $(cd "$repo" && git describe --always --dirty 2>/dev/null || echo unknown)"
+# busy: the share of the CPUs others used over half a second (the load
+# average counts processes stuck in D state, which use none).
+busy() {
+	local a b
+	a=$(awk '/^cpu / { print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8 }' /proc/stat)
+	sleep 0.5
+	b=$(awk '/^cpu / { print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8 }' /proc/stat)
+	awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.0f%%", 100 * (y[1] - x[1]) / (y[2] - x[2] + 1e-9) }'
+}
+echo "  busy:   $(busy) of the CPUs busy before the runs (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+
+"$RDMAFS" mount --log "$work/daemon.log" "$M"
+mounted=1
+id=$(printf '%s' "$M" | sed 's:^/*::; s:/*$::; s:/:_:g')
+DPID=$(head -n 1 "/run/rdmafs/$id.pid")
+kill -0 "$DPID" || die "no daemon pid for $M"
+echo "  daemon: pid $DPID serving $M"
+
+# --- measurements -------------------------------------------------------------
+
+# jnum KEY: a number out of the JSON line on stdin.
+jnum() { grep -o "\"$1\":[-0-9.e+]*" | head -n 1 | cut -d: -f2; }
+
+# record ROUND NAME VALUE
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$results"; }
+
+# rb ROUND NAME KEY ARGS...: an rdmafs bench run, KEY out of its JSON.
+rb() {
+	local round=$1 name=$2 key=$3 out
+	shift 3
+	out=$("$RDMAFS" bench --json "$@") || die "rdmafs bench $*"
+	echo "$out" >>"$work/rdmafs-bench.txt"
+	grep -q '"check":"ok"' <<<"$out" || die "rdmafs bench $*: data check: $out"
+	record "$round" "$name" "$(jnum "$key" <<<"$out")"
+	# Doorbells and syscalls of the timed phase, per WR, for the record.
+	record "$round" "$name.doorbells_per_wr" "$(awk -v d="$(jnum dev_doorbells <<<"$out")" -v n="$(jnum wrs <<<"$out")" 'BEGIN{printf "%.6f", d/(n>0?n:1)}')"
+}
+
+# ucx TEST SIZE N: one ucx_perftest run (a fresh server each time); prints
+# the CSV line iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,
+# overall_bw,avg_mr,overall_mr, or nothing when the run did not finish in
+# UCX_TIMEOUT seconds (a ping-pong of two spinning processes crawls when
+# other processes want the same two CPUs).
+ucx() {
+	local test=$1 size=$2 n=$3 out="" i rc
+	UCX_TLS=$UCX_TLS_LIST ucx_perftest -p "$UCX_PORT" >>"$work/ucx-server.log" 2>&1 &
+	ucx_srv=$!
+	for i in $(seq 1 50); do
+		rc=0
+		out=$(UCX_TLS=$UCX_TLS_LIST timeout "$UCX_TIMEOUT" ucx_perftest 127.0.0.1 -p "$UCX_PORT" -t "$test" -s "$size" -n "$n" -f -v 2>>"$work/ucx-client.log") || rc=$?
+		((rc == 0)) && break
+		out=""
+		if ((rc == 124)); then
+			echo "  (ucx_perftest -t $test -s $size: no result in ${UCX_TIMEOUT}s, skipped)" >&2
+			break
+		fi
+		kill -0 "$ucx_srv" 2>/dev/null || break
+		sleep 0.1 # the server is not listening yet
+	done
+	kill "$ucx_srv" 2>/dev/null || true
+	wait "$ucx_srv" 2>/dev/null || true
+	ucx_srv=""
+	[[ -n "$out" ]] || return 0
+	echo "$out" >>"$work/ucx-perftest.txt"
+	tail -n 1 <<<"$out"
+}
+
+# ru ROUND NAME FIELD TEST SIZE N: FIELD (1-based) of the CSV, scaled to
+# Mpps for message rates.
+ru() {
+	local round=$1 name=$2 field=$3 line v
+	line=$(ucx "$4" "$5" "$6")
+	[[ -n "$line" ]] || return 0
+	v=$(cut -d, -f"$field" <<<"$line")
+	if ((field == 8)); then
+		v=$(awk -v v="$v" 'BEGIN{printf "%.6f", v/1e6}')
+	fi
+	record "$round" "$name" "$v"
+}
+
+# others_mark / others_since: how much CPU everything but this script's
+# children and the daemon used since the mark, as a share of both CPUs:
+# /proc/stat's busy ticks less the children's (bash's times) and the
+# daemon's (/proc/PID/stat).
+cpu_ticks() { awk '/^cpu / { print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8 }' /proc/stat; }
+# kids_ticks sets KT; times must run in this shell, not in a $(...) subshell.
+kids_ticks() {
+	times >"$work/times"
+	KT=$(tail -n 1 "$work/times" | awk -v hz="$(getconf CLK_TCK)" '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%d", t * hz }')
+}
+daemon_ticks() { awk '{ i = index($0, ") "); split(substr($0, i + 2), f, " "); print f[12] + f[13] }' "/proc/$DPID/stat"; }
+others_mark() { om_cpu=$(cpu_ticks); kids_ticks; om_kids=$KT; om_d=$(daemon_ticks); }
+# others_since sets OTHERS.
+others_since() {
+	local now d
+	now=$(cpu_ticks); kids_ticks; d=$(daemon_ticks)
+	OTHERS=$(awk -v a="$om_cpu" -v b="$now" -v k0="$om_kids" -v k1="$KT" -v d0="$om_d" -v d1="$d" 'BEGIN {
+		split(a, x, " "); split(b, y, " ")
+		o = (y[1] - x[1]) - (k1 - k0) - (d1 - d0); if (o < 0) o = 0
+		printf "%.0f%%", 100 * o / (y[2] - x[2] + 1e-9) }')
+}
+
+echo
+echo "# $ROUNDS rounds, alternating; rdmafs and memcpy runs take ${DUR}s each"
+for r in $(seq 1 "$ROUNDS"); do
+	others_mark
+	printf '  round %d (CPUs %s busy before it) ' "$r" "$(busy)"
+	rb "$r" memcpy_64k bw_avg_mbs --op memcpy -s 65536 -D "${DUR}s"
+	rb "$r" rdmafs_write_bw_64k bw_avg_mbs --op write -s 65536 -D "${DUR}s" "$M"
+	ru "$r" ucx_put_bw_64k 6 ucp_put_bw 65536 "$UCX_N_PUT64K"
+	printf '.'
+	rb "$r" memcpy_8 msg_rate_mpps --op memcpy -s 8 -D "${DUR}s"
+	rb "$r" rdmafs_write_bw_8 msg_rate_mpps --op write -s 8 -D "${DUR}s" "$M"
+	ru "$r" ucx_put_bw_8 8 ucp_put_bw 8 "$UCX_N_PUT8"
+	printf '.'
+	rb "$r" rdmafs_write_lat_8 t_typical_us --op write --mode lat -s 8 -D "${DUR}s" "$M"
+	ru "$r" ucx_put_lat_8 2 ucp_put_lat 8 "$UCX_N_LAT"
+	printf '.'
+	rb "$r" rdmafs_read_bw_64k bw_avg_mbs --op read -s 65536 -D "${DUR}s" "$M"
+	ru "$r" ucx_get_64k 6 ucp_get 65536 "$UCX_N_GET64K"
+	printf '.'
+	rb "$r" rdmafs_fetch_add_bw msg_rate_mpps --op fetch_add -D "${DUR}s" "$M"
+	ru "$r" ucx_fadd_8 8 ucp_fadd 8 "$UCX_N_FADD"
+	others_since
+	echo ". done; other processes used $OTHERS of the CPUs meanwhile"
+done
+
+# median NAME: the median of a series over the rounds.
+median() {
+	awk -F'\t' -v k="$1" '$2 == k { print $3 }' "$results" | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+# range NAME: min..max over the rounds.
+range() {
+	awk -F'\t' -v k="$1" '$2 == k { print $3 }' "$results" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.3f..%.3f", lo, hi }'
+}
+# ratios A B: the per-round ratios A/B, their median and range.
+ratios() {
+	awk -F'\t' -v a="$1" -v b="$2" '$2 == a { x[$1] = $3 } $2 == b { y[$1] = $3 } END { for (r in x) if (r in y && y[r] > 0) printf "%.4f\n", x[r] / y[r] }' "$results" | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan nan nan"; exit } m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f %.3f %.3f\n", m, v[1], v[NR] }'
+}
+verdict() { # RATIO OP LIMIT
+	awk -v r="$1" -v op="$2" -v l="$3" 'BEGIN { ok = (op == ">=") ? r >= l : r <= l; print ok ? "met" : "MISSED" }'
+}
+
+echo
+echo "# medians over $ROUNDS rounds (min..max in brackets); MB = 2^20 bytes"
+printf '  %-34s %14s %24s\n' "measurement" "median" "range"
+for k in memcpy_64k rdmafs_write_bw_64k ucx_put_bw_64k memcpy_8 rdmafs_write_bw_8 ucx_put_bw_8 \
+	rdmafs_write_lat_8 ucx_put_lat_8 rdmafs_read_bw_64k ucx_get_64k rdmafs_fetch_add_bw ucx_fadd_8; do
+	unit=""
+	case $k in
+	*_64k) unit="MB/s" ;;
+	*lat*) unit="us" ;;
+	*) unit="Mpps" ;;
+	esac
+	printf '  %-34s %14.3f %24s\n' "$k [$unit]" "$(median "$k")" "[$(range "$k")]"
+done
+echo
+echo "  rdmafs doorbells per WR (median): write bw 64K $(median rdmafs_write_bw_64k.doorbells_per_wr)," \
+	"write bw 8B $(median rdmafs_write_bw_8.doorbells_per_wr), write lat $(median rdmafs_write_lat_8.doorbells_per_wr)," \
+	"read $(median rdmafs_read_bw_64k.doorbells_per_wr), fetch_add $(median rdmafs_fetch_add_bw.doorbells_per_wr)"
+
+echo
+echo "# ratios (median of the per-round ratios, [min..max])"
+printf '  %-48s %8s %18s %10s %8s\n' "ratio" "median" "range" "target" "result"
+row() { # LABEL A B OP LIMIT
+	local m lo hi
+	read -r m lo hi < <(ratios "$2" "$3")
+	if [[ -n "${4:-}" ]]; then
+		printf '  %-48s %8s %18s %10s %8s\n' "$1" "$m" "[$lo..$hi]" "$4 $5" "$(verdict "$m" "$4" "$5")"
+	else
+		printf '  %-48s %8s %18s %10s %8s\n' "$1" "$m" "[$lo..$hi]" "-" "-"
+	fi
+}
+row "WRITE 64K bw / memcpy 64K" rdmafs_write_bw_64k memcpy_64k ">=" 0.8
+row "WRITE 8B msg rate / ucp_put_bw 8B" rdmafs_write_bw_8 ucx_put_bw_8 ">=" 0.5
+row "WRITE 8B t_typical / ucp_put_lat 8B (50%)" rdmafs_write_lat_8 ucx_put_lat_8 "<=" 2
+row "WRITE 64K bw / ucp_put_bw 64K" rdmafs_write_bw_64k ucx_put_bw_64k
+row "READ 64K bw / ucp_get 64K" rdmafs_read_bw_64k ucx_get_64k
+row "FETCH_AND_ADD rate / ucp_fadd" rdmafs_fetch_add_bw ucx_fadd_8
+row "ucp_put_bw 64K / memcpy 64K" ucx_put_bw_64k memcpy_64k
+
+# --- system calls per work request -------------------------------------------
+
+echo
+echo "# system calls per WR in steady state (WRITE bw 8 B, 3 s)"
+# strace -f -c of the bench process (its whole life: set-up, the timed
+# phase, exit) and, attached for the same time, of the daemon. The
+# runtime's own calls (futex, nanosleep, epoll_pwait: the Go scheduler and
+# sysmon) come with time, not with WRs; a doorbell is one write by the
+# bench process and one FUSE request (read + writev) in the daemon.
+sys_total() { awk '$NF == "total" { print $4 }' "$1"; }
+sys_of() { awk -v c="$2" '$NF == c { print $4 }' "$1"; }
+strace -f -c -o "$work/strace-daemon-3.txt" -p "$DPID" 2>/dev/null &
+st=$!
+sleep 0.5
+out=$(strace -f -c -o "$work/strace-bench-3.txt" "$RDMAFS" bench --json --op write -s 8 -D 3s "$M")
+kill -INT "$st"
+wait "$st" 2>/dev/null || true
+awk -v w="$(jnum wrs <<<"$out")" -v b="$(sys_total "$work/strace-bench-3.txt")" -v bw="$(sys_of "$work/strace-bench-3.txt" write)" \
+	-v d="$(sys_total "$work/strace-daemon-3.txt")" -v db="$(jnum dev_doorbells <<<"$out")" 'BEGIN {
+	printf "  %d WRs timed under strace; bench process: %d syscalls in all = %.6f/WR, of which %d writes (doorbells: %d in the timed phase)\n", w, b, b / w, bw, db
+	printf "  daemon: %d syscalls while attached = %.6f/WR\n", d, d / w }'
+echo "  the bench process's calls in the 3s run (strace -c -f):"
+sed -n '1,12p' "$work/strace-bench-3.txt" | sed 's/^/    /'
+echo "  the daemon's calls during it:"
+sed -n '1,10p' "$work/strace-daemon-3.txt" | sed 's/^/    /'
+if command -v perf >/dev/null 2>&1 && perf stat -e raw_syscalls:sys_enter true >/dev/null 2>&1; then
+	# The same with perf's syscall tracepoint (no ptrace, no slow-down),
+	# less a run that only sets up, posts one WR and exits.
+	perf stat -x, -e raw_syscalls:sys_enter -o "$work/perf-setup.txt" "$RDMAFS" bench --json --op write -s 8 --iters 1 --warmup 1 "$M" >/dev/null
+	perf stat -x, -e raw_syscalls:sys_enter -o "$work/perf-daemon.txt" -p "$DPID" sleep 3.5 &
+	ps_=$!
+	sleep 0.25
+	out=$(perf stat -x, -e raw_syscalls:sys_enter -o "$work/perf-bench.txt" "$RDMAFS" bench --json --op write -s 8 -D 3s "$M")
+	wait "$ps_" || true
+	b=$(grep raw_syscalls "$work/perf-bench.txt" | cut -d, -f1)
+	b0=$(grep raw_syscalls "$work/perf-setup.txt" | cut -d, -f1)
+	dd_=$(grep raw_syscalls "$work/perf-daemon.txt" | cut -d, -f1)
+	w=$(jnum wrs <<<"$out")
+	awk -v b="$b" -v b0="$b0" -v d="$dd_" -v w="$w" -v db="$(jnum dev_doorbells <<<"$out")" 'BEGIN {
+		printf "  perf (raw_syscalls:sys_enter): %d WRs timed; bench process %d syscalls, %d of them set-up and exit:\n", w, b, b0
+		printf "    %.6f syscalls/WR beyond set-up, of which doorbells %.6f/WR (%d)\n", (b - b0) / w, db / w, db
+		printf "  daemon: %d syscalls in the 3.5 s around it = %.6f/WR\n", d, d / w }'
+fi
+
+# --- the daemon at rest --------------------------------------------------------
+
+echo
+echo "# daemon CPU while idle for 10 s right after a benchmark"
+ticks() { awk '{ i = index($0, ") "); split(substr($0, i + 2), f, " "); print f[12] + f[13] }' "/proc/$DPID/stat"; }
+"$RDMAFS" bench --op write -s 65536 -D 1s "$M" >/dev/null
+t0=$(ticks)
+s0=$(date +%s.%N)
+sleep 10
+t1=$(ticks)
+s1=$(date +%s.%N)
+hz=$(getconf CLK_TCK)
+awk -v t="$((t1 - t0))" -v hz="$hz" -v s0="$s0" -v s1="$s1" 'BEGIN {
+	cpu = t / hz; secs = s1 - s0
+	printf "  %.2fs of CPU in %.1fs = %.3f%% of a core (target < 1%%: %s)\n", cpu, secs, 100 * cpu / secs, (100 * cpu / secs < 1) ? "met" : "MISSED" }'
+echo "  CPUs busy at the end: $(busy)"
