@@ -14,6 +14,7 @@ type compState struct {
 	retryLeft    uint8     // retries left after timeouts / sequence NAKs
 	rnrLeft      uint8     // RNR retries left (7 = infinite)
 	timeoutFired bool      // the retransmit timer expired
+	idle         bool      // nothing outstanding; a running retry timer is lapsing
 	progress     bool      // an acknowledgement came since the timer was armed
 	progressAt   time.Time // when the last one came
 }
@@ -319,7 +320,7 @@ func (q *QP) retireLocked() {
 	if moved {
 		q.sqCons.Publish()
 		if q.sqCons.Tail() == q.reqIdx {
-			q.stopRetryLocked()
+			q.armRetryLocked() // nothing outstanding: lets the timer lapse
 		}
 	}
 }
@@ -348,15 +349,29 @@ func (q *QP) completeSendLocked(w *sendWQE, status qp.WCStatus) {
 
 // armRetryLocked keeps the retransmit timer running while PSNs are
 // unacknowledged (timeout 0 disables it, as in rxe).
+//
+// With nothing outstanding the running timer is not stopped but left to
+// lapse (it then finds nothing to do and is not re-armed): a QP sending one
+// message at a time would otherwise create a runtime timer per message.
+// The next send on a lapsing timer counts as progress, so its timeout
+// starts then.
 func (q *QP) armRetryLocked() {
-	outstanding := q.req.psn != q.comp.psn
-	if !outstanding {
-		q.stopRetryLocked()
+	if q.req.psn == q.comp.psn {
+		q.comp.idle = true
 		return
 	}
-	if q.attr.Timeout == 0 || q.retryTimer != nil {
+	if q.attr.Timeout == 0 {
 		return
 	}
+	if q.retryTimer != nil {
+		if q.comp.idle {
+			q.comp.idle = false
+			q.comp.progress = true
+			q.comp.progressAt = q.dev.nowLocked()
+		}
+		return
+	}
+	q.comp.idle = false
 	q.armRetryAfterLocked(qp.AckTimeout(q.attr.Timeout))
 }
 
@@ -386,11 +401,14 @@ func (q *QP) retryExpired(seq uint64) {
 		if q.comp.progress {
 			left = q.comp.progressAt.Add(qp.AckTimeout(q.attr.Timeout)).Sub(d.clock.Now())
 		}
-		if left > 0 && q.req.psn != q.comp.psn {
-			// Acknowledgements came meanwhile: the timeout counts
-			// from the last of them.
+		switch {
+		case q.req.psn == q.comp.psn:
+			// Lapsed with nothing outstanding: done.
+		case left > 0:
+			// Acknowledgements (or a first send after idling) came
+			// meanwhile: the timeout counts from the last of them.
 			q.armRetryAfterLocked(left)
-		} else {
+		default:
 			q.comp.timeoutFired = true
 		}
 	}
