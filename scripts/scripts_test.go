@@ -21,7 +21,7 @@ func TestScripts(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	for _, s := range []string{"demo.sh", "ud.sh", "flush.sh"} {
+	for _, s := range []string{"demo.sh", "ud.sh", "flush.sh", "wire.sh"} {
 		t.Run(s, func(t *testing.T) {
 			cmd := exec.Command("bash", s)
 			cmd.Env = append(os.Environ(), "RDMAFS="+bin)
