@@ -231,6 +231,7 @@ type Device struct {
 	Counters Counters
 	engine   engine
 	link     link
+	bell     *doorbell // the futex doorbell (doorbell.go)
 	pool     packetPool
 	wire     *wire // the RoCEv2 link, nil without Config.Addr
 	// wireSelf sends even packets for the device's own GID through the
@@ -270,6 +271,12 @@ func New(cfg Config) (*Device, error) {
 		}
 		d.wire = w
 	}
+	if err := d.startDoorbell(); err != nil {
+		if d.wire != nil {
+			d.wire.close()
+		}
+		return nil, err
+	}
 	d.engine.start(d)
 	return d, nil
 }
@@ -288,6 +295,7 @@ func (d *Device) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.engine.stop()
+	d.stopDoorbell()
 	d.mu.Lock()
 	w := d.wire
 	d.wire = nil

@@ -141,3 +141,31 @@ func TestDoorbellRace(t *testing.T) {
 		t.Error("the engine never parked; the race was not exercised")
 	}
 }
+
+// The futex doorbell wakes a parked engine without any call into the
+// device: a client bumps the word and wakes it, as verbs does.
+func TestFutexDoorbell(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.SpinIdle = -1 }) // park at once
+	a, _, acq, _ := e.pair(qp.TypeRC)
+	src := e.mr(64, qp.AccessLocalWrite)
+	dst := e.mr(64, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+	bell, err := ring.Attach(e.d.Doorbell().Bytes(), ring.KindDoorbell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 50; id++ {
+		e.d.Quiesce()
+		w := qp.SendWR{WRID: id, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
+			SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
+		p := ring.NewProducer(a.sq)
+		ring.EncodeSendWQE(p.Next(), &w)
+		p.Advance()
+		p.Publish()
+		if !a.sq.NeedWakeup() {
+			t.Fatal("a parked engine must ask for a doorbell")
+		}
+		bell.BumpEvent()
+		bell.WakeEventWaiters()
+		waitWC(t, e, acq, sendWC(id, "success", "rdma_write", a, 8))
+	}
+}

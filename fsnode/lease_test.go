@@ -23,7 +23,8 @@ func TestLeaseDestroysOnExit(t *testing.T) {
 	script := `
 set -e
 exec 9<>lease
-tx() { local k=$1; shift; local n; { echo "$*" >&0; read -r n; } <>$k/new; echo "$k $n" >&9; echo "$k $n"; }
+# A FUSE write can return EINTR when a signal (SIGCHLD) arrives; retry.
+tx() { local k=$1; shift; local n; { echo "$*" >&0; read -r n; } <>$k/new; until echo "$k $n" >&9; do :; done; echo "$k $n"; }
 pd=$(tx pd "" | cut -d' ' -f2)
 cq=$(tx cq "cqe=4" | cut -d' ' -f2)
 mr=$(tx mr "pd=$pd length=4096 access=local_write" | cut -d' ' -f2)
@@ -46,7 +47,8 @@ echo "$pd $cq $mr $qp"
 	for _, kn := range [][2]string{{"qp", names[3]}, {"mr", names[2]}, {"cq", names[1]}, {"pd", names[0]}} {
 		for !gone(kn[0], kn[1]) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s %s outlived the program that leased it", kn[0], kn[1])
+				t.Fatalf("%s %s outlived the program that leased it (error file: %q; child said %q)",
+					kn[0], kn[1], m.lastError(kn[0], kn[1], "attr"), out)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

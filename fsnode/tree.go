@@ -81,6 +81,15 @@ func (r *root) OnAdd(ctx context.Context) {
 	addChild(ctx, in, "capture", t.captureFile(sys), syscall.S_IFREG)
 	addChild(ctx, in, "lease", t.leaseFile(), syscall.S_IFREG)
 	addChild(ctx, in, "faults", t.faultsFile(), syscall.S_IFREG)
+	// doorbell: the device's futex doorbell page, mapped by clients that
+	// wake a parked engine without a FUSE request (device/doorbell.go).
+	// Anyone may ring it; it only makes the engine look at the rings.
+	if bell := t.dev.Doorbell(); bell != nil {
+		if s, err := newShared(owner{perm: 0666, born: t.born}, bell.Fd(), uint64(bell.Size())); err == nil {
+			s.read, s.write = preadFd, doorbell(nil)
+			addChild(ctx, in, "doorbell", s, syscall.S_IFREG)
+		}
+	}
 	for _, k := range kinds {
 		kd := newDir(owner{born: t.born})
 		kd.rmdir = t.rmdirIn(kd)

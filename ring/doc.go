@@ -22,7 +22,7 @@
 //	offset size field
 //	     0    4 magic        0x474E5244 (Magic; bytes 44 52 4E 47)
 //	     4    4 version      1 (Version)
-//	     8    4 kind         1 SQ, 2 RQ, 3 SRQ, 4 CQ (Kind)
+//	     8    4 kind         1 SQ, 2 RQ, 3 SRQ, 4 CQ, 5 doorbell (Kind)
 //	    12    4 slot_size    bytes per slot, a power of two ≥ 64
 //	    16    4 slot_count   slots, a power of two ≥ 1
 //	    20    4 data_offset  256, the offset of slot 0
@@ -54,6 +54,9 @@
 //	SQ        client                       daemon
 //	RQ, SRQ   client                       daemon
 //	CQ        daemon                       client
+//
+// A doorbell (kind 5) is a header only: clients bump its event word and
+// FUTEX_WAKE it to rouse the device's parked engine; its indices are unused.
 //
 // The owner keeps its index in private memory (Producer.head,
 // Consumer.tail) and only stores it to the shared word to publish; it never

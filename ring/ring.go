@@ -60,9 +60,13 @@ const (
 	KindRQ  Kind = 2 // receive WQEs, client → daemon
 	KindSRQ Kind = 3 // receive WQEs of a shared receive queue, client → daemon
 	KindCQ  Kind = 4 // CQEs, daemon → client
+	// KindDoorbell is the device doorbell: a header whose event word
+	// clients bump and wake (FUTEX_WAKE) to rouse a parked engine; it has
+	// one unused slot.
+	KindDoorbell Kind = 5
 )
 
-func (k Kind) valid() bool { return k >= KindSQ && k <= KindCQ }
+func (k Kind) valid() bool { return k >= KindSQ && k <= KindDoorbell }
 
 func (k Kind) String() string {
 	switch k {
@@ -74,6 +78,8 @@ func (k Kind) String() string {
 		return "srq"
 	case KindCQ:
 		return "cq"
+	case KindDoorbell:
+		return "doorbell"
 	}
 	return fmt.Sprintf("Kind(%d)", uint32(k))
 }

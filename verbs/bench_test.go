@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"rdmafs/device"
 )
 
 // benchPair is a connected RC pair for benchmarks, through the library
@@ -153,4 +155,32 @@ func benchMemcpy(b *testing.B, size int) {
 		copy(dst, src)
 	}
 	sink = dst
+}
+
+// BenchmarkParkedEngine: one 8-byte WRITE posted and polled to completion
+// with the engine parked before every post (no spinning), so every post
+// pays a doorbell: the futex doorbell (MOUNT/doorbell) against the write()
+// to the sq file. The difference is the cost of waking the engine.
+func BenchmarkParkedEngine(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		write bool
+	}{{"futex", false}, {"write", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.Setenv("RDMAFS_ALWAYS_DOORBELL", "")
+			e := mountConfig(b, Options{WriteDoorbell: c.write}, func(cfg *device.Config) { cfg.SpinIdle = -1 })
+			p := e.rcPair(QPTypeRC, 256, QPCap{MaxSendWR: 128, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}, 8)
+			wr := SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGL: []SGE{p.ma.SGE(0, 8)},
+				RemoteAddr: p.mb.Addr(0), RKey: p.mb.RKey}
+			wc := make([]WC, 1)
+			postPoll(b, p, &wr, wc)
+			before := p.a.Doorbells()
+			b.ResetTimer()
+			for b.Loop() {
+				postPoll(b, p, &wr, wc)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(p.a.Doorbells()-before)/float64(b.N), "doorbells/op")
+		})
+	}
 }

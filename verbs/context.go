@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"rdmafs/qp"
+	"rdmafs/ring"
 )
 
 // Options tune a Context.
@@ -25,6 +26,10 @@ type Options struct {
 	// leased: the daemon destroys them when the program closes the Context
 	// or dies, as the kernel does for a closed uverbs file.
 	Persistent bool
+	// WriteDoorbell wakes a parked engine with a write() to the QP's sq
+	// file (a FUSE request) instead of the device's futex doorbell
+	// (MOUNT/doorbell). For comparison; the futex is about 10x cheaper.
+	WriteDoorbell bool
 }
 
 // Context is an open device: one mounted rdmafs (ibv_context). Its
@@ -38,6 +43,9 @@ type Context struct {
 	// lease is the mount's lease file, open for the Context's life; every
 	// object created is named in it (nil with Options.Persistent).
 	lease *os.File
+	// bell is the device doorbell page (nil: write() doorbells).
+	bell       *ring.Ring
+	bellRegion *ring.Region
 
 	mu     sync.RWMutex
 	mrs    map[uint32]*MR // by lkey, for inline gathers; guarded by mu
@@ -64,6 +72,15 @@ func OpenWithOptions(mount string, opts Options) (*Context, error) {
 		alwaysDoorbell: opts.AlwaysDoorbell || os.Getenv("RDMAFS_ALWAYS_DOORBELL") == "1",
 		mrs:            map[uint32]*MR{},
 		objs:           map[closer]struct{}{},
+	}
+	if !opts.WriteDoorbell {
+		if reg, err := ring.MapFile(filepath.Join(abs, "doorbell")); err == nil {
+			if r, err := ring.Attach(reg.Bytes(), ring.KindDoorbell); err == nil {
+				c.bell, c.bellRegion = r, reg
+			} else {
+				reg.Close()
+			}
+		}
 	}
 	if !opts.Persistent {
 		if c.lease, err = os.OpenFile(filepath.Join(abs, "lease"), os.O_RDWR, 0); err != nil {
@@ -94,6 +111,10 @@ func (c *Context) Close() error {
 	}
 	if lease != nil {
 		errs = append(errs, lease.Close())
+	}
+	if c.bellRegion != nil {
+		errs = append(errs, c.bellRegion.Close())
+		c.bellRegion = nil
 	}
 	return errors.Join(errs...)
 }

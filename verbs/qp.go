@@ -278,7 +278,11 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 		s.p.Publish()
 		if q.ctx.alwaysDoorbell || s.r.NeedWakeup() {
 			q.doorbells.Add(1)
-			if _, err := unix.Write(s.region.Fd(), s.bell[:]); err != nil && perr == nil {
+			if bell := q.ctx.bell; bell != nil {
+				// The device doorbell: a futex wake, no FUSE request.
+				bell.BumpEvent()
+				bell.WakeEventWaiters()
+			} else if _, err := unix.Write(s.region.Fd(), s.bell[:]); err != nil && perr == nil {
 				perr = &Error{Op: op, Errno: errnoOf(err), Reason: "doorbell: " + err.Error()}
 			}
 		}

@@ -32,22 +32,23 @@ import (
 
 // benchConfig is what the flags ask for.
 type benchConfig struct {
-	op       string
-	mode     string
-	sizes    []int
-	iters    int
-	duration time.Duration
-	warmup   int
-	txDepth  int
-	rxDepth  int
-	qps      int
-	cqMod    int
-	postList int
-	inline   int
-	mtu      int
-	outs     int
-	json     bool
-	mount    string
+	op            string
+	writeDoorbell bool
+	mode          string
+	sizes         []int
+	iters         int
+	duration      time.Duration
+	warmup        int
+	txDepth       int
+	rxDepth       int
+	qps           int
+	cqMod         int
+	postList      int
+	inline        int
+	mtu           int
+	outs          int
+	json          bool
+	mount         string
 }
 
 // benchResult is one size's measurement: a table row, and a JSON line.
@@ -124,6 +125,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVarP(&c.mtu, "mtu", "m", 0, "path MTU in bytes (default: the port's active_mtu)")
 	fs.IntVarP(&c.outs, "outs", "o", 0, "outstanding READs/atomics (max_rd_atomic; default: the device's limit, at most 128)")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object per size instead of the table")
+	fs.BoolVar(&c.writeDoorbell, "write-doorbell", false, "wake a parked engine with a write() to the sq file instead of the futex doorbell")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -377,7 +379,7 @@ type benchPair struct {
 }
 
 func newBench(c *benchConfig) (*bench, error) {
-	ctx, err := verbs.Open(c.mount)
+	ctx, err := verbs.OpenWithOptions(c.mount, verbs.Options{WriteDoorbell: c.writeDoorbell})
 	if err != nil {
 		return nil, err
 	}
