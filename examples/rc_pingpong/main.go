@@ -4,6 +4,11 @@
 // It exits non-zero on any wrong result.
 //
 //	go run ./examples/rc_pingpong -mount /mnt/rdma [-size 4096] [-iters 1000] [-events]
+//
+// With -server or -connect HOST it is one side of ibv_rc_pingpong instead,
+// speaking rdma-core's TCP exchange (port 18515) to a peer on another host,
+// for example the kernel's Soft-RoCE (see remote.go and
+// scripts/interop-rxe.sh).
 package main
 
 import (
@@ -42,6 +47,10 @@ func main() {
 	if *mount == "" || *size < 8 || *iters < 1 {
 		flag.Usage()
 		os.Exit(2)
+	}
+	run := run
+	if *serve || *connectTo != "" {
+		run = runRemote
 	}
 	if err := run(); err != nil {
 		log.Fatalf("rc_pingpong: %v", err)
