@@ -3,9 +3,13 @@
 # Soft-RoCE. The harness in ../shared/interop/rxe-peer boots a Debian kernel
 # with rdma_rxe under qemu (TCG) on a bridge in network namespace rxepeer;
 # rdmafs runs in that namespace on 10.77.0.1 (mount --addr), and the Go
-# rc_pingpong example speaks ibv_rc_pingpong's TCP exchange. Two cases:
+# rc_pingpong and ud_pingpong examples speak ibv_rc_pingpong's and
+# ibv_ud_pingpong's TCP exchange. Four cases:
 #   1. the kernel's ibv_rc_pingpong is the client, rdmafs the server;
-#   2. the kernel's ibv_rc_pingpong is the server, rdmafs the client.
+#   2. the kernel's ibv_rc_pingpong is the server, rdmafs the client;
+#   3. the kernel's ibv_ud_pingpong is the client, rdmafs the server;
+#   4. the kernel's ibv_ud_pingpong is the server, rdmafs the client
+#      (UD datagrams of 1024 bytes, the guest's ibv_ud_pingpong size).
 # tshark records the bridge, and the harness's icrc-check.py verifies the
 # ICRC of every RoCE packet, rdmafs' and rxe's. The first run builds the
 # guest (about 2 minutes and 200 MB from the Debian archive) into /tmp/rxe.
@@ -26,7 +30,8 @@ die() { echo "FAIL: $*" >&2; exit 1; }
 [[ -d "$H" ]] || die "no rxe harness at $H (set RXE_HARNESS)"
 command -v qemu-system-x86_64 >/dev/null && command -v tshark >/dev/null || bash "$H/host-deps.sh"
 [[ -e /tmp/rxe/initrd.cpio && -e /tmp/rxe/vmlinuz ]] || bash "$H/build-guest.sh"
-(cd "$repo" && go build -o "$work/rdmafs" ./cmd/rdmafs && go build -o "$work/rc_pingpong" ./examples/rc_pingpong)
+(cd "$repo" && go build -o "$work/rdmafs" ./cmd/rdmafs && go build -o "$work/rc_pingpong" ./examples/rc_pingpong &&
+	go build -o "$work/ud_pingpong" ./examples/ud_pingpong)
 
 cleanup() {
 	local rc=$?
@@ -75,6 +80,32 @@ inns "'$work/rdmafs' mount --addr 10.77.0.1 --log '$work/daemon2.log' '$M' &&
 for i in $(seq 1 60); do grep -q "ibv_rc_pingpong server rc=" /tmp/rxe/a.log 2>/dev/null && break; sleep 1; done
 grep -E "ibv_rc_pingpong server rc=" /tmp/rxe/a.log | head -1
 grep -q "ibv_rc_pingpong server rc=0" /tmp/rxe/a.log || die "the kernel's ibv_rc_pingpong server failed"
+
+NAME=a bash "$H/stop-guest.sh" a >/dev/null
+
+echo "== 3. kernel rxe UD client -> rdmafs UD server ($ITERS x 1024 B)"
+inns "'$work/rdmafs' mount --addr 10.77.0.1 --log '$work/daemon3.log' '$M' &&
+      '$work/ud_pingpong' -mount '$M' -server -iters $ITERS -size 1024 -timeout 180s > '$work/udserver.log' 2>&1;
+      rc=\$?; '$work/rdmafs' umount '$M'; exit \$rc" &
+srv=$!
+NAME=a TAP=tap0 IP=10.77.0.2 MODE=udclient bash "$H/run-guest.sh" rxe.iters=$ITERS rxe.poweroff=1 >/dev/null
+wait $srv || die "rdmafs UD server failed: $(cat "$work/udserver.log")"
+cat "$work/udserver.log"
+for i in $(seq 1 120); do grep -q "ibv_ud_pingpong client rc=" /tmp/rxe/a.log 2>/dev/null && break; sleep 1; done
+grep -E "ibv_ud_pingpong client rc=" /tmp/rxe/a.log || true
+grep -q "ibv_ud_pingpong client rc=0" /tmp/rxe/a.log || die "the kernel's ibv_ud_pingpong client failed"
+NAME=a bash "$H/stop-guest.sh" a >/dev/null
+
+echo "== 4. rdmafs UD client -> kernel rxe UD server"
+NAME=a TAP=tap0 IP=10.77.0.2 MODE=udserver bash "$H/run-guest.sh" rxe.iters=$ITERS >/dev/null
+for i in $(seq 1 120); do grep -q "ibv_ud_pingpong server" /tmp/rxe/a.log 2>/dev/null && break; sleep 1; done
+sleep 2
+inns "'$work/rdmafs' mount --addr 10.77.0.1 --log '$work/daemon4.log' '$M' &&
+      '$work/ud_pingpong' -mount '$M' -connect 10.77.0.2 -iters $ITERS -size 1024 -timeout 180s;
+      rc=\$?; '$work/rdmafs' umount '$M'; exit \$rc" || die "rdmafs UD client failed"
+for i in $(seq 1 60); do grep -q "ibv_ud_pingpong server rc=" /tmp/rxe/a.log 2>/dev/null && break; sleep 1; done
+grep -E "ibv_ud_pingpong server rc=" /tmp/rxe/a.log | head -1
+grep -q "ibv_ud_pingpong server rc=0" /tmp/rxe/a.log || die "the kernel's ibv_ud_pingpong server failed"
 
 sleep 1
 kill "$cap"; wait "$cap" 2>/dev/null || true

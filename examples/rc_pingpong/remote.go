@@ -1,10 +1,8 @@
 package main
 
 // Remote mode: rc_pingpong against another host's ibv_rc_pingpong (or this
-// program on another rdmafs), over RoCEv2. The out-of-band exchange is
-// rdma-core's: a TCP connection to port 18515 carrying, each way, the
-// 52-byte string "LID:QPN:PSN:GID\0" ("%04x:%06x:%06x:" and the 16 GID
-// bytes as 32 hex digits); the client then sends "done\0". The ping-pong
+// program on another rdmafs), over RoCEv2, with rdma-core's out-of-band
+// exchange (examples/internal/oob). The ping-pong
 // is ibv_rc_pingpong's: rx_depth receives posted, the client sends first,
 // and a side sends its next message once its previous send completed and
 // a message arrived. Contents are not checked (as without -c); sizes are.
@@ -13,16 +11,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"strconv"
-	"strings"
 	"time"
 
+	"rdmafs/examples/internal/oob"
 	"rdmafs/verbs"
 )
 
@@ -33,38 +26,6 @@ var (
 	mtuBytes  = flag.Int("mtu", 1024, "remote mode: path MTU in bytes")
 	rxDepth   = flag.Int("rx-depth", 500, "remote mode: receives kept posted")
 )
-
-// dest is one side's address as ibv_rc_pingpong exchanges it.
-type dest struct {
-	lid      uint16
-	qpn, psn uint32
-	gid      [16]byte
-}
-
-const destLen = len("0000:000000:000000:00000000000000000000000000000000") + 1
-
-func (d dest) wire() []byte {
-	s := fmt.Sprintf("%04x:%06x:%06x:%s", d.lid, d.qpn, d.psn, hex.EncodeToString(d.gid[:]))
-	return append([]byte(s), 0)
-}
-
-func parseDest(b []byte) (dest, error) {
-	var d dest
-	f := strings.Split(strings.TrimRight(string(b), "\x00"), ":")
-	if len(f) != 4 || len(f[3]) != 32 {
-		return d, fmt.Errorf("malformed peer address %q", b)
-	}
-	lid, err1 := strconv.ParseUint(f[0], 16, 16)
-	qpn, err2 := strconv.ParseUint(f[1], 16, 24)
-	psn, err3 := strconv.ParseUint(f[2], 16, 24)
-	g, err4 := hex.DecodeString(f[3])
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return d, fmt.Errorf("malformed peer address %q: %v", b, err)
-	}
-	d.lid, d.qpn, d.psn = uint16(lid), uint32(qpn), uint32(psn)
-	copy(d.gid[:], g)
-	return d, nil
-}
 
 func runRemote() error {
 	mtu, ok := map[int]verbs.MTU{256: verbs.MTU256, 512: verbs.MTU512, 1024: verbs.MTU1024,
@@ -100,66 +61,19 @@ func runRemote() error {
 	}
 	var rnd [4]byte
 	rand.Read(rnd[:])
-	me := dest{qpn: q.QPN, psn: binary.LittleEndian.Uint32(rnd[:]) & 0xFFFFFF, gid: port.GID}
-
-	var conn net.Conn
+	me := oob.Dest{QPN: q.QPN, PSN: binary.LittleEndian.Uint32(rnd[:]) & 0xFFFFFF, GID: port.GID}
+	ready := func(peer oob.Dest) error { return connectRemote(q, peer, me, mtu) }
+	var peer oob.Dest
 	if *serve {
-		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", *tcpPort))
-		if err != nil {
-			return err
-		}
-		fmt.Printf("waiting for a client on TCP %d\n", *tcpPort)
-		conn, err = ln.Accept()
-		ln.Close()
-		if err != nil {
-			return err
-		}
+		peer, err = oob.Serve(*tcpPort, me, *timeout, ready)
 	} else {
-		if conn, err = net.DialTimeout("tcp", net.JoinHostPort(*connectTo, strconv.Itoa(*tcpPort)), *timeout); err != nil {
-			return err
-		}
+		peer, err = oob.Connect(*connectTo, *tcpPort, me, *timeout, ready)
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(*timeout))
-	buf := make([]byte, destLen)
-	var peer dest
-	if *serve {
-		// The server connects its QP before answering, as pp_server_exch_dest.
-		if _, err := io.ReadFull(conn, buf); err != nil {
-			return fmt.Errorf("reading the client's address: %w", err)
-		}
-		if peer, err = parseDest(buf); err != nil {
-			return err
-		}
-		if err := connectRemote(q, peer, me, mtu); err != nil {
-			return err
-		}
-		if _, err := conn.Write(me.wire()); err != nil {
-			return err
-		}
-		done := make([]byte, len("done")+1)
-		if _, err := io.ReadFull(conn, done); err != nil {
-			return fmt.Errorf("reading the client's done: %w", err)
-		}
-	} else {
-		if _, err := conn.Write(me.wire()); err != nil {
-			return err
-		}
-		if _, err := io.ReadFull(conn, buf); err != nil {
-			return fmt.Errorf("reading the server's address: %w", err)
-		}
-		if peer, err = parseDest(buf); err != nil {
-			return err
-		}
-		if err := connectRemote(q, peer, me, mtu); err != nil {
-			return err
-		}
-		if _, err := conn.Write([]byte("done\x00")); err != nil {
-			return err
-		}
+	if err != nil {
+		return err
 	}
-	fmt.Printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", me.lid, me.qpn, me.psn, verbs.FormatGID(me.gid))
-	fmt.Printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer.lid, peer.qpn, peer.psn, verbs.FormatGID(peer.gid))
+	fmt.Printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", me.LID, me.QPN, me.PSN, verbs.FormatGID(me.GID))
+	fmt.Printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer.LID, peer.QPN, peer.PSN, verbs.FormatGID(peer.GID))
 
 	const recvID, sendID = 1, 2
 	post := func() error {
@@ -227,19 +141,19 @@ func runRemote() error {
 
 // connectRemote is pp_connect_ctx: INIT, RTR towards the peer (its QPN,
 // PSN and GID, hop limit 1), RTS with our PSN.
-func connectRemote(q *verbs.QP, peer, me dest, mtu verbs.MTU) error {
+func connectRemote(q *verbs.QP, peer, me oob.Dest, mtu verbs.MTU) error {
 	if err := q.Modify(&verbs.QPAttr{QPState: verbs.StateInit, PKeyIndex: 0, PortNum: 1, QPAccessFlags: 0},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return err
 	}
-	rtr := verbs.QPAttr{QPState: verbs.StateRTR, PathMTU: mtu, DestQPNum: peer.qpn, RQPSN: verbs.PSN(peer.psn),
+	rtr := verbs.QPAttr{QPState: verbs.StateRTR, PathMTU: mtu, DestQPNum: peer.QPN, RQPSN: verbs.PSN(peer.PSN),
 		MaxDestRdAtomic: 1, MinRNRTimer: 12}
-	rtr.AH.DGID, rtr.AH.HopLimit = peer.gid, 1
+	rtr.AH.DGID, rtr.AH.HopLimit = peer.GID, 1
 	if err := q.Modify(&rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
 		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 		return err
 	}
-	rts := verbs.QPAttr{QPState: verbs.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: verbs.PSN(me.psn), MaxRdAtomic: 1}
+	rts := verbs.QPAttr{QPState: verbs.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: verbs.PSN(me.PSN), MaxRdAtomic: 1}
 	return q.Modify(&rts, verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
 		verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRdAtomic)
 }

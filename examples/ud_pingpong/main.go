@@ -47,6 +47,10 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
+	run := run
+	if *serve || *connectTo != "" {
+		run = runRemote
+	}
 	if err := run(); err != nil {
 		log.Fatalf("ud_pingpong: %v", err)
 	}
