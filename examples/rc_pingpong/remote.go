@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"time"
 
 	"rdmafs/examples/internal/oob"
 	"rdmafs/verbs"
@@ -63,6 +62,20 @@ func runRemote() error {
 	rand.Read(rnd[:])
 	me := oob.Dest{QPN: q.QPN, PSN: binary.LittleEndian.Uint32(rnd[:]) & 0xFFFFFF, GID: port.GID}
 	ready := func(peer oob.Dest) error { return connectRemote(q, peer, me, mtu) }
+	// INIT at once and the receives up before the exchange, as in the
+	// tools (pp_init_ctx): the peer may send as soon as it has our address.
+	if err := q.Modify(&verbs.QPAttr{QPState: verbs.StateInit, PKeyIndex: 0, PortNum: 1, QPAccessFlags: 0},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return err
+	}
+	post := func() error {
+		return q.PostRecv(verbs.RecvWR{WRID: oob.RecvID, SGL: []verbs.SGE{mr.SGE(0, *size)}})
+	}
+	for range *rxDepth {
+		if err := post(); err != nil {
+			return err
+		}
+	}
 	var peer oob.Dest
 	if *serve {
 		peer, err = oob.Serve(*tcpPort, me, *timeout, ready)
@@ -75,77 +88,18 @@ func runRemote() error {
 	fmt.Printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", me.LID, me.QPN, me.PSN, verbs.FormatGID(me.GID))
 	fmt.Printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer.LID, peer.QPN, peer.PSN, verbs.FormatGID(peer.GID))
 
-	const recvID, sendID = 1, 2
-	post := func() error {
-		return q.PostRecv(verbs.RecvWR{WRID: recvID, SGL: []verbs.SGE{mr.SGE(0, *size)}})
-	}
-	for range *rxDepth {
-		if err := post(); err != nil {
-			return err
-		}
-	}
 	send := func() error {
-		return q.PostSend(verbs.SendWR{WRID: sendID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		return q.PostSend(verbs.SendWR{WRID: oob.SendID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 			SGL: []verbs.SGE{mr.SGE(0, *size)}})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	start := time.Now()
-	pending := recvID
-	if !*serve {
-		if err := send(); err != nil {
-			return err
-		}
-		pending |= sendID
-	}
-	rcnt, scnt := 0, 0
-	wc := make([]verbs.WC, 16)
-	for rcnt < *iters || scnt < *iters {
-		n, err := wait(ctx, cq, wc)
-		if err != nil {
-			return fmt.Errorf("after %d sends and %d receives: %w", scnt, rcnt, err)
-		}
-		for _, c := range wc[:n] {
-			if c.Status != verbs.WCSuccess {
-				return fmt.Errorf("completion of wr %d: %v", c.WRID, c.Status)
-			}
-			switch c.WRID {
-			case sendID:
-				scnt++
-			case recvID:
-				if c.ByteLen != uint32(*size) {
-					return fmt.Errorf("message %d: %d bytes, want %d", rcnt, c.ByteLen, *size)
-				}
-				rcnt++
-				if err := post(); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("unexpected wr_id %d", c.WRID)
-			}
-			pending &^= int(c.WRID)
-			if scnt < *iters && pending == 0 {
-				if err := send(); err != nil {
-					return err
-				}
-				pending = recvID | sendID
-			}
-		}
-	}
-	elapsed := time.Since(start)
-	bytes := int64(*size) * int64(*iters) * 2
-	fmt.Printf("%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, elapsed.Seconds(), float64(bytes)*8/elapsed.Seconds()/1e6)
-	fmt.Printf("%d iters in %.2f seconds = %.2f usec/iter\n", *iters, elapsed.Seconds(), float64(elapsed.Microseconds())/float64(*iters))
-	return nil
+	return oob.Loop(ctx, cq, *iters, *size, uint32(*size), !*serve, post, send)
 }
 
-// connectRemote is pp_connect_ctx: INIT, RTR towards the peer (its QPN,
-// PSN and GID, hop limit 1), RTS with our PSN.
+// connectRemote is pp_connect_ctx: RTR towards the peer (its QPN, PSN and
+// GID, hop limit 1), RTS with our PSN. The QP is in INIT already.
 func connectRemote(q *verbs.QP, peer, me oob.Dest, mtu verbs.MTU) error {
-	if err := q.Modify(&verbs.QPAttr{QPState: verbs.StateInit, PKeyIndex: 0, PortNum: 1, QPAccessFlags: 0},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return err
-	}
 	rtr := verbs.QPAttr{QPState: verbs.StateRTR, PathMTU: mtu, DestQPNum: peer.QPN, RQPSN: verbs.PSN(peer.PSN),
 		MaxDestRdAtomic: 1, MinRNRTimer: 12}
 	rtr.AH.DGID, rtr.AH.HopLimit = peer.GID, 1

@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"time"
 
 	"rdmafs/examples/internal/oob"
 	"rdmafs/verbs"
@@ -74,6 +73,16 @@ func runRemote() error {
 		ah, err = pd.CreateAH(verbs.AHAttr{DGID: peer.GID, HopLimit: 1, PortNum: 1})
 		return err
 	}
+	// Receives go up before the exchange, as in the tools: the peer may
+	// send as soon as it has our address.
+	post := func() error {
+		return q.PostRecv(verbs.RecvWR{WRID: oob.RecvID, SGL: []verbs.SGE{mr.SGE(0, *size+grhSize)}})
+	}
+	for range *rxDepth {
+		if err := post(); err != nil {
+			return err
+		}
+	}
 	var peer oob.Dest
 	if *serve {
 		peer, err = oob.Serve(*tcpPort, me, *timeout, ready)
@@ -86,72 +95,11 @@ func runRemote() error {
 	fmt.Printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", me.LID, me.QPN, me.PSN, verbs.FormatGID(me.GID))
 	fmt.Printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer.LID, peer.QPN, peer.PSN, verbs.FormatGID(peer.GID))
 
-	const recvID, sendID = 1, 2
-	post := func() error {
-		return q.PostRecv(verbs.RecvWR{WRID: recvID, SGL: []verbs.SGE{mr.SGE(0, *size+grhSize)}})
-	}
-	for range *rxDepth {
-		if err := post(); err != nil {
-			return err
-		}
-	}
 	send := func() error {
-		return q.PostSend(verbs.SendWR{WRID: sendID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		return q.PostSend(verbs.SendWR{WRID: oob.SendID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 			SGL: []verbs.SGE{mr.SGE(grhSize, *size)}, AH: ah.Handle, RemoteQPN: peer.QPN, RemoteQKey: uint32(*qkey)})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	start := time.Now()
-	pending := recvID
-	if !*serve {
-		if err := send(); err != nil {
-			return err
-		}
-		pending |= sendID
-	}
-	rcnt, scnt := 0, 0
-	wc := make([]verbs.WC, 16)
-	for rcnt < *iters || scnt < *iters {
-		n, err := cq.PollCQ(wc)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			if ctx.Err() != nil {
-				return fmt.Errorf("timed out after %d sends and %d receives", scnt, rcnt)
-			}
-			continue
-		}
-		for _, c := range wc[:n] {
-			if c.Status != verbs.WCSuccess {
-				return fmt.Errorf("completion of wr %d: %v", c.WRID, c.Status)
-			}
-			switch c.WRID {
-			case sendID:
-				scnt++
-			case recvID:
-				if c.ByteLen != uint32(*size+grhSize) {
-					return fmt.Errorf("datagram %d: %d bytes, want %d (GRH + %d)", rcnt, c.ByteLen, *size+grhSize, *size)
-				}
-				rcnt++
-				if err := post(); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("unexpected wr_id %d", c.WRID)
-			}
-			pending &^= int(c.WRID)
-			if scnt < *iters && pending == 0 {
-				if err := send(); err != nil {
-					return err
-				}
-				pending = recvID | sendID
-			}
-		}
-	}
-	elapsed := time.Since(start)
-	bytes := int64(*size) * int64(*iters) * 2
-	fmt.Printf("%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, elapsed.Seconds(), float64(bytes)*8/elapsed.Seconds()/1e6)
-	fmt.Printf("%d iters in %.2f seconds = %.2f usec/iter\n", *iters, elapsed.Seconds(), float64(elapsed.Microseconds())/float64(*iters))
-	return nil
+	return oob.Loop(ctx, cq, *iters, *size, uint32(*size+grhSize), !*serve, post, send)
 }
