@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -58,8 +59,8 @@ func newWireEnv(t testing.TB, addr netip.Addr, mod ...func(*Config)) *env {
 		d, err = New(cfg)
 	}
 	if err != nil {
-		if errors.Is(err, syscall.EPERM) {
-			t.Skipf("no CAP_NET_RAW: %v", err)
+		if errors.Is(err, syscall.EPERM) && os.Getenv("CI") != "true" {
+			t.Skipf("no CAP_NET_RAW: %v", err) // CI runs as root: there it fails
 		}
 		t.Fatal(err)
 	}
