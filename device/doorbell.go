@@ -39,7 +39,17 @@ func (d *Device) Doorbell() *ring.Region { return d.bell.region }
 func (d *Device) doorbellLoop(b *doorbell) {
 	defer close(b.done)
 	for {
+		// Read the word, then look at closed: stopDoorbell sets closed
+		// before it bumps the word, so either this sees closed or the wait
+		// below sees the bump. (Looking only after the wait can sleep
+		// through the last bump forever.)
 		seq := b.r.EventSeq()
+		d.mu.Lock()
+		closed := b.closed
+		d.mu.Unlock()
+		if closed {
+			return
+		}
 		b.r.WaitEvent(seq, -1)
 		d.mu.Lock()
 		if b.closed {
