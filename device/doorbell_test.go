@@ -93,10 +93,7 @@ func TestParkedEngineNeedsDoorbell(t *testing.T) {
 		SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
 	clientPost(t, a, w)
 	e.expect(acq, sendWC(1, "success", "rdma_write", a, 8))
-	e.d.Quiesce()
-	if !a.sq.NeedWakeup() {
-		t.Fatal("a parked engine must ask for doorbells")
-	}
+	waitParked(t, e, a)
 	// Publish without the doorbell: nothing happens...
 	p := ring.NewProducer(a.sq)
 	w.WRID = 2
@@ -154,18 +151,30 @@ func TestFutexDoorbell(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id := uint64(1); id <= 50; id++ {
-		e.d.Quiesce()
+		waitParked(t, e, a)
 		w := qp.SendWR{WRID: id, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
 			SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
 		p := ring.NewProducer(a.sq)
 		ring.EncodeSendWQE(p.Next(), &w)
 		p.Advance()
 		p.Publish()
-		if !a.sq.NeedWakeup() {
-			t.Fatal("a parked engine must ask for a doorbell")
-		}
 		bell.BumpEvent()
 		bell.WakeEventWaiters()
 		waitWC(t, e, acq, sendWC(id, "success", "rdma_write", a, 8))
+	}
+}
+
+// waitParked waits until the engine, out of work, has raised NEED_WAKEUP
+// on q's send ring (Quiesce returns when nothing is runnable, a moment
+// before the engine gets to parking).
+func waitParked(t testing.TB, e *env, q *QP) {
+	t.Helper()
+	e.d.Quiesce()
+	deadline := time.Now().Add(10 * time.Second)
+	for !q.sq.NeedWakeup() {
+		if time.Now().After(deadline) {
+			t.Fatal("a parked engine must ask for doorbells")
+		}
+		time.Sleep(10 * time.Microsecond)
 	}
 }

@@ -126,6 +126,8 @@ func TestForegroundSignalUnmounts(t *testing.T) {
 	for _, sig := range []os.Signal{os.Interrupt, unix.SIGTERM} {
 		mnt := t.TempDir()
 		cmd := exec.Command(bin, "mount", "--foreground", mnt)
+		var logs bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &logs, &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -141,8 +143,17 @@ func TestForegroundSignalUnmounts(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		cmd.Process.Signal(sig)
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("%v: exit %v", sig, err)
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("%v: exit %v\n%s", sig, err, logs.String())
+			}
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("%v: the daemon did not exit in 60 s\n%s", sig, logs.String())
 		}
 		if _, err := os.Stat(filepath.Join(mnt, "device")); err == nil {
 			t.Fatalf("%v: still mounted", sig)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -190,6 +191,14 @@ func serve(mnt string, cfg device.Config, debug bool, runtimeDir string, readyFD
 	select {
 	case s := <-sig:
 		logger.Printf("%v: unmounting %s", s, mnt)
+		// A shutdown that does not finish is a bug; leave its stacks in
+		// the log and exit rather than hang (umount would SIGKILL us).
+		watchdog := time.AfterFunc(20*time.Second, func() {
+			logger.Printf("shutdown stuck for 20 s; goroutines:")
+			pprof.Lookup("goroutine").WriteTo(stderr, 2)
+			os.Exit(3)
+		})
+		defer watchdog.Stop()
 		if err := srv.Unmount(); err != nil {
 			logger.Printf("unmount: %v", err)
 		}
