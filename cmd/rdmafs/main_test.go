@@ -152,8 +152,13 @@ func TestForegroundSignalUnmounts(t *testing.T) {
 			}
 		case <-time.After(60 * time.Second):
 			cmd.Process.Kill()
-			<-exited
-			t.Fatalf("%v: the daemon did not exit in 60 s\n%s", sig, logs.String())
+			select {
+			case <-exited:
+				t.Fatalf("%v: the daemon did not exit in 60 s\n%s", sig, logs.String())
+			case <-time.After(10 * time.Second):
+				// Not even SIGKILL ends it: stuck in the kernel.
+				t.Fatalf("%v: the daemon did not exit in 60 s, nor on SIGKILL (stuck in the kernel)", sig)
+			}
 		}
 		if _, err := os.Stat(filepath.Join(mnt, "device")); err == nil {
 			t.Fatalf("%v: still mounted", sig)
