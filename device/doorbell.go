@@ -39,30 +39,23 @@ func (d *Device) Doorbell() *ring.Region { return d.bell.region }
 func (d *Device) doorbellLoop(b *doorbell) {
 	defer close(b.done)
 	for {
-		// Read the word, then look at closed: stopDoorbell sets closed
-		// before it bumps the word, so either this sees closed or the wait
-		// below sees the bump. (Looking only after the wait can sleep
-		// through the last bump forever.)
+		// Read the word first, then look: a ring that comes after the read
+		// makes the wait below return at once, so no ring is lost between
+		// a scan and the sleep. stopDoorbell sets closed before it rings.
 		seq := b.r.EventSeq()
-		d.mu.Lock()
-		closed := b.closed
-		d.mu.Unlock()
-		if closed {
-			return
-		}
-		b.r.WaitEvent(seq, -1)
 		d.mu.Lock()
 		if b.closed {
 			d.mu.Unlock()
 			return
 		}
-		d.Counters.Doorbells.Add(1)
 		for _, q := range d.qps {
 			if !q.destroyed && q.newSendWork() {
 				d.engine.schedule(q)
 			}
 		}
 		d.mu.Unlock()
+		b.r.WaitEvent(seq, -1)
+		d.Counters.Doorbells.Add(1)
 	}
 }
 
