@@ -160,6 +160,12 @@ func serve(mnt string, cfg device.Config, debug bool, runtimeDir string, readyFD
 		}
 		return err
 	}
+	// Take the signals before the mount exists: a SIGTERM that arrives
+	// once the tree is visible but before the handler would otherwise
+	// kill us with the default action and leave a dead mount behind.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	raiseFileLimit()
 	cfg.Logf = logger.Printf
 	dev, err := device.New(cfg)
@@ -184,8 +190,6 @@ func serve(mnt string, cfg device.Config, debug bool, runtimeDir string, readyFD
 	logger.Printf("serving %s (pid %d)", mnt, os.Getpid())
 	report(nil)
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
