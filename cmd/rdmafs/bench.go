@@ -1,9 +1,10 @@
 package main
 
-// rdmafs bench: perftest-style loopback benchmarks (ib_write_bw,
-// ib_write_lat, ib_read_bw, ib_send_lat, ib_atomic_bw, ...) run by a client
-// of a mounted device through the verbs library, so the daemon's engine
-// does the work exactly as for any program.
+// rdmafs bench: perftest-style benchmarks (ib_write_bw, ib_write_lat,
+// ib_read_bw, ib_send_lat, ib_atomic_bw, ...) run by a client of a mounted
+// device through the verbs library, so the daemon's engine does the work
+// exactly as for any program: loopback between two QPs of one device, or
+// (--peer) between two devices over RoCEv2.
 
 import (
 	"bytes"
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -49,6 +51,7 @@ type benchConfig struct {
 	outs          int
 	json          bool
 	mount         string
+	peer          string // the responders' mount (--peer); "" for loopback
 }
 
 // benchResult is one size's measurement: a table row, and a JSON line.
@@ -92,10 +95,20 @@ type benchResult struct {
 	CPUSys       float64 `json:"cpu_sys_s"`
 	DaemonCPU    float64 `json:"daemon_cpu_s"`
 	DaemonPID    int     `json:"daemon_pid,omitempty"`
-	Check        string  `json:"check"`
+	// --peer: the peer's daemon, and what crossed the wire (packets
+	// MOUNTPOINT's device sent and received; retransmissions of both).
+	PeerDaemonCPU float64 `json:"peer_daemon_cpu_s,omitempty"`
+	PeerDaemonPID int     `json:"peer_daemon_pid,omitempty"`
+	WirePackets   uint64  `json:"wire_packets,omitempty"`
+	Retransmits   uint64  `json:"retransmits,omitempty"`
+	Check         string  `json:"check"`
 }
 
-const benchSynopsis = "bench [flags] MOUNTPOINT  (no MOUNTPOINT with --op memcpy)"
+const benchSynopsis = `bench [flags] [--peer MOUNT2] MOUNTPOINT  (no MOUNTPOINT with --op memcpy)
+
+Loopback between two QPs of MOUNTPOINT's device; with --peer MOUNT2 the
+requesters stay on MOUNTPOINT and their partners live on MOUNT2, the two
+devices talking RoCEv2 over UDP (both mounted with --addr).`
 
 var benchOps = map[string]string{
 	"write":     "RDMA_Write",
@@ -126,6 +139,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVarP(&c.outs, "outs", "o", 0, "outstanding READs/atomics (max_rd_atomic; default: the device's limit, at most 128)")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object per size instead of the table")
 	fs.BoolVar(&c.writeDoorbell, "write-doorbell", false, "wake a parked engine with a write() to the sq file instead of the futex doorbell")
+	fs.StringVar(&c.peer, "peer", "", "put the responder/receiver/echo QPs on this second mount and connect across RoCEv2 by GID and QPN (both mounted with --addr; --mtu defaults to the smaller active_mtu)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -137,6 +151,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if c.op == "memcpy" && c.mode == "lat" {
 		return usageError{errors.New("--op memcpy measures bandwidth only (--mode bw)")}
+	}
+	if c.op == "memcpy" && c.peer != "" {
+		return usageError{errors.New("--op memcpy uses no device (no --peer)")}
 	}
 	switch {
 	case c.op == "memcpy" && fs.NArg() == 0:
@@ -265,12 +282,19 @@ const benchRule = "-------------------------------------------------------------
 func (p *tablePrinter) header() {
 	c := p.c
 	kind := map[string]string{"bw": "BW", "lat": "Latency"}[c.mode]
-	title := fmt.Sprintf("%s %s Test (rdmafs loopback)", benchOps[c.op], kind)
+	transport := "rdmafs loopback"
+	if c.peer != "" {
+		transport = "rdmafs RoCEv2"
+	}
+	title := fmt.Sprintf("%s %s Test (%s)", benchOps[c.op], kind, transport)
 	fmt.Fprintln(p.w, benchRule)
 	fmt.Fprintf(p.w, "%*s\n", (len(benchRule)+len(title))/2, title)
 	if c.op != "memcpy" {
-		fmt.Fprintf(p.w, " Number of qps   : %-14d Transport type : rdmafs loopback\n", c.qps)
+		fmt.Fprintf(p.w, " Number of qps   : %-14d Transport type : %s\n", c.qps, transport)
 		fmt.Fprintf(p.w, " Connection type : RC             Mount          : %s\n", c.mount)
+		if c.peer != "" {
+			fmt.Fprintf(p.w, "                                  Peer mount     : %s\n", c.peer)
+		}
 		fmt.Fprintf(p.w, " TX depth        : %d\n", c.txDepth)
 		if c.op == "send" {
 			fmt.Fprintf(p.w, " RX depth        : %d\n", c.rxDepth)
@@ -318,6 +342,9 @@ func (p *tablePrinter) footer() {
 		s.CPUUser += r.CPUUser
 		s.CPUSys += r.CPUSys
 		s.DaemonCPU += r.DaemonCPU
+		s.PeerDaemonCPU += r.PeerDaemonCPU
+		s.WirePackets += r.WirePackets
+		s.Retransmits += r.Retransmits
 		if r.Check != "ok" && s.Check == "" {
 			s.Check = fmt.Sprintf("%d bytes: %s", r.Bytes, r.Check)
 		}
@@ -330,7 +357,13 @@ func (p *tablePrinter) footer() {
 	if len(p.rows) > 0 && p.rows[0].DaemonPID != 0 {
 		fmt.Fprintf(p.w, "; daemon (pid %d) cpu %.2fs", p.rows[0].DaemonPID, s.DaemonCPU)
 	}
+	if len(p.rows) > 0 && p.rows[0].PeerDaemonPID != 0 {
+		fmt.Fprintf(p.w, "; peer daemon (pid %d) cpu %.2fs", p.rows[0].PeerDaemonPID, s.PeerDaemonCPU)
+	}
 	fmt.Fprintln(p.w)
+	if p.c.peer != "" {
+		fmt.Fprintf(p.w, " wire: %d packets sent and received by %s's device, %d retransmissions\n", s.WirePackets, p.c.mount, s.Retransmits)
+	}
 	if s.Check == "" {
 		fmt.Fprintln(p.w, " data check: ok")
 	} else {
@@ -341,17 +374,19 @@ func (p *tablePrinter) footer() {
 
 // ---------------------------------------------------------------- setup
 
-// bench is the device side of a run: one PD, and per QP pair two QPs, four
-// CQs (each QP's send and receive CQ) and two MRs.
+// bench is the device side of a run: one PD per device, and per QP pair
+// two QPs, four CQs (each QP's send and receive CQ) and two MRs. The A
+// side (requesters) is on ctx; the B side on ctxB, which is ctx itself
+// unless --peer names another mount.
 type bench struct {
-	c     *benchConfig
-	ctx   *verbs.Context
-	pd    *verbs.PD
-	pairs []*benchPair
-	buf   int // bytes of each half of an MR: the largest size, rounded up
-	pid   int // the daemon's, 0 when unknown
-	rng   uint64
-	over  snapshot // what a snapshot costs
+	c         *benchConfig
+	ctx, ctxB *verbs.Context
+	pd, pdB   *verbs.PD
+	pairs     []*benchPair
+	buf       int // bytes of each half of an MR: the largest size, rounded up
+	pid, pidB int // the daemons', 0 when unknown (pidB only with --peer)
+	rng       uint64
+	over      snapshot // what a snapshot costs
 }
 
 // benchPair is A, the requester, and B, its peer. Each MR is [send half |
@@ -378,27 +413,61 @@ type benchPair struct {
 	atomicWord, atom int // offsets of the word (in mb) and the result (in ma)
 }
 
+// benchDev is what the bench needs to know of a device it opens.
+type benchDev struct {
+	port *verbs.PortAttr
+	dev  *verbs.DeviceAttr
+}
+
+func queryBenchDev(ctx *verbs.Context) (benchDev, error) {
+	var d benchDev
+	var err error
+	if d.port, err = ctx.QueryPort(1); err != nil {
+		return d, err
+	}
+	d.dev, err = ctx.QueryDevice()
+	return d, err
+}
+
 func newBench(c *benchConfig) (*bench, error) {
-	ctx, err := verbs.OpenWithOptions(c.mount, verbs.Options{WriteDoorbell: c.writeDoorbell})
+	opts := verbs.Options{WriteDoorbell: c.writeDoorbell}
+	ctx, err := verbs.OpenWithOptions(c.mount, opts)
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{c: c, ctx: ctx, rng: uint64(time.Now().UnixNano()) | 1}
+	b := &bench{c: c, ctx: ctx, ctxB: ctx, rng: uint64(time.Now().UnixNano()) | 1}
 	ok := false
 	defer func() {
 		if !ok {
 			b.close()
 		}
 	}()
-	port, err := ctx.QueryPort(1)
+	da, err := queryBenchDev(ctx)
 	if err != nil {
 		return nil, err
 	}
-	dev, err := ctx.QueryDevice()
-	if err != nil {
-		return nil, err
+	db := da
+	if c.peer != "" {
+		if b.ctxB, err = verbs.OpenWithOptions(c.peer, opts); err != nil {
+			return nil, fmt.Errorf("--peer: %w", err)
+		}
+		if db, err = queryBenchDev(b.ctxB); err != nil {
+			return nil, err
+		}
+		// Two devices reach each other only over the wire link, whose
+		// GID is the IPv4-mapped address given to mount --addr.
+		for _, d := range []struct {
+			mnt string
+			gid [16]byte
+		}{{c.mount, da.port.GID}, {c.peer, db.port.GID}} {
+			if a := netip.AddrFrom16(d.gid); !a.Is4In6() {
+				return nil, fmt.Errorf("--peer: %s has port GID %s, not an IPv4-mapped ::ffff:a.b.c.d: mount it with --addr IPv4 to bench over RoCEv2", d.mnt, a)
+			}
+		}
+		b.pidB = daemonPID(c.peer)
 	}
-	mtu := port.ActiveMTU
+	port, dev := da.port, da.dev
+	mtu := min(port.ActiveMTU, db.port.ActiveMTU)
 	if c.mtu != 0 {
 		m, okm := qp.MTUFromBytes(c.mtu)
 		if !okm {
@@ -408,16 +477,23 @@ func newBench(c *benchConfig) (*bench, error) {
 	}
 	c.mtu = mtu.Bytes()
 	if c.outs == 0 {
-		c.outs = int(min(dev.MaxQPInitRdAtom, dev.MaxQPRdAtom, 128))
+		// A initiates, B responds (and initiates the ping-pong answers).
+		c.outs = int(min(dev.MaxQPInitRdAtom, dev.MaxQPRdAtom, db.dev.MaxQPInitRdAtom, db.dev.MaxQPRdAtom, 128))
 	}
 	c.outs = max(1, min(c.outs, 255))
-	if c.inline > int(dev.MaxInlineData) {
-		return nil, usageError{fmt.Errorf("--inline-size %d: the device's max_inline_data is %d", c.inline, dev.MaxInlineData)}
+	if maxInline := min(dev.MaxInlineData, db.dev.MaxInlineData); c.inline > int(maxInline) {
+		return nil, usageError{fmt.Errorf("--inline-size %d: the devices' max_inline_data is %d", c.inline, maxInline)}
 	}
 	b.buf = (slices.Max(c.sizes) + 63) &^ 63
 	b.pid = daemonPID(ctx.Mount())
 	if b.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
+	}
+	b.pdB = b.pd
+	if b.ctxB != ctx {
+		if b.pdB, err = b.ctxB.AllocPD(); err != nil {
+			return nil, err
+		}
 	}
 	all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	rx := 4
@@ -429,29 +505,34 @@ func newBench(c *benchConfig) (*bench, error) {
 	for range c.qps {
 		p := &benchPair{atomicWord: 2 * b.buf, atom: 2*b.buf + 8}
 		b.pairs = append(b.pairs, p)
-		for _, q := range []**verbs.CQ{&p.aSCQ, &p.aRCQ, &p.bSCQ, &p.bRCQ} {
-			if *q, err = ctx.CreateCQ(max(c.txDepth, rx) + 16); err != nil {
+		cqs := []struct {
+			cq  **verbs.CQ
+			ctx *verbs.Context
+		}{{&p.aSCQ, ctx}, {&p.aRCQ, ctx}, {&p.bSCQ, b.ctxB}, {&p.bRCQ, b.ctxB}}
+		for _, q := range cqs {
+			if *q.cq, err = q.ctx.CreateCQ(max(c.txDepth, rx) + 16); err != nil {
 				return nil, err
 			}
 		}
 		if p.ma, err = b.pd.RegMR(2*b.buf+64, all); err != nil {
 			return nil, err
 		}
-		if p.mb, err = b.pd.RegMR(2*b.buf+64, all); err != nil {
+		if p.mb, err = b.pdB.RegMR(2*b.buf+64, all); err != nil {
 			return nil, err
 		}
 		if p.a, err = b.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: p.aSCQ, RecvCQ: p.aRCQ, Cap: capa}); err != nil {
 			return nil, err
 		}
-		if p.b, err = b.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: p.bSCQ, RecvCQ: p.bRCQ, Cap: capa}); err != nil {
+		if p.b, err = b.pdB.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: p.bSCQ, RecvCQ: p.bRCQ, Cap: capa}); err != nil {
 			return nil, err
 		}
-		ca := verbs.ConnectAttr{DGID: port.GID, PathMTU: mtu, MaxRdAtomic: uint8(c.outs)}
-		ca.DestQPN = p.b.QPN
+		// Each QP reaches its partner by the partner's port GID and QPN
+		// (the same GID twice in loopback).
+		ca := verbs.ConnectAttr{DGID: db.port.GID, DestQPN: p.b.QPN, PathMTU: mtu, MaxRdAtomic: uint8(c.outs)}
 		if err := p.a.Connect(ca); err != nil {
 			return nil, err
 		}
-		ca.DestQPN = p.a.QPN
+		ca.DGID, ca.DestQPN = port.GID, p.a.QPN
 		if err := p.b.Connect(ca); err != nil {
 			return nil, err
 		}
@@ -505,8 +586,14 @@ func (b *bench) close() {
 			}
 		}
 	}
+	if b.pdB != nil && b.pdB != b.pd {
+		b.pdB.Dealloc()
+	}
 	if b.pd != nil {
 		b.pd.Dealloc()
+	}
+	if b.ctxB != nil && b.ctxB != b.ctx {
+		b.ctxB.Close()
 	}
 	b.ctx.Close()
 }
@@ -518,7 +605,7 @@ func (b *bench) close() {
 func (b *bench) run(size int) (*benchResult, error) {
 	c := b.c
 	r := &benchResult{Op: c.op, Mode: c.mode, Bytes: size, QPs: c.qps, TxDepth: c.txDepth, CQMod: c.cqMod,
-		PostList: c.postList, DaemonPID: b.pid}
+		PostList: c.postList, DaemonPID: b.pid, PeerDaemonPID: b.pidB}
 	for _, p := range b.pairs {
 		b.prepare(p, size)
 	}
@@ -1256,11 +1343,13 @@ func benchMemcpy(c *benchConfig, size int) (*benchResult, error) {
 // snapshot is what the bench reads before and after a timed phase.
 type snapshot struct {
 	libDoorbells        uint64
-	devDoorbells, parks uint64
+	devDoorbells, parks uint64 // of both devices with --peer
+	wirePkts, retrans   uint64
 	syscr, syscw        uint64
 	ctxsw               uint64
 	ru                  rusage
 	daemonTicks         uint64
+	peerTicks           uint64
 }
 
 func (b *bench) snapshot() snapshot {
@@ -1268,11 +1357,25 @@ func (b *bench) snapshot() snapshot {
 	for _, p := range b.pairs {
 		s.libDoorbells += p.a.Doorbells() + p.b.Doorbells()
 	}
-	if m, err := readKV(filepath.Join(b.ctx.Mount(), "counters")); err == nil {
-		s.devDoorbells, s.parks = m["doorbells"], m["engine_parks"]
+	ctxs := []*verbs.Context{b.ctx}
+	if b.ctxB != b.ctx {
+		ctxs = append(ctxs, b.ctxB)
+	}
+	for i, ctx := range ctxs {
+		if m, err := readKV(filepath.Join(ctx.Mount(), "counters")); err == nil {
+			s.devDoorbells += m["doorbells"]
+			s.parks += m["engine_parks"]
+			s.retrans += m["retransmits"]
+			if i == 0 {
+				s.wirePkts = m["wire_packets_sent"] + m["wire_packets_recv"]
+			}
+		}
 	}
 	if b.pid > 0 {
 		s.daemonTicks = procTicks(b.pid)
+	}
+	if b.pidB > 0 {
+		s.peerTicks = procTicks(b.pidB)
 	}
 	s.ctxsw = ctxSwitches()
 	s.ru.read()
@@ -1301,6 +1404,11 @@ func (s *snapshot) sub(s0, over *snapshot, r *benchResult) {
 	if s.daemonTicks > 0 {
 		r.DaemonCPU = float64(s.daemonTicks-s0.daemonTicks) / clockTicks
 	}
+	if s.peerTicks > 0 {
+		r.PeerDaemonCPU = float64(s.peerTicks-s0.peerTicks) / clockTicks
+	}
+	r.WirePackets = s.wirePkts - s0.wirePkts
+	r.Retransmits = s.retrans - s0.retrans
 	r.ReadCalls = sat(s.syscr - s0.syscr - over.syscr)
 	r.WriteCalls = sat(s.syscw - s0.syscw - over.syscw)
 }

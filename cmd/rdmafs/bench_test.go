@@ -212,6 +212,7 @@ func TestBenchMemcpyAndFlags(t *testing.T) {
 		{"--op", "memcpy", "--mode", "lat"},
 		{"--op", "write"},
 		{"--tx-depth", "-1", "/x"},
+		{"--op", "memcpy", "--peer", "/y"},
 	} {
 		runBench(t, 2, args...)
 	}
@@ -219,7 +220,7 @@ func TestBenchMemcpyAndFlags(t *testing.T) {
 	if rc := run([]string{"bench", "--help"}, &out, &errb); rc != 0 {
 		t.Fatalf("bench --help: exit %d", rc)
 	}
-	for _, f := range []string{"--op", "--mode", "--size", "--all", "--iters", "--duration", "--tx-depth", "--qps", "--json"} {
+	for _, f := range []string{"--op", "--mode", "--size", "--all", "--iters", "--duration", "--tx-depth", "--qps", "--json", "--peer"} {
 		if !strings.Contains(errb.String(), f) {
 			t.Errorf("bench --help does not document %s", f)
 		}

@@ -21,7 +21,8 @@ Usage:
   rdmafs umount MOUNTPOINT          tear the device down, even with live mappings
   rdmafs new MOUNTPOINT KIND k=v... create an object (KIND: pd mr mw cq srq ah qp)
                                     and print its name
-  rdmafs bench [flags] MOUNTPOINT   perftest-style loopback benchmark (--op, --mode bw|lat)
+  rdmafs bench [flags] MOUNTPOINT   perftest-style loopback benchmark (--op, --mode bw|lat);
+                                    --peer MOUNT2: between two devices over RoCEv2
   rdmafs help [COMMAND]             this text, or a command's flags
 
 Every verb is a file: see MOUNTPOINT/README once mounted, or README.md.
