@@ -210,30 +210,16 @@ func (c *Config) fill() error {
 
 // Device is one virtual RDMA device with a single port.
 type Device struct {
+	*objects
 	cfg   Config
 	clock clock.Clock
 
-	mu     sync.Mutex
-	closed bool
-	pds    table[PD]
-	mrs    table[MR]
-	mws    table[MW]
-	ahs    table[AH]
-	cqs    table[CQ]
-	srqs   table[SRQ]
-	qps    map[uint32]*QP // by QPN
-	// keys maps a key's index (key >> 8) to its MR or MW.
-	keys     []keyEntry
-	freeKeys []uint32
-	nextQPN  uint32
-	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
-	events   eventQueue
-	Counters Counters
-	engine   engine
-	link     link
-	bell     *doorbell // the futex doorbell (doorbell.go)
-	pool     packetPool
-	wire     *wire // the RoCEv2 link, nil without Config.Addr
+	closed bool // guarded by mu
+	engine engine
+	link   link
+	bell   *doorbell // the futex doorbell (doorbell.go)
+	pool   packetPool
+	wire   *wire // the RoCEv2 link, nil without Config.Addr
 	// wireSelf sends even packets for the device's own GID through the
 	// wire (to its own address) instead of the loopback fast path, with
 	// the GIDs as loopback has them. A test mode: the whole behavioural
@@ -243,25 +229,64 @@ type Device struct {
 	capture  captureHub
 }
 
+// objects are a device's verbs objects, its key and QPN tables, its event
+// queue and counters, and the mutex that guards them (Device.mu). A device
+// made by New owns its own. A twin (newDevice with the first device's
+// objects, for tests: -device.twin) shares them: it has its own engine,
+// address, sockets and doorbell, and its QPs are its own (receive and the
+// doorbell take only QPs whose dev is the device), but a test's MRs, CQs
+// and SRQs are reachable from both, so that unchanged tests can put the two
+// ends of a connection on two devices and the packets between them cross
+// the kernel as RoCEv2.
+type objects struct {
+	mu   sync.Mutex
+	pds  table[PD]
+	mrs  table[MR]
+	mws  table[MW]
+	ahs  table[AH]
+	cqs  table[CQ]
+	srqs table[SRQ]
+	qps  map[uint32]*QP // by QPN, of every device sharing the objects
+	// keys maps a key's index (key >> 8) to its MR or MW.
+	keys     []keyEntry
+	freeKeys []uint32
+	nextQPN  uint32
+	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
+	events   eventQueue
+	Counters Counters
+	// devs are the devices sharing the objects, the owner first; guarded
+	// by mu.
+	devs []*Device
+	// Datagrams between the devices sharing the objects (including a
+	// device to its own address), sent and received: Quiesce waits until
+	// they match, as the kernel does not lose them on lo.
+	peerSent, peerRecv atomic.Uint64
+}
+
 // New makes a device and starts its engine.
-func New(cfg Config) (*Device, error) {
+func New(cfg Config) (*Device, error) { return newDevice(cfg, nil) }
+
+// newDevice makes a device with its own objects (objs nil) or a twin
+// sharing objs.
+func newDevice(cfg Config, objs *objects) (*Device, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	d := &Device{
-		cfg:     cfg,
-		clock:   cfg.Clock,
-		qps:     map[uint32]*QP{},
-		nextQPN: qpnStart,
-		keys:    make([]keyEntry, 1), // index 0 is never a key
+	if objs == nil {
+		objs = &objects{
+			qps:     map[uint32]*QP{},
+			nextQPN: qpnStart,
+			keys:    make([]keyEntry, 1), // index 0 is never a key
+		}
+		objs.pds.init()
+		objs.mrs.init()
+		objs.mws.init()
+		objs.ahs.init()
+		objs.cqs.init()
+		objs.srqs.init()
+		objs.events.init()
 	}
-	d.pds.init()
-	d.mrs.init()
-	d.mws.init()
-	d.ahs.init()
-	d.cqs.init()
-	d.srqs.init()
-	d.events.init()
+	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock}
 	d.capture.init()
 	d.link = routeLink{d}
 	if cfg.Addr.IsValid() {
@@ -277,9 +302,15 @@ func New(cfg Config) (*Device, error) {
 		}
 		return nil, err
 	}
+	d.mu.Lock()
+	d.devs = append(d.devs, d)
+	d.mu.Unlock()
 	d.engine.start(d)
 	return d, nil
 }
+
+// ownerLocked reports whether d owns its objects (it is not a twin).
+func (d *Device) ownerLocked() bool { return d.devs[0] == d }
 
 // Config returns the effective configuration.
 func (d *Device) Config() Config { return d.cfg }
@@ -293,7 +324,15 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	owner := d.ownerLocked()
+	twins := append([]*Device(nil), d.devs[1:]...)
 	d.mu.Unlock()
+	if owner {
+		// The objects go away with the owner: its twins stop first.
+		for _, t := range twins {
+			t.Close()
+		}
+	}
 	d.engine.stop()
 	d.stopDoorbell()
 	d.mu.Lock()
@@ -304,6 +343,17 @@ func (d *Device) Close() error {
 		w.close()
 	}
 	d.capture.close()
+	if !owner {
+		d.mu.Lock()
+		for i, t := range d.devs {
+			if t == d {
+				d.devs = append(d.devs[:i], d.devs[i+1:]...)
+				break
+			}
+		}
+		d.mu.Unlock()
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, q := range d.qps {

@@ -49,7 +49,7 @@ func (d *Device) doorbellLoop(b *doorbell) {
 			return
 		}
 		for _, q := range d.qps {
-			if !q.destroyed && q.newSendWork() {
+			if q.dev == d && !q.destroyed && q.newSendWork() {
 				d.engine.schedule(q)
 			}
 		}

@@ -284,19 +284,21 @@ func (e *engine) idle() bool {
 // flight delivered, every completion written. Pending timers (RNR, retry)
 // do not count; advance the clock to fire them. For tests and tools.
 //
-// Packets a device sends to its own address through the wire (the
-// wireSelf test mode) count as in flight until they are received back;
-// packets to other devices do not.
+// With twins (devices sharing the objects), every one of them must be idle.
+// Datagrams between them, or from a device to its own address (the
+// wireSelf test mode), count as in flight until they are received; packets
+// to other devices do not.
 func (d *Device) Quiesce() {
 	for {
-		var sent, recv uint64
+		sent, recv := d.peerSent.Load(), d.peerRecv.Load()
 		d.mu.Lock()
-		w := d.wire
+		devs := append([]*Device(nil), d.devs...)
 		d.mu.Unlock()
-		if w != nil {
-			sent, recv = w.selfSent.Load(), w.selfRecv.Load()
+		idle := true
+		for _, t := range devs {
+			idle = idle && t.engine.idle()
 		}
-		if sent == recv && d.engine.idle() && (w == nil || w.selfRecv.Load() == recv && w.selfSent.Load() == sent) {
+		if sent == recv && idle && d.peerRecv.Load() == recv && d.peerSent.Load() == sent {
 			return
 		}
 		runtime.Gosched()

@@ -52,9 +52,7 @@ func TestFaultsRCExactlyOnceInOrder(t *testing.T) {
 	src := e.mr(1<<16, qp.AccessLocalWrite)
 	dst := e.mr(1<<16, qp.AccessLocalWrite|qp.AccessRemoteWrite)
 	fill(src.Mem(), 9)
-	if err := e.d.SetFaults(Faults{Drop: 0.05, Dup: 0.05, Delay: 0.05, DelayFor: 300 * time.Microsecond, Reorder: 0.05, Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
+	e.setFaults(Faults{Drop: 0.05, Dup: 0.05, Delay: 0.05, DelayFor: 300 * time.Microsecond, Reorder: 0.05, Seed: 1})
 	const n = 60
 	for i := 0; i < n; i++ {
 		e.postRecv(b, fmt.Sprintf("wr_id=%d sge=%d:%d:1024", 1000+i, dst.LKey, i*1024))
@@ -87,11 +85,11 @@ func TestFaultsRCExactlyOnceInOrder(t *testing.T) {
 	if c.Retransmits.Load() == 0 || c.DuplicateReqs.Load() == 0 {
 		t.Fatalf("no recovery seen: retransmits %d duplicates %d", c.Retransmits.Load(), c.DuplicateReqs.Load())
 	}
-	if err := e.d.SetFaults(Faults{}); err != nil {
-		t.Fatal(err)
-	}
-	if e.d.Faults().Active() {
-		t.Fatal("faults still on")
+	e.setFaults(Faults{})
+	for _, d := range e.devs() {
+		if d.Faults().Active() {
+			t.Fatal("faults still on")
+		}
 	}
 }
 
@@ -101,7 +99,7 @@ func TestFaultsScopedToQP(t *testing.T) {
 	a, b, acq, bcq := e.pair(qp.TypeUC)
 	c, d, ccq, dcq := e.pair(qp.TypeUC)
 	buf := e.mr(4096, qp.AccessLocalWrite)
-	e.d.SetFaults(Faults{Drop: 1, QPN: b.QPN})
+	e.setFaults(Faults{Drop: 1, QPN: b.QPN})
 	e.postRecv(b, fmt.Sprintf("wr_id=1 sge=%d:0:64", buf.LKey))
 	e.postRecv(d, fmt.Sprintf("wr_id=2 sge=%d:0:64", buf.LKey))
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=3 send_flags=signaled sge=%d:0:8", buf.LKey))

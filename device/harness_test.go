@@ -17,15 +17,54 @@ import (
 	"rdmafs/qp"
 )
 
-// env is one device with a fake clock, one PD and one CQ per side.
+// env is one device with a fake clock, one PD and one CQ per side. With
+// -device.twin it is two devices (d and twin) sharing their objects, and
+// every other QP env.qp makes lives on the twin.
 type env struct {
-	t   testing.TB
-	d   *Device
-	clk *clock.Fake
-	pd  *PD
+	t    testing.TB
+	d    *Device
+	twin *Device
+	nqp  int // QPs made by env.qp, to alternate the devices
+	clk  *clock.Fake
+	pd   *PD
+}
+
+// devs are the env's devices.
+func (e *env) devs() []*Device {
+	if e.twin != nil {
+		return []*Device{e.d, e.twin}
+	}
+	return []*Device{e.d}
+}
+
+// devOf is the device a QPN lives on (e.d when there is no such QP).
+func (e *env) devOf(qpn uint32) *Device {
+	if q := e.d.QP(qpn); q != nil {
+		return q.dev
+	}
+	return e.d
+}
+
+// gidOf is the GID of the device a QPN lives on.
+func (e *env) gidOf(qpn uint32) [16]byte { return e.devOf(qpn).Port().GID }
+
+// setFaults installs f on every device of the env.
+func (e *env) setFaults(f Faults) {
+	e.t.Helper()
+	for _, d := range e.devs() {
+		if err := d.SetFaults(f); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }
 
 func newEnv(t testing.TB, mod ...func(*Config)) *env {
+	t.Helper()
+	return newEnvTwin(t, *twinFlag, mod...)
+}
+
+// newEnvTwin is newEnv with two devices or one, whatever -device.twin says.
+func newEnvTwin(t testing.TB, twin bool, mod ...func(*Config)) *env {
 	t.Helper()
 	goroutineLeakCheck(t)
 	clk := clock.NewFake()
@@ -33,20 +72,22 @@ func newEnv(t testing.TB, mod ...func(*Config)) *env {
 	for _, m := range mod {
 		m(&cfg)
 	}
-	wire := *wireFlag && !cfg.Addr.IsValid()
-	if wire {
-		cfg.Addr = randomLoopback()
-	}
-	d, err := New(cfg)
-	for try := 0; wire && errors.Is(err, syscall.EADDRINUSE) && try < 20; try++ {
-		cfg.Addr = randomLoopback()
-		d, err = New(cfg)
-	}
+	twin = twin && !*wireFlag && !cfg.Addr.IsValid()
+	wire := (*wireFlag || twin) && !cfg.Addr.IsValid()
+	cfgB := cfg
+	d, err := newOnLoopback(cfg, wire, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close() })
-	if wire {
+	t.Cleanup(func() { d.Close() }) // closes the twin too
+	e := &env{t: t, d: d, clk: clk}
+	if twin {
+		e.twin, err = newOnLoopback(cfgB, true, d.objects)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if wire && !twin {
 		// The GID stays the default link-local one, so that everything
 		// but the path of the packets is as on loopback.
 		d.mu.Lock()
@@ -57,11 +98,25 @@ func newEnv(t testing.TB, mod ...func(*Config)) *env {
 		d.wireSelf = true
 		d.mu.Unlock()
 	}
-	pd, err := d.AllocPD(0)
+	e.pd, err = d.AllocPD(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, d: d, clk: clk, pd: pd}
+	return e
+}
+
+// newOnLoopback makes a device (a twin sharing objs, if not nil), on a
+// random 127/8 address when wire is set.
+func newOnLoopback(cfg Config, wire bool, objs *objects) (*Device, error) {
+	if wire {
+		cfg.Addr = randomLoopback()
+	}
+	d, err := newDevice(cfg, objs)
+	for try := 0; wire && errors.Is(err, syscall.EADDRINUSE) && try < 20; try++ {
+		cfg.Addr = randomLoopback()
+		d, err = newDevice(cfg, objs)
+	}
+	return d, err
 }
 
 // -device.wire runs every single-device test with the packets between its
@@ -69,6 +124,13 @@ func newEnv(t testing.TB, mod ...func(*Config)) *env {
 // 127/8 address, raw sockets, ICRC), not the loopback fast path: the whole
 // behavioural suite across the wire.
 var wireFlag = flag.Bool("device.wire", false, "send loopback packets through the RoCEv2 wire (needs CAP_NET_RAW)")
+
+// -device.twin runs every single-device test on two devices: each on its
+// own 127/8 address with its own engine, raw socket and doorbell, sharing
+// their object tables (device.go, objects) so that a test's MRs, CQs and
+// SRQs serve QPs on either. env.qp puts every other QP on the second
+// device, so the two ends of each pair talk RoCEv2 through the kernel.
+var twinFlag = flag.Bool("device.twin", false, "put every other QP on a second device, across the RoCEv2 wire (needs CAP_NET_RAW)")
 
 // goroutineLeakCheck fails the test if it leaves goroutines behind
 // (wireguard-go's check).
@@ -127,7 +189,12 @@ func (e *env) qp(o qpOpts) *QP {
 	if o.srq != nil {
 		req.SRQ = o.srq.Handle
 	}
-	q, err := e.d.CreateQP(0, req)
+	dev := e.d
+	if e.twin != nil && e.nqp%2 == 1 {
+		dev = e.twin
+	}
+	e.nqp++
+	q, err := dev.CreateQP(0, req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -155,7 +222,7 @@ const allAccess = "local_write,remote_write,remote_read,remote_atomic"
 // connect walks q to RTS addressed at dest (RC/UC) or just to RTS (UD).
 func (e *env) connect(q *QP, destQPN uint32, extra string) {
 	e.t.Helper()
-	gid := GIDString(e.d.Port().GID)
+	gid := GIDString(e.gidOf(destQPN))
 	switch q.Type {
 	case qp.TypeUD:
 		e.modify(q, "qp_state=INIT pkey_index=0 port_num=1 qkey=0x11111111")
@@ -283,7 +350,7 @@ var connectStage = map[string]int{
 // of "-" removes the key.
 func (e *env) connectX(q *QP, destQPN uint32, over string) {
 	e.t.Helper()
-	gid := GIDString(e.d.Port().GID)
+	gid := GIDString(e.gidOf(destQPN))
 	var stages [3][][2]string
 	add := func(st int, k, v string) { stages[st] = append(stages[st], [2]string{k, v}) }
 	switch q.Type {

@@ -10,12 +10,23 @@ import (
 )
 
 // testLink stands between the transport and the device's link (routeLink) so a test
-// can lose, hold and later deliver packets, as a real network would.
+// can lose, hold and later deliver packets, as a real network would. With
+// twins it stands before each of them (devLink), with one filter.
 type testLink struct {
-	d      *Device
 	filter func(p *packet) linkAction // under Device.mu
-	held   []*packet
+	held   []heldPacket
 	seen   int
+}
+
+type heldPacket struct {
+	d *Device // the sender
+	p *packet
+}
+
+// devLink is a testLink as one device's link.
+type devLink struct {
+	l *testLink
+	d *Device
 }
 
 type linkAction int
@@ -26,7 +37,8 @@ const (
 	drop
 )
 
-func (l *testLink) xmitLocked(p *packet) {
+func (dl devLink) xmitLocked(p *packet) {
+	l := dl.l
 	l.seen++
 	act := deliver
 	if l.filter != nil {
@@ -34,19 +46,21 @@ func (l *testLink) xmitLocked(p *packet) {
 	}
 	switch act {
 	case deliver:
-		routeLink{l.d}.xmitLocked(p)
+		routeLink{dl.d}.xmitLocked(p)
 	case hold:
 		p.own()
-		l.held = append(l.held, p)
+		l.held = append(l.held, heldPacket{dl.d, p})
 	case drop:
-		l.d.pool.put(p)
+		dl.d.pool.put(p)
 	}
 }
 
 func (e *env) link(filter func(p *packet) linkAction) *testLink {
-	l := &testLink{d: e.d, filter: filter}
+	l := &testLink{filter: filter}
 	e.d.mu.Lock()
-	e.d.link = l
+	for _, d := range e.devs() {
+		d.link = devLink{l, d}
+	}
 	e.d.mu.Unlock()
 	return l
 }
@@ -58,10 +72,10 @@ func (e *env) release(l *testLink, n int) {
 	if n < 0 || n > len(l.held) {
 		n = len(l.held)
 	}
-	ps := l.held[:n]
-	l.held = append([]*packet(nil), l.held[n:]...)
-	for _, p := range ps {
-		routeLink{e.d}.xmitLocked(p)
+	hs := l.held[:n]
+	l.held = append([]heldPacket(nil), l.held[n:]...)
+	for _, h := range hs {
+		routeLink{h.d}.xmitLocked(h.p)
 	}
 	e.d.mu.Unlock()
 }

@@ -212,6 +212,9 @@ func (d *Device) receiveLocked(p *packet) {
 	d.Counters.PacketsRecv.Add(1)
 	d.Counters.BytesRecv.Add(uint64(len(p.payload)))
 	q := d.qps[p.destQPN]
+	if q != nil && q.dev != d {
+		q = nil // a twin's QP: not on this device
+	}
 	// A connected QP takes packets only from the GID it is connected to
 	// (rxe's check_addr).
 	if q == nil || q.destroyed || opInfo(p.opcode) == 0 || p.opcode&transMask != transportOf(q.Type) ||

@@ -113,11 +113,11 @@ func TestUCRecvTooSmallDropped(t *testing.T) {
 	sameBytes(t, dst.Mem()[:1500], src.Mem()[:1500])
 }
 
-// udPair makes two UD QPs in RTS and an AH to this device.
+// udPair makes two UD QPs in RTS and an AH to b's device.
 func (e *env) udPair() (a, b *QP, acq, bcq *CQ, ah *AH) {
 	e.t.Helper()
 	a, b, acq, bcq = e.pair(qp.TypeUD)
-	ah = e.ah(e.d.Port().GID)
+	ah = e.ah(e.gidOf(b.QPN))
 	return
 }
 
@@ -131,8 +131,15 @@ func TestUDSendWithGRH(t *testing.T) {
 	e.expect(acq, sendWC(1, "success", "send", a, 1000))
 	e.expect(bcq, fmt.Sprintf("wr_id=9 status=success opcode=recv qp_num=%d byte_len=1040 imm_data=66 src_qp=%d wc_flags=grh,with_imm", b.QPN, a.QPN))
 	grh := append(append([]byte(nil), dst.Mem()[:20]...), dst.Mem()[1000:1020]...)
-	gid := e.d.Port().GID
-	if grh[0]>>4 != 6 || string(grh[8:24]) != string(gid[:]) || string(grh[24:40]) != string(gid[:]) {
+	sgid, dgid := e.gidOf(a.QPN), e.gidOf(b.QPN)
+	if isV4Mapped(sgid) {
+		// Across RoCEv2/IPv4 the 40 bytes end with the IPv4 header the
+		// packet came with (ibv_wc's GRH convention for RoCEv2).
+		ip := grh[20:]
+		if ip[0] != 0x45 || string(ip[12:16]) != string(sgid[12:]) || string(ip[16:20]) != string(dgid[12:]) {
+			t.Fatalf("GRH % x", grh)
+		}
+	} else if grh[0]>>4 != 6 || string(grh[8:24]) != string(sgid[:]) || string(grh[24:40]) != string(dgid[:]) {
 		t.Fatalf("GRH % x", grh)
 	}
 	sameBytes(t, dst.Mem()[1020:2020], src.Mem()[:1000])
@@ -177,8 +184,9 @@ func TestUDForeignGIDNoRoute(t *testing.T) {
 	e := newEnv(t)
 	a, b, acq, bcq, _ := e.udPair()
 	src, dst := e.mr(4096, 0), e.mr(4096, qp.AccessLocalWrite)
-	foreign := e.d.Port().GID
-	foreign[15] ^= 1
+	// 2001:db8::1 (documentation prefix): neither this device nor an
+	// IPv4-mapped address the wire could try.
+	foreign := [16]byte{0x20, 0x01, 0x0d, 0xb8, 15: 1}
 	ah := e.ah(foreign)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:4096", dst.LKey))
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:10 ah=%d remote_qpn=%d remote_qkey=0x11111111", src.LKey, ah.Handle, b.QPN))

@@ -74,9 +74,6 @@ type wire struct {
 	done chan struct{}
 	// closing tells the receive goroutine that a wake-up is the end.
 	closing atomic.Bool
-	// Datagrams sent to the device's own address and received back
-	// (Quiesce waits for them: the kernel does not lose them on lo).
-	selfSent, selfRecv atomic.Uint64
 }
 
 // roceFilter passes non-fragment UDP datagrams to port 4791 (the packet
@@ -212,6 +209,18 @@ func udpSourcePort(qpn uint32) uint16 {
 	return 0xC000 | uint16((qpn*0x61C88647)>>18)&0x3FFF
 }
 
+// peerAddrLocked reports whether a is the address of a device sharing d's
+// objects (d itself included): a datagram between them is counted in flight
+// until it arrives (Quiesce).
+func (d *Device) peerAddrLocked(a [4]byte) bool {
+	for _, t := range d.devs {
+		if t.wire != nil && t.wire.addr == a {
+			return true
+		}
+	}
+	return false
+}
+
 // routeLink is the device's link: loopback for its own GID, the wire for
 // other IPv4-mapped GIDs, no route otherwise.
 type routeLink struct{ d *Device }
@@ -305,8 +314,8 @@ func (w *wire) sendLocked(p *packet, dst [4]byte) {
 		return
 	}
 	d.Counters.WirePacketsSent.Add(1)
-	if dst == w.addr {
-		w.selfSent.Add(1)
+	if d.peerAddrLocked(dst) {
+		d.peerSent.Add(1)
 	}
 }
 
@@ -440,8 +449,8 @@ func (w *wire) deliver(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool,
 			p.ipHdr, p.hasIPHdr = [20]byte(b[:20]), true
 		}
 		d.receiveLocked(p)
-		if self {
-			w.selfRecv.Add(1)
+		if self || d.peerAddrLocked([4]byte(b[12:16])) {
+			d.peerRecv.Add(1)
 		}
 	}
 }
