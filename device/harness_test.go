@@ -72,7 +72,7 @@ func newEnvTwin(t testing.TB, twin bool, mod ...func(*Config)) *env {
 	for _, m := range mod {
 		m(&cfg)
 	}
-	twin = twin && !*wireFlag && !cfg.Addr.IsValid()
+	twin = twin && !cfg.Addr.IsValid()
 	wire := (*wireFlag || twin) && !cfg.Addr.IsValid()
 	cfgB := cfg
 	d, err := newOnLoopback(cfg, wire, nil)

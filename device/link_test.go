@@ -132,9 +132,12 @@ func TestRCLostAckTimeout(t *testing.T) {
 	fill(src.Mem(), 4)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:8192", dst.LKey))
 	e.link(once(1, isOp(opAcknowledge), drop))
-	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:100", src.LKey),
-		fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:2000 remote_addr=4096 rkey=%d", src.LKey, dst.RKey))
-	// The WRITE's ACK covers the SEND too (coalesced acknowledgement).
+	// One at a time, so that each is acknowledged on its own (requests
+	// that arrive together share one ACK: TestRCAcksCoalesced).
+	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:100", src.LKey))
+	e.d.Quiesce()
+	e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:2000 remote_addr=4096 rkey=%d", src.LKey, dst.RKey))
+	// The WRITE's ACK covers the SEND too (cumulative acknowledgement).
 	e.expect(acq, sendWC(1, "success", "send", a, 100), sendWC(2, "success", "rdma_write", a, 2000))
 	e.expect(bcq, recvWC(9, "success", "recv", b, 100, a, ""))
 
@@ -212,7 +215,10 @@ func TestRCRetryTimerRestartsOnProgress(t *testing.T) {
 		}
 		return deliver
 	})
-	e.postSend(a, "opcode=send wr_id=1 send_flags=signaled", "opcode=send wr_id=2 send_flags=signaled")
+	// One at a time, so that each has an ACK of its own.
+	e.postSend(a, "opcode=send wr_id=1 send_flags=signaled")
+	e.d.Quiesce()
+	e.postSend(a, "opcode=send wr_id=2 send_flags=signaled")
 	e.expect(bcq, recvWC(9, "success", "recv", b, 0, a, ""), recvWC(10, "success", "recv", b, 0, a, ""))
 	to := qp.AckTimeout(14)
 	step := to * 6 / 10
@@ -374,6 +380,58 @@ func TestUCLossyWholeMessagesOnly(t *testing.T) {
 	}
 	if recvd == 0 || recvd == msgs {
 		t.Fatalf("%d of %d messages arrived; the link should lose some, not all", recvd, msgs)
+	}
+	e.healthy(a, b)
+}
+
+// Requests that reach the responder together are acknowledged once: ACKs
+// are cumulative, so the last one of the run covers the others, with the
+// MSN of the last message; a READ among them flushes the ACK held back
+// before its response, so responses stay in PSN order.
+func TestRCAcksCoalesced(t *testing.T) {
+	e := newEnv(t)
+	a, b, acq, bcq := e.pair(qp.TypeRC)
+	src, dst := e.mr(4096, qp.AccessLocalWrite), e.mr(4096, rwAccess)
+	fill(src.Mem(), 51)
+	isReq := func(p *packet) bool { return opInfo(p.opcode)&ofRequest != 0 }
+	acks := 0
+	l := e.link(func(p *packet) linkAction {
+		if isReq(p) {
+			return hold
+		}
+		if p.opcode == transRC|opAcknowledge && p.syndrome>>5 == 0 {
+			acks++
+		}
+		return deliver
+	})
+	for i := 0; i < 10; i++ {
+		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:%d:8 remote_addr=%d rkey=%d", i, src.LKey, i*8, i*8, dst.RKey))
+	}
+	e.postSend(a, fmt.Sprintf("opcode=rdma_read wr_id=10 send_flags=signaled sge=%d:1000:16 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
+	for i := 11; i < 14; i++ {
+		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:%d:8 remote_addr=%d rkey=%d", i, src.LKey, i*8, i*8, dst.RKey))
+	}
+	e.d.Quiesce()
+	e.release(l, -1)
+	var want []string
+	for i := 0; i < 14; i++ {
+		if i == 10 {
+			want = append(want, sendWC(10, "success", "rdma_read", a, 16))
+			continue
+		}
+		want = append(want, sendWC(uint64(i), "success", "rdma_write", a, 8))
+	}
+	e.expect(acq, want...)
+	e.expect(bcq)
+	sameBytes(t, dst.Mem()[:80], src.Mem()[:80])
+	sameBytes(t, src.Mem()[1000:1016], dst.Mem()[:16])
+	c := e.qpCounters(b)
+	if c.AcksSent != uint64(acks) || c.AcksSent+c.AcksCoalesced != 13 {
+		t.Fatalf("acks sent %d (seen %d), coalesced %d; want 13 in all", c.AcksSent, acks, c.AcksCoalesced)
+	}
+	if !*wireFlag && !*twinFlag && c.AcksSent != 2 {
+		// One before the READ response, one at the end of the run.
+		t.Fatalf("%d ACKs for 13 WRITEs arriving together, want 2", c.AcksSent)
 	}
 	e.healthy(a, b)
 }

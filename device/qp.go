@@ -101,6 +101,10 @@ type QPCounters struct {
 	// (the QPN is read from a packet that failed its check, so this is
 	// best effort; the device counter is exact).
 	ICRCErrors uint64
+	// AcksSent counts ACKs (not NAKs) this QP's responder sent;
+	// AcksCoalesced the ACKs it saved because a later ACK of the same run
+	// covered them.
+	AcksSent, AcksCoalesced uint64
 }
 
 // List names the counters in a fixed order.
@@ -118,6 +122,7 @@ func (c *QPCounters) List() []Counter {
 		{"rem_op_naks_sent", c.RemOpNaksSent}, {"rem_op_naks_recv", c.RemOpNaksRecv},
 		{"seq_errors", c.SeqErrors}, {"duplicate_responses", c.DuplicateResps},
 		{"icrc_errors", c.ICRCErrors},
+		{"acks_sent", c.AcksSent}, {"acks_coalesced", c.AcksCoalesced},
 	}
 }
 

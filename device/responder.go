@@ -27,6 +27,14 @@ type respState struct {
 	// Saved READ and atomic requests, replayed for duplicates.
 	res     []respResource
 	resNext int
+	// ACK coalescing. ACKs are cumulative, so while more packets wait in
+	// this run of the QP (moreQueued, set by runLocked) an ACK is only
+	// noted (ackDue, ackPSN); the next response of any kind sends it
+	// first, or the end of the run does. A burst of requests that arrive
+	// together costs one ACK, as on hardware (IBA 9.7.5.1.1).
+	moreQueued bool
+	ackDue     bool
+	ackPSN     qp.PSN
 }
 
 // respResource remembers a READ or atomic request (one per
@@ -74,6 +82,31 @@ func (q *QP) noteCommEstLocked() {
 // follow rdmavt: the number of posted receive WQEs, or "invalid" (no flow
 // control) with an SRQ.
 func (q *QP) sendAckLocked(psn qp.PSN, syndrome uint8) {
+	if syndrome == aethACK {
+		// This ACK covers the one held back, if any.
+		if q.resp.ackDue {
+			q.Counters.AcksCoalesced++
+			q.resp.ackDue = false
+		}
+		if q.resp.moreQueued {
+			q.resp.ackDue, q.resp.ackPSN = true, psn
+			return
+		}
+	}
+	q.sendAETHLocked(psn, syndrome)
+}
+
+// flushAckLocked sends the ACK that coalescing holds back, if any.
+func (q *QP) flushAckLocked() {
+	if q.resp.ackDue {
+		q.resp.ackDue = false
+		q.sendAETHLocked(q.resp.ackPSN, aethACK)
+	}
+}
+
+// sendAETHLocked sends an ACK or NAK now. The MSN and credits are the
+// current ones, which for a coalesced ACK are those of its last message.
+func (q *QP) sendAETHLocked(psn qp.PSN, syndrome uint8) {
 	d := q.dev
 	r := d.pool.get()
 	r.opcode = transRC | opAcknowledge
@@ -82,6 +115,7 @@ func (q *QP) sendAckLocked(psn qp.PSN, syndrome uint8) {
 	switch syndrome {
 	case aethACK:
 		r.syndrome = q.creditCodeLocked()
+		q.Counters.AcksSent++
 	case aethNAKSeq:
 		q.Counters.SeqNaksSent++
 	case aethNAKInvReq:
@@ -107,6 +141,7 @@ func (q *QP) creditCodeLocked() uint8 {
 }
 
 func (q *QP) xmitResponseLocked(r *packet) {
+	q.flushAckLocked() // responses go out in PSN order
 	d := q.dev
 	r.sgid = d.cfg.GID
 	r.srcQPN = q.QPN

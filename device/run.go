@@ -25,12 +25,15 @@ func (q *QP) runLocked() {
 		p := q.inq[i]
 		q.inq[i] = nil
 		if opInfo(p.opcode)&ofRequest != 0 {
+			q.resp.moreQueued = i+1 < len(q.inq)
 			q.respondLocked(p)
 		} else {
 			q.completeResponseLocked(p)
 		}
 	}
 	q.inq = q.inq[:0]
+	q.resp.moreQueued = false
+	q.flushAckLocked()
 	if q.comp.timeoutFired {
 		q.timeoutLocked()
 	}

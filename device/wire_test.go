@@ -731,7 +731,7 @@ func TestTwinHarnessCrossesWire(t *testing.T) {
 	e := newEnvTwin(t, true)
 	a, b, acq, bcq := e.pair(qp.TypeRC)
 	if a.dev == b.dev || a.dev.Config().Addr == b.dev.Config().Addr {
-		t.Fatalf("the pair shares device %v", a.dev.Config().Addr)
+		t.Fatalf("the pair shares a device: %v %v (%p %p)", a.dev.Config().Addr, b.dev.Config().Addr, a.dev, b.dev)
 	}
 	src, dst := e.mr(8192, 0), e.mr(8192, qp.AccessLocalWrite|qp.AccessRemoteWrite)
 	fill(src.Mem(), 41)
