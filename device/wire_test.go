@@ -159,7 +159,8 @@ func wexpect(t testing.TB, cq *CQ, envs []*env, want ...string) {
 func (g *integ) collectWire(e *env, cq *CQ, want int) []string {
 	got := waitWCs(g.t, cq, want, 120*time.Second)
 	if len(got) < want {
-		g.t.Fatalf("stuck: %d of %d completions on cq %d:\n%s", len(got), want, cq.Handle, strings.Join(got, "\n"))
+		g.t.Fatalf("stuck: %d of %d completions on cq %d:\n%s\nrequester: %s\nresponder: %s", len(got), want, cq.Handle,
+			strings.Join(got, "\n"), g.a.debugState(), g.b.debugState())
 	}
 	if !g.lossy {
 		wireSettle(g.t, g.ea, g.eb)
@@ -583,7 +584,12 @@ func TestWireDataIntegrity(t *testing.T) {
 			seed := uint64(0x31e0) + uint64(tc.typ)
 			over := ""
 			if tc.faults {
-				over = "timeout=10" // 4 ms
+				// 67 ms: the timeout must outlast the time a loaded machine
+				// (CI, -race) takes to push a window of 128 PSNs through both
+				// kernels, or every retry rewinds before its ACKs return and
+				// the retries run out with no progress (as they would on
+				// any RC link whose timeout is below its round trip).
+				over = "timeout=14"
 			}
 			g := newInteg(t, ea, eb, tc.typ, seed, over)
 			g.collect = g.collectWire
@@ -748,4 +754,22 @@ func TestTwinHarnessCrossesWire(t *testing.T) {
 		t.Fatalf("%d packets dropped: %v", n, c.List())
 	}
 	e.healthy(a, b)
+}
+
+// debugState describes q's transport state, for a test that is stuck.
+func (q *QP) debugState() string {
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "qp %d %v req.psn %d comp.psn %d acked %d retryLeft %d rnrLeft %d timer %v fired %v idle %v progress %v needRetry %v waitRNR %v rnrTimer %v rdAtomic %d inMsg %v resp.psn %d inq %d queued %v\n",
+		q.QPN, q.attr.QPState, q.req.psn, q.comp.psn, q.comp.acked, q.comp.retryLeft, q.comp.rnrLeft, q.retryTimer != nil,
+		q.comp.timeoutFired, q.comp.idle, q.comp.progress, q.req.needRetry, q.req.waitRNR, q.rnrTimer != nil,
+		q.req.rdAtomic, q.req.inMsg, q.resp.psn, len(q.inq), q.queued.Load())
+	fmt.Fprintf(&b, "  sq tail %d reqIdx %d fetched %d; engine idle %v\n", q.sqCons.Tail(), q.reqIdx, q.sqFetched, d.engine.idle())
+	for i := q.sqCons.Tail(); i != q.sqFetched; i++ {
+		w := &q.swq[i&q.sqMask()]
+		fmt.Fprintf(&b, "  wqe %d wr_id %d %v state %d psn %d..%d sent %d/%d\n", i, w.wr.WRID, w.wr.Opcode, w.state, w.firstPSN, w.lastPSN, w.sent, w.length)
+	}
+	return b.String()
 }
