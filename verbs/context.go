@@ -250,39 +250,7 @@ func (d *kv) u64(k string) uint64 {
 func (d *kv) u32(k string) uint32 { return uint32(d.u64(k)) }
 
 // DeviceAttr is ibv_device_attr as the device file reports it.
-type DeviceAttr struct {
-	FwVer           string
-	NodeGUID        uint64
-	SysImageGUID    uint64
-	MaxMRSize       uint64
-	PageSizeCap     uint64
-	VendorID        uint32
-	VendorPartID    uint32
-	HwVer           uint32
-	MaxQP           uint32
-	MaxQPWR         uint32
-	DeviceCapFlags  uint32
-	MaxSGE          uint32
-	MaxSGERd        uint32
-	MaxCQ           uint32
-	MaxCQE          uint32
-	MaxMR           uint32
-	MaxPD           uint32
-	MaxQPRdAtom     uint32
-	MaxResRdAtom    uint32
-	MaxQPInitRdAtom uint32
-	AtomicCap       string
-	MaxMW           uint32
-	MaxAH           uint32
-	MaxSRQ          uint32
-	MaxSRQWR        uint32
-	MaxSRQSGE       uint32
-	MaxPKeys        uint32
-	LocalCAAckDelay uint32
-	PhysPortCnt     uint32
-	MaxInlineData   uint32
-	MaxTotalMRBytes uint64
-}
+type DeviceAttr = qp.DeviceAttr
 
 // QueryDevice is ibv_query_device.
 func (c *Context) QueryDevice() (*DeviceAttr, error) {
