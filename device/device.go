@@ -366,7 +366,7 @@ func (d *Device) Close() error {
 		}
 	}
 	d.qps = map[uint32]*QP{}
-	d.mrs.each(func(m *MR) { m.valid = false; m.region.Close() })
+	d.mrs.each(func(m *MR) { m.valid = false; m.backing.region.Close() })
 	var cqs []*CQ
 	d.cqs.each(func(c *CQ) { cqs = append(cqs, c) })
 	var srqs []*SRQ

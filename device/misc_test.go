@@ -3,6 +3,7 @@ package device
 import (
 	"encoding/binary"
 	"fmt"
+	"syscall"
 	"testing"
 
 	"rdmafs/qp"
@@ -389,4 +390,53 @@ func TestMRDeregUnderOutstandingWQE(t *testing.T) {
 	e.expect(bcq)
 	e.state(a, qp.StateErr)
 	e.state(b, qp.StateRTS)
+}
+
+// TestSharedMRBacking: MRs registered with share=H use H's memory at an
+// offset (the C library's re-backed buffers); a WRITE through one is seen
+// through the other and through the backing, the memory outlives the MR it
+// came from until the last MR on it goes, and the device's byte total
+// counts it once.
+func TestSharedMRBacking(t *testing.T) {
+	e := newEnv(t)
+	a, _, acq, _ := e.pair(qp.TypeRC)
+	base := e.mr(8192, qp.AccessLocalWrite)
+	pd := base.PD.Handle
+	share, err := e.d.RegMR(0, qp.CreateMR{PD: pd, Length: 100, IOVA: 0x1010, HasIOVA: true,
+		Access: qp.AccessLocalWrite | qp.AccessRemoteWrite, Share: base.Handle, Offset: 0x10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.d.mrBytes; got != 8192 {
+		t.Fatalf("mrBytes %d after a shared registration, want 8192", got)
+	}
+	src := e.mr(64, 0)
+	fill(src.Mem(), 3)
+	e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:64 remote_addr=%d rkey=%d", src.LKey, 0x1010+4, share.RKey))
+	e.expect(acq, sendWC(1, "success", "rdma_write", a, 64))
+	sameBytes(t, base.Mem()[0x14:0x14+64], src.Mem())
+	// Beyond the shared MR's 100 bytes (still inside the backing): refused.
+	e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:64 remote_addr=%d rkey=%d", src.LKey, 0x1010+64, share.RKey))
+	e.expect(acq, sendWC(2, "rem_access_err", "rdma_write", a, 0))
+	if err := base.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if got := share.Mem()[4]; got != src.Mem()[0] {
+		t.Fatalf("shared bytes changed after the base MR went: %d", got)
+	}
+	if err := share.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.d.mrBytes; got != 64 {
+		t.Fatalf("mrBytes %d after both went, want 64 (src)", got)
+	}
+	for _, bad := range []qp.CreateMR{
+		{PD: pd, Length: 10, Share: 999},
+		{PD: pd, Length: 10, Offset: 4},
+		{PD: pd, Length: 100, Share: src.Handle, Offset: 1},
+	} {
+		if _, err := e.d.RegMR(0, bad); Errno(err) != syscall.EINVAL {
+			t.Errorf("RegMR(%+v) = %v, want EINVAL", bad, err)
+		}
+	}
 }

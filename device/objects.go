@@ -123,13 +123,37 @@ type MR struct {
 	LKey     uint32
 	RKey     uint32
 	keyIdx   uint32
-	region   *ring.Region
-	mem      []byte // region bytes, len == Length
+	backing  *mrBacking // the memory; shared with the MRs registered on it (share=H)
+	mem      []byte     // the MR's bytes in backing, len == Length
+	// MemOffset is where the MR's bytes start in its backing's region (0
+	// unless registered with share=H offset=N).
+	MemOffset uint64
 	valid    bool   // false after LOCAL_INV / SEND_WITH_INV, until re-registered
 	boundMWs int
 }
 
-// RegMR is ibv_reg_mr with device-allocated memory.
+// mrBacking is the memfd behind one or more MRs. An MR made with
+// share=H uses H's backing at an offset, so that several registrations of
+// one buffer (the C library re-backs a program's pages once and registers
+// every MR of them on that memory) see the same bytes. The region is
+// closed, and its bytes leave the device's total, when the last MR on it
+// is deregistered. Guarded by Device.mu.
+type mrBacking struct {
+	region *ring.Region
+	bytes  uint64 // counted in Device.mrBytes
+	refs   int
+}
+
+func (d *Device) releaseBackingLocked(b *mrBacking) {
+	b.refs--
+	if b.refs == 0 {
+		d.mrBytes -= b.bytes
+		b.region.Close()
+	}
+}
+
+// RegMR is ibv_reg_mr with device-allocated memory, or (req.Share) on the
+// memory of another MR of the same owner.
 func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	const op = "reg_mr"
 	if req.Access&^qp.AccessSupportedMR != 0 {
@@ -164,20 +188,37 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	if uint32(d.mrs.len()) >= d.cfg.MaxMR {
 		return nil, errf(op, syscall.ENOMEM, "max_mr (%d) reached", d.cfg.MaxMR)
 	}
-	if d.mrBytes+req.Length > d.cfg.MaxTotalMRBytes {
-		return nil, errf(op, syscall.ENOMEM, "registered memory would exceed the device cap of %d bytes (%d in use)", d.cfg.MaxTotalMRBytes, d.mrBytes)
+	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access, valid: true}
+	if req.Share != 0 {
+		base := d.mrs.get(req.Share)
+		if base == nil || !owner.mayUse(base.Owner) {
+			return nil, errf(op, syscall.EINVAL, "share: no mr %d of yours", req.Share)
+		}
+		size := base.backing.bytes
+		if req.Offset > size || req.Length > size-req.Offset {
+			return nil, errf(op, syscall.EINVAL, "offset: %d bytes at %d do not fit mr %d's %d-byte memory", req.Length, req.Offset, req.Share, size)
+		}
+		mr.backing, mr.MemOffset = base.backing, req.Offset
+		mr.backing.refs++
+	} else {
+		if req.Offset != 0 {
+			return nil, errf(op, syscall.EINVAL, "offset: only with share")
+		}
+		if d.mrBytes+req.Length > d.cfg.MaxTotalMRBytes {
+			return nil, errf(op, syscall.ENOMEM, "registered memory would exceed the device cap of %d bytes (%d in use)", d.cfg.MaxTotalMRBytes, d.mrBytes)
+		}
+		region, err := ring.NewRegion(fmt.Sprintf("rdmafs-mr-pd%d", pd.Handle), int(req.Length))
+		if err != nil {
+			return nil, errf(op, syscall.ENOMEM, "allocating %d bytes: %v", req.Length, err)
+		}
+		mr.backing = &mrBacking{region: region, bytes: req.Length, refs: 1}
+		d.mrBytes += req.Length
 	}
-	region, err := ring.NewRegion(fmt.Sprintf("rdmafs-mr-pd%d", pd.Handle), int(req.Length))
-	if err != nil {
-		return nil, errf(op, syscall.ENOMEM, "allocating %d bytes: %v", req.Length, err)
-	}
-	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access,
-		region: region, mem: region.Bytes()[:req.Length], valid: true}
+	mr.mem = mr.backing.region.Bytes()[mr.MemOffset : mr.MemOffset+req.Length : mr.MemOffset+req.Length]
 	mr.keyIdx, mr.LKey = d.allocKeyLocked(0)
 	mr.RKey = mr.LKey
 	d.keys[mr.keyIdx] = keyEntry{mr: mr}
 	mr.Handle = d.mrs.add(mr)
-	d.mrBytes += req.Length
 	pd.users++
 	return mr, nil
 }
@@ -189,8 +230,9 @@ func (d *Device) MR(h uint32) *MR {
 	return d.mrs.get(h)
 }
 
-// Region is the MR's shared memory (for mapping by clients).
-func (mr *MR) Region() *ring.Region { return mr.region }
+// Region is the MR's shared memory (for mapping by clients): its
+// backing's whole region, in which the MR's bytes start at MemOffset.
+func (mr *MR) Region() *ring.Region { return mr.backing.region }
 
 // Mem is the MR's memory as the daemon maps it.
 func (mr *MR) Mem() []byte { return mr.mem }
@@ -218,10 +260,9 @@ func (mr *MR) Dereg() error {
 	d.detachPacketsLocked(mr)
 	d.mrs.del(mr.Handle)
 	d.freeKeyLocked(mr.keyIdx)
-	d.mrBytes -= mr.Length
 	mr.PD.users--
 	mr.valid = false
-	mr.region.Close()
+	d.releaseBackingLocked(mr.backing)
 	mr.mem = nil
 	return nil
 }

@@ -40,6 +40,7 @@ transaction; answers are read back in order.
 
   pd/new   (empty line)
   mr/new   pd=H length=N [iova=N] [access=local_write,remote_write,remote_read,remote_atomic,mw_bind]
+           [share=H offset=N]  (use MR H's memory from offset N: one buffer, many MRs)
   mw/new   pd=H [type=1|2]
   cq/new   cqe=N [comp_vector=0]
   srq/new  pd=H max_wr=N max_sge=N [srq_limit=N]

@@ -342,7 +342,13 @@ func (t *tree) createMR(ctx context.Context, text string) (string, error) {
 	}
 	o := t.newObject(ctx, "mr", mr.Handle)
 	o.destroy = mr.Dereg
-	mem, _, err := o.sharedEntry("mem", mr.Region().Fd(), mr.Length,
+	// A shared MR's mem maps its backing's whole region (mem_offset says
+	// where its bytes start); read and write reach its own bytes.
+	memSize := mr.Length
+	if req.Share != 0 {
+		memSize = uint64(mr.Region().Size())
+	}
+	mem, _, err := o.sharedEntry("mem", mr.Region().Fd(), memSize,
 		func(fd int, p []byte, off int64) (int, error) { return mr.ReadAt(p, off) },
 		func(ctx context.Context, p []byte, off int64) (int, error) { return mr.WriteAt(p, off) })
 	if err != nil {
@@ -351,7 +357,8 @@ func (t *tree) createMR(ctx context.Context, text string) (string, error) {
 	}
 	t.publish(ctx, o, func() string {
 		return lines("pd", mr.PD.Handle, "length", mr.Length, "iova", mr.IOVA,
-			"access", mr.Access, "lkey", mr.LKey, "rkey", mr.RKey, "valid", boolNum(mr.Valid()))
+			"access", mr.Access, "lkey", mr.LKey, "rkey", mr.RKey, "valid", boolNum(mr.Valid()),
+			"mem_offset", mr.MemOffset)
 	}, mem)
 	return o.name, nil
 }

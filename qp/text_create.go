@@ -53,9 +53,13 @@ type CreateMR struct {
 	IOVA    uint64
 	HasIOVA bool
 	Access  Access
+	// Share names an MR of the same owner whose memory this MR uses,
+	// starting Offset bytes into it (0: the MR gets memory of its own).
+	Share  uint32
+	Offset uint64
 }
 
-// ParseCreateMR parses `pd=H length=N [iova=N] [access=...]`.
+// ParseCreateMR parses `pd=H length=N [iova=N] [access=...] [share=H offset=N]`.
 func ParseCreateMR(s string) (CreateMR, error) {
 	var c CreateMR
 	err := textKeys(s, map[string]func(string) error{
@@ -73,6 +77,8 @@ func ParseCreateMR(s string) (CreateMR, error) {
 			return
 		},
 		"access": textInto("access", &c.Access, textAccess),
+		"share":  textInto("share", &c.Share, textHandle),
+		"offset": func(v string) (err error) { c.Offset, err = textFull[uint64]("offset", v); return },
 	}, "pd", "length")
 	if err != nil {
 		return CreateMR{}, err
