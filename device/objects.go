@@ -113,23 +113,23 @@ func (d *Device) freeKeyLocked(idx uint32) {
 // MR is a memory region. Its memory is a memfd the daemon maps; a client
 // maps the same file (mr/H/mem), so the device and the client see one copy.
 type MR struct {
-	dev      *Device
-	Handle   uint32
-	Owner    Owner
-	PD       *PD
-	IOVA     uint64
-	Length   uint64
-	Access   qp.Access
-	LKey     uint32
-	RKey     uint32
-	keyIdx   uint32
-	backing  *mrBacking // the memory; shared with the MRs registered on it (share=H)
-	mem      []byte     // the MR's bytes in backing, len == Length
+	dev     *Device
+	Handle  uint32
+	Owner   Owner
+	PD      *PD
+	IOVA    uint64
+	Length  uint64
+	Access  qp.Access
+	LKey    uint32
+	RKey    uint32
+	keyIdx  uint32
+	backing *mrBacking // the memory; shared with the MRs registered on it (share=H)
+	mem     []byte     // the MR's bytes in backing, len == Length
 	// MemOffset is where the MR's bytes start in its backing's region (0
 	// unless registered with share=H offset=N).
 	MemOffset uint64
-	valid    bool   // false after LOCAL_INV / SEND_WITH_INV, until re-registered
-	boundMWs int
+	valid     bool // false after LOCAL_INV / SEND_WITH_INV, until re-registered
+	boundMWs  int
 }
 
 // mrBacking is the memfd behind one or more MRs. An MR made with
