@@ -1,0 +1,464 @@
+/* Memory registration of the program's own memory.
+ *
+ * The device can only move bytes it can map, so a registration re-backs
+ * the program's pages in place (DESIGN.md §6): the page-rounded range gets
+ * a backing MR of the daemon's (in a PD of the library's own), its current
+ * bytes are copied into that MR's memory, and the memory is mapped
+ * MAP_SHARED|MAP_FIXED over the range, with each page's protection put
+ * back. The program's pointer keeps working and now addresses the very
+ * pages the engine reads and writes. The MR the program asked for is then
+ * registered on the backing (share=H offset=N) with the program's address
+ * as its iova and exactly its length and access, so the device checks the
+ * program's range, not the rounded one.
+ *
+ * Registrations inside one re-backed range share it (a count); the last
+ * deregistration puts private anonymous memory holding the current bytes
+ * back over the range, so the buffer stays the program's.
+ *
+ * Documented side effects: a fork child shares re-backed pages unless
+ * ibv_fork_init (or RDMAV_FORK_SAFE) asked for MADV_DONTFORK on them;
+ * MADV_DONTNEED no longer zero-fills them; a write by another thread during
+ * the copy of ibv_reg_mr can be lost. Memory that is already a shared
+ * mapping (SysV shm, a shared file or memfd mapping) cannot be re-backed
+ * without breaking its sharing, and is refused with EOPNOTSUPP. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "rdmafs.h"
+
+static bool fork_safe;
+static bool fork_init_done;
+
+/* The protection of each VMA of [base, end), in order, from
+ * /proc/self/maps: what the pages get back after re-backing. */
+struct vma {
+	uintptr_t start, end;
+	int prot;
+	bool shared;
+};
+
+static int vmas_of(uintptr_t base, uintptr_t end, struct vma *out, int max, int *n)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	uintptr_t covered = base;
+
+	*n = 0;
+	if (!f)
+		return errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long s, e;
+		char perms[8];
+		if (sscanf(line, "%lx-%lx %7s", &s, &e, perms) != 3)
+			continue;
+		if (e <= base || s >= end)
+			continue;
+		if (s > covered || *n == max)
+			break; /* a hole, or too fragmented */
+		struct vma *v = &out[(*n)++];
+		v->start = s < base ? base : s;
+		v->end = e > end ? end : e;
+		v->prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+			  (perms[2] == 'x' ? PROT_EXEC : 0);
+		v->shared = perms[3] == 's';
+		covered = v->end;
+	}
+	fclose(f);
+	return covered >= end ? 0 : EFAULT;
+}
+
+static uint32_t backing_pd(struct rf_context *ctx, int *err)
+{
+	/* one hidden PD per context, made on first use; ctx->lock held */
+	if (!ctx->backing_pd) {
+		*err = rf_transact(ctx, "pd", "", &ctx->backing_pd);
+		if (*err)
+			return 0;
+	}
+	return ctx->backing_pd;
+}
+
+static void put_prot(const struct vma *v, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (v[i].prot != (PROT_READ | PROT_WRITE))
+			mprotect((void *)v[i].start, v[i].end - v[i].start, v[i].prot);
+}
+
+/* Re-back [base, base+len): ctx->lock held. */
+static struct rf_extent *extent_new(struct rf_context *ctx, uintptr_t base, size_t len, int *err)
+{
+	struct vma v[64];
+	int n;
+	char req[128], path[64];
+	struct rf_extent *x;
+	void *tmp;
+	int fd;
+
+	if ((*err = vmas_of(base, base + len, v, 64, &n)))
+		return NULL;
+	for (int i = 0; i < n; i++)
+		if (v[i].shared) {
+			rf_log("reg_mr: %#lx-%#lx is a shared mapping; it cannot be re-backed", v[i].start, v[i].end);
+			*err = EOPNOTSUPP;
+			return NULL;
+		}
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		*err = ENOMEM;
+		return NULL;
+	}
+	x->base = base;
+	x->len = len;
+	uint32_t pd = backing_pd(ctx, err);
+	if (!pd)
+		goto fail;
+	snprintf(req, sizeof(req), "pd=%u length=%zu iova=%lu access=local_write", pd, len, (unsigned long)base);
+	if ((*err = rf_transact(ctx, "mr", req, &x->mr)))
+		goto fail;
+	snprintf(path, sizeof(path), "mr/%u/mem", x->mr);
+	fd = openat(ctx->mount_fd, path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		*err = rf_errno_of_write(errno);
+		goto fail_mr;
+	}
+	tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (tmp == MAP_FAILED) {
+		*err = errno;
+		close(fd);
+		goto fail_mr;
+	}
+	/* Pages the program cannot read (PROT_NONE, write-only) become
+	 * readable for the copy. */
+	for (int i = 0; i < n; i++)
+		if (!(v[i].prot & PROT_READ))
+			mprotect((void *)v[i].start, v[i].end - v[i].start, v[i].prot | PROT_READ);
+	memcpy(tmp, (void *)base, len);
+	void *m = mmap((void *)base, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (m == MAP_FAILED) {
+		*err = errno;
+		put_prot(v, n);
+		munmap(tmp, len);
+		close(fd);
+		goto fail_mr;
+	}
+	munmap(tmp, len);
+	close(fd);
+	put_prot(v, n);
+	x->rebacked = true;
+	if (fork_safe) {
+		madvise((void *)base, len, MADV_DONTFORK);
+		x->dontfork = true;
+	}
+	x->next = ctx->extents;
+	ctx->extents = x;
+	return x;
+fail_mr:
+	rf_destroy(ctx, "mr", x->mr);
+fail:
+	free(x);
+	return NULL;
+}
+
+/* Put private memory with the current bytes back: ctx->lock held. */
+static void extent_free(struct rf_context *ctx, struct rf_extent *x)
+{
+	struct rf_extent **pp;
+	struct vma v[64];
+	int n = 0;
+
+	for (pp = &ctx->extents; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			break;
+		}
+	if (x->rebacked && vmas_of(x->base, x->base + x->len, v, 64, &n) == 0) {
+		void *tmp = mmap(NULL, x->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (tmp != MAP_FAILED) {
+			for (int i = 0; i < n; i++)
+				if (!(v[i].prot & PROT_READ))
+					mprotect((void *)v[i].start, v[i].end - v[i].start, v[i].prot | PROT_READ);
+			memcpy(tmp, (void *)x->base, x->len);
+			if (mremap(tmp, x->len, x->len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)x->base) == MAP_FAILED)
+				munmap(tmp, x->len);
+			else
+				put_prot(v, n);
+			if (x->dontfork)
+				madvise((void *)x->base, x->len, MADV_DONTFORK);
+		}
+	}
+	rf_destroy(ctx, "mr", x->mr);
+	free(x);
+}
+
+static struct rf_extent *extent_get(struct rf_context *ctx, uintptr_t base, size_t len, int *err)
+{
+	for (struct rf_extent *x = ctx->extents; x; x = x->next) {
+		if (base >= x->base && base + len <= x->base + x->len) {
+			x->refs++;
+			return x;
+		}
+		if (base < x->base + x->len && x->base < base + len) {
+			/* A range that overlaps a re-backed one without lying inside
+			 * it would need two backings for one MR. */
+			rf_log("reg_mr: %#lx+%zu overlaps the registered %#lx+%zu without lying inside it",
+			       (unsigned long)base, len, (unsigned long)x->base, x->len);
+			*err = EINVAL;
+			return NULL;
+		}
+	}
+	struct rf_extent *x = extent_new(ctx, base, len, err);
+	if (x)
+		x->refs = 1;
+	return x;
+}
+
+static void extent_put(struct rf_context *ctx, struct rf_extent *x)
+{
+	if (--x->refs == 0)
+		extent_free(ctx, x);
+}
+
+/* The access bits the device knows; the optional ones (relaxed ordering)
+ * are hints a software device may ignore. */
+#define RF_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
+		      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
+
+static int check_access(unsigned int access)
+{
+	if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED))
+		return EOPNOTSUPP;
+	if (access & ~(RF_MR_ACCESS | IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_REMOTE_ATOMIC))
+		return EINVAL;
+	/* IBA 10.6.3.1: remote write or atomic needs local write */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
+		return EINVAL;
+	return 0;
+}
+
+static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void *addr, size_t length,
+	       uint64_t iova, unsigned int access)
+{
+	long ps = sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)addr, base, end;
+	char req[256];
+	uint64_t v;
+	int err;
+
+	if ((err = check_access(access)))
+		return err;
+	if (!addr || !length || a + length < a)
+		return EINVAL;
+	base = a & ~(uintptr_t)(ps - 1);
+	end = (a + length + ps - 1) & ~(uintptr_t)(ps - 1);
+
+	pthread_mutex_lock(&ctx->lock);
+	m->ext = extent_get(ctx, base, end - base, &err);
+	if (!m->ext) {
+		pthread_mutex_unlock(&ctx->lock);
+		return err;
+	}
+	snprintf(req, sizeof(req), "pd=%u length=%zu iova=%llu access=%u share=%u offset=%lu", to_rpd(pd)->handle,
+		 length, (unsigned long long)iova, access & RF_MR_ACCESS, m->ext->mr,
+		 (unsigned long)(a - m->ext->base));
+	err = rf_transact(ctx, "mr", req, &m->handle);
+	if (err) {
+		extent_put(ctx, m->ext);
+		pthread_mutex_unlock(&ctx->lock);
+		return err;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+
+	char path[64], text[512];
+	snprintf(path, sizeof(path), "mr/%u/attr", m->handle);
+	if ((err = rf_read_file(ctx, path, text, sizeof(text))) == 0) {
+		m->mr.lkey = rf_kv_u64(text, "lkey", &v) ? 0 : (uint32_t)v;
+		m->mr.rkey = rf_kv_u64(text, "rkey", &v) ? 0 : (uint32_t)v;
+	}
+	if (err || !m->mr.lkey) {
+		rf_destroy(ctx, "mr", m->handle);
+		pthread_mutex_lock(&ctx->lock);
+		extent_put(ctx, m->ext);
+		pthread_mutex_unlock(&ctx->lock);
+		return err ? err : EIO;
+	}
+	m->mr.context = pd->context;
+	m->mr.pd = pd;
+	m->mr.addr = addr;
+	m->mr.length = length;
+	m->mr.handle = m->handle;
+	return 0;
+}
+
+static struct ibv_mr *reg_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	struct rf_mr *m = calloc(1, sizeof(*m));
+	int err;
+
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = reg(to_rctx(pd->context), m, pd, addr, length, iova, access);
+	if (err) {
+		free(m);
+		errno = err;
+		return NULL;
+	}
+	return &m->mr;
+}
+
+#undef ibv_reg_mr
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return reg_new(pd, addr, length, (uintptr_t)addr, access);
+}
+
+#undef ibv_reg_mr_iova
+struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	return reg_new(pd, addr, length, iova, access);
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	return reg_new(pd, addr, length, iova, access);
+}
+
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+				 int access)
+{
+	(void)pd, (void)offset, (void)length, (void)iova, (void)fd, (void)access;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+static int unreg(struct rf_context *ctx, struct rf_mr *m)
+{
+	int err = rf_destroy(ctx, "mr", m->handle);
+
+	if (err)
+		return err;
+	pthread_mutex_lock(&ctx->lock);
+	extent_put(ctx, m->ext);
+	pthread_mutex_unlock(&ctx->lock);
+	m->ext = NULL;
+	return 0;
+}
+
+int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	struct rf_mr *m = to_rmr(mr);
+	int err = unreg(to_rctx(mr->context), m);
+
+	if (err)
+		return err;
+	free(m);
+	return 0;
+}
+
+/* ibv_rereg_mr: a new registration replaces the old one; the keys may
+ * change, as the verbs allow. On failure the MR is left as it was when the
+ * failure is before the old registration is dropped (IBV_REREG_MR_ERR_*
+ * otherwise). */
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	struct rf_mr *m = to_rmr(mr);
+	struct rf_context *ctx = to_rctx(mr->context);
+	struct rf_mr nm;
+	int err;
+
+	if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED || !flags)
+		return IBV_REREG_MR_ERR_INPUT;
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length))
+		return IBV_REREG_MR_ERR_INPUT;
+	if (!(flags & IBV_REREG_MR_CHANGE_PD))
+		pd = mr->pd;
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
+		addr = mr->addr;
+		length = mr->length;
+	}
+	if (!(flags & IBV_REREG_MR_CHANGE_ACCESS)) {
+		char path[64], text[512];
+		snprintf(path, sizeof(path), "mr/%u/attr", m->handle);
+		const char *s;
+		if (rf_read_file(ctx, path, text, sizeof(text)) || !(s = rf_kv(text, "access")))
+			return IBV_REREG_MR_ERR_CMD;
+		access = 0;
+		/* attr prints names; map them back */
+		static const struct { const char *n; int bit; } names[] = {
+			{"local_write", IBV_ACCESS_LOCAL_WRITE}, {"remote_write", IBV_ACCESS_REMOTE_WRITE},
+			{"remote_read", IBV_ACCESS_REMOTE_READ}, {"remote_atomic", IBV_ACCESS_REMOTE_ATOMIC},
+			{"mw_bind", IBV_ACCESS_MW_BIND},
+		};
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+			const char *hit = strstr(s, names[i].n);
+			size_t line = strcspn(s, "\n");
+			if (hit && (size_t)(hit - s) < line)
+				access |= names[i].bit;
+		}
+	}
+	if (check_access(access))
+		return IBV_REREG_MR_ERR_INPUT;
+	memset(&nm, 0, sizeof(nm));
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		/* The new range may overlap the old one: drop the old first. */
+		if (unreg(ctx, m))
+			return IBV_REREG_MR_ERR_CMD;
+		if ((err = reg(ctx, &nm, pd, addr, length, (uintptr_t)addr, access))) {
+			errno = err;
+			return IBV_REREG_MR_ERR_CMD;
+		}
+	} else {
+		if ((err = reg(ctx, &nm, pd, addr, length, (uintptr_t)addr, access))) {
+			errno = err;
+			return IBV_REREG_MR_ERR_CMD;
+		}
+		if (unreg(ctx, m)) {
+			unreg(ctx, &nm);
+			return IBV_REREG_MR_ERR_CMD;
+		}
+	}
+	m->handle = nm.handle;
+	m->ext = nm.ext;
+	mr->pd = nm.mr.pd;
+	mr->addr = nm.mr.addr;
+	mr->length = nm.mr.length;
+	mr->lkey = nm.mr.lkey;
+	mr->rkey = nm.mr.rkey;
+	mr->handle = nm.handle;
+	return 0;
+}
+
+int ibv_fork_init(void)
+{
+	fork_safe = true;
+	fork_init_done = true;
+	return 0;
+}
+
+enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return fork_init_done ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+}
+
+__attribute__((constructor)) static void rf_fork_env(void)
+{
+	if (getenv("RDMAV_FORK_SAFE") || getenv("IBV_FORK_SAFE"))
+		ibv_fork_init();
+}
+
+int ibv_dontfork_range(void *base, size_t size)
+{
+	return fork_safe ? madvise(base, size, MADV_DONTFORK) ? errno : 0 : 0;
+}
+
+int ibv_dofork_range(void *base, size_t size)
+{
+	return fork_safe ? madvise(base, size, MADV_DOFORK) ? errno : 0 : 0;
+}

@@ -1,0 +1,134 @@
+/* Protection domains and address handles. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+
+#include "rdmafs.h"
+
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	struct rf_context *ctx = to_rctx(context);
+	struct rf_pd *pd = calloc(1, sizeof(*pd));
+
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (rf_transact(ctx, "pd", "", &pd->handle)) {
+		int err = errno;
+		free(pd);
+		errno = err;
+		return NULL;
+	}
+	pd->pd.context = context;
+	pd->pd.handle = pd->handle;
+	return &pd->pd;
+}
+
+int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	struct rf_pd *p = to_rpd(pd);
+	int err = rf_destroy(to_rctx(pd->context), "pd", p->handle);
+
+	if (err)
+		return err;
+	free(p);
+	return 0;
+}
+
+/* The GID a QP or AH addresses: the GRH's when there is one; without a GRH
+ * (an InfiniBand port addressed by LID) the only LID a port reaches is its
+ * own, so the destination is this device. */
+void rf_dest_gid(struct rf_context *ctx, const struct ibv_ah_attr *ah, char *out, size_t len)
+{
+	const union ibv_gid *g = ah->is_global ? &ah->grh.dgid : &ctx->port.gid;
+
+	if (!inet_ntop(AF_INET6, g->raw, out, len))
+		snprintf(out, len, "::");
+}
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct rf_context *ctx = to_rctx(pd->context);
+	struct rf_ah *ah;
+	char gid[64], req[512];
+
+	if (!attr || attr->port_num != 1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!attr->is_global && attr->dlid != ctx->port.lid) {
+		/* no other port is reachable by LID alone */
+		errno = ctx->port.roce ? EINVAL : EHOSTUNREACH;
+		return NULL;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	rf_dest_gid(ctx, attr, gid, sizeof(gid));
+	snprintf(req, sizeof(req), "pd=%u dgid=%s sl=%u", to_rpd(pd)->handle, gid, attr->sl);
+	if (attr->is_global)
+		snprintf(req + strlen(req), sizeof(req) - strlen(req),
+			 " hop_limit=%u traffic_class=%u flow_label=%u sgid_index=%u", attr->grh.hop_limit,
+			 attr->grh.traffic_class, attr->grh.flow_label, attr->grh.sgid_index);
+	if (rf_transact(ctx, "ah", req, &ah->handle)) {
+		int err = errno;
+		free(ah);
+		errno = err;
+		return NULL;
+	}
+	ah->ah.context = pd->context;
+	ah->ah.pd = pd;
+	ah->ah.handle = ah->handle;
+	return &ah->ah;
+}
+
+int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	struct rf_ah *a = to_rah(ah);
+	int err = rf_destroy(to_rctx(ah->context), "ah", a->handle);
+
+	if (err)
+		return err;
+	free(a);
+	return 0;
+}
+
+int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
+			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
+{
+	struct rf_context *ctx = to_rctx(context);
+
+	memset(ah_attr, 0, sizeof(*ah_attr));
+	ah_attr->dlid = wc->slid;
+	ah_attr->sl = wc->sl;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	ah_attr->port_num = port_num;
+	if (wc->wc_flags & IBV_WC_GRH) {
+		uint32_t flow = be32toh(grh->version_tclass_flow);
+		ah_attr->is_global = 1;
+		ah_attr->grh.dgid = grh->sgid;
+		ah_attr->grh.flow_label = flow & 0xfffff;
+		ah_attr->grh.traffic_class = (flow >> 20) & 0xff;
+		ah_attr->grh.hop_limit = 0xff;
+		ah_attr->grh.sgid_index = 0;
+	} else if (ctx->port.roce) {
+		errno = EINVAL; /* RoCE needs the GRH */
+		return -1;
+	}
+	return 0;
+}
+
+struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+				     uint8_t port_num)
+{
+	struct ibv_ah_attr attr;
+
+	if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr))
+		return NULL;
+	return ibv_create_ah(pd, &attr);
+}

@@ -1,0 +1,639 @@
+/* Queue pairs: create, modify, query, destroy through qp/N's files; post
+ * straight into the mapped qp/N/sq and qp/N/rq rings.
+ *
+ * A post checks each WR as libibverbs providers do (EINVAL for a bad WR,
+ * ENOMEM for a full queue, *bad_wr the first one not posted), encodes it
+ * into the next slot, and publishes the batch with one release store. A
+ * doorbell follows only when the engine set NEED_WAKEUP: the device's futex
+ * doorbell for sends, a one-byte write to the ring file for receives. The
+ * daemon checks every WQE again: nothing here is trusted. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "rdmafs.h"
+
+static const char *const state_names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+
+static int parse_state(const char *s)
+{
+	for (int i = 0; i < 7; i++) {
+		size_t n = strlen(state_names[i]);
+		if (!strncmp(s, state_names[i], n) && (s[n] == '\n' || s[n] == 0 || s[n] == ' '))
+			return i;
+	}
+	return -1;
+}
+
+static int access_of(const char *s)
+{
+	static const struct {
+		const char *n;
+		int bit;
+	} names[] = {
+		{"local_write", IBV_ACCESS_LOCAL_WRITE},   {"remote_write", IBV_ACCESS_REMOTE_WRITE},
+		{"remote_read", IBV_ACCESS_REMOTE_READ},   {"remote_atomic", IBV_ACCESS_REMOTE_ATOMIC},
+		{"mw_bind", IBV_ACCESS_MW_BIND},
+	};
+	size_t line = strcspn(s, "\n");
+	int acc = 0;
+	char *end;
+
+	acc = strtol(s, &end, 0);
+	if (end != s && (*end == '\n' || *end == 0))
+		return acc;
+	acc = 0;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const char *hit = strstr(s, names[i].n);
+		if (hit && (size_t)(hit - s) < line)
+			acc |= names[i].bit;
+	}
+	return acc;
+}
+
+static enum ibv_mtu mtu_of(uint64_t v)
+{
+	if (v >= 1 && v <= 5)
+		return v;
+	switch (v) {
+	case 256: return IBV_MTU_256;
+	case 512: return IBV_MTU_512;
+	case 1024: return IBV_MTU_1024;
+	case 2048: return IBV_MTU_2048;
+	default: return IBV_MTU_4096;
+	}
+}
+
+static int read_attr(struct rf_context *ctx, uint32_t qpn, char *text, size_t len)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "qp/%u/attr", qpn);
+	return rf_read_file(ctx, path, text, len);
+}
+
+static uint32_t u32kv(const char *text, const char *key)
+{
+	uint64_t v = 0;
+
+	rf_kv_u64(text, key, &v);
+	return v;
+}
+
+static int qp_type_ok(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_RC || t == IBV_QPT_UC || t == IBV_QPT_UD;
+}
+
+static const char *type_name(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_RC ? "rc" : t == IBV_QPT_UC ? "uc" : "ud";
+}
+
+#define RF_QP_EX_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+		      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | \
+		      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
+		      IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV)
+
+struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *init)
+{
+	struct rf_context *ctx = to_rctx(context);
+	struct rf_qp *qp;
+	char req[512], text[4096], path[64];
+	int err;
+
+	if (init->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(init->comp_mask & IBV_QP_INIT_ATTR_PD) || !init->pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!qp_type_ok(init->qp_type)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((init->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (init->send_ops_flags & ~(uint64_t)RF_QP_EX_OPS)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!init->send_cq || !init->recv_cq || init->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int n = snprintf(req, sizeof(req),
+			 "pd=%u qp_type=%s send_cq=%u recv_cq=%u max_send_wr=%u max_send_sge=%u max_inline_data=%u",
+			 to_rpd(init->pd)->handle, type_name(init->qp_type), to_rcq(init->send_cq)->handle,
+			 to_rcq(init->recv_cq)->handle, init->cap.max_send_wr, init->cap.max_send_sge,
+			 init->cap.max_inline_data);
+	if (init->srq)
+		n += snprintf(req + n, sizeof(req) - n, " srq=%u", to_rsrq(init->srq)->handle);
+	else
+		n += snprintf(req + n, sizeof(req) - n, " max_recv_wr=%u max_recv_sge=%u", init->cap.max_recv_wr,
+			      init->cap.max_recv_sge);
+	if (init->sq_sig_all)
+		snprintf(req + n, sizeof(req) - n, " sq_sig_all=1");
+	if ((err = rf_transact(ctx, "qp", req, &qp->qpn)))
+		goto fail_free;
+	if ((err = read_attr(ctx, qp->qpn, text, sizeof(text))))
+		goto fail_destroy;
+	qp->cap.max_send_wr = u32kv(text, "max_send_wr");
+	qp->cap.max_recv_wr = init->srq ? 0 : u32kv(text, "max_recv_wr");
+	qp->cap.max_send_sge = u32kv(text, "max_send_sge");
+	qp->cap.max_recv_sge = init->srq ? 0 : u32kv(text, "max_recv_sge");
+	qp->cap.max_inline_data = u32kv(text, "max_inline_data");
+	snprintf(path, sizeof(path), "qp/%u/sq", qp->qpn);
+	if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_SQ, &qp->sq)))
+		goto fail_destroy;
+	qp->sq.head = rf_load_acq(qp->sq.prod);
+	qp->rq.fd = -1;
+	if (!init->srq) {
+		snprintf(path, sizeof(path), "qp/%u/rq", qp->qpn);
+		if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_RQ, &qp->rq)))
+			goto fail_unmap;
+		qp->rq.head = rf_load_acq(qp->rq.prod);
+	}
+	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+	qp->sq_sig_all = init->sq_sig_all;
+
+	struct ibv_qp *q = &qp->qpx.qp_base;
+	q->context = context;
+	q->qp_context = init->qp_context;
+	q->pd = init->pd;
+	q->send_cq = init->send_cq;
+	q->recv_cq = init->recv_cq;
+	q->srq = init->srq;
+	q->handle = qp->qpn;
+	q->qp_num = qp->qpn;
+	q->state = IBV_QPS_RESET;
+	q->qp_type = init->qp_type;
+	pthread_mutex_init(&q->mutex, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	init->cap = qp->cap;
+	rf_qp_ex_init(qp, (init->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? init->send_ops_flags : 0);
+	rf_track(ctx, RF_QP, qp->qpn, qp);
+	return q;
+fail_unmap:
+	rf_ring_unmap(&qp->sq);
+fail_destroy:
+	rf_destroy(ctx, "qp", qp->qpn);
+fail_free:
+	free(qp);
+	errno = err;
+	return NULL;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex ex;
+	struct ibv_qp *qp;
+
+	memset(&ex, 0, sizeof(ex));
+	memcpy(&ex, attr, sizeof(*attr));
+	ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ex.pd = pd;
+	qp = rf_create_qp_ex(pd->context, &ex);
+	if (qp)
+		attr->cap = ex.cap;
+	return qp;
+}
+
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	struct rf_qp *q = to_rqp(qp);
+
+	return q->has_ex ? &q->qpx : NULL;
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	struct rf_qp *q = to_rqp(qp);
+	struct rf_context *ctx = to_rctx(qp->context);
+	int err = rf_destroy(ctx, "qp", q->qpn);
+
+	if (err)
+		return err;
+	rf_untrack(ctx, RF_QP, q->qpn);
+	pthread_mutex_lock(&qp->mutex);
+	while (qp->events_completed != q->async_delivered)
+		pthread_cond_wait(&qp->cond, &qp->mutex);
+	pthread_mutex_unlock(&qp->mutex);
+	rf_ring_unmap(&q->sq);
+	rf_ring_unmap(&q->rq);
+	free(q);
+	return 0;
+}
+
+#define ADD(...) (n += snprintf(cmd + n, sizeof(cmd) - n, __VA_ARGS__))
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+	struct rf_qp *q = to_rqp(qp);
+	struct rf_context *ctx = to_rctx(qp->context);
+	char cmd[1024], path[64], gid[64];
+	int n = 0, err;
+
+	if (!mask)
+		return EINVAL;
+	if (mask & (IBV_QP_ALT_PATH | IBV_QP_RATE_LIMIT))
+		return EOPNOTSUPP;
+	if (mask & ~((1 << 21) - 1))
+		return EINVAL;
+	ADD("modify");
+	if (mask & IBV_QP_STATE)
+		ADD(" qp_state=%u", a->qp_state);
+	if (mask & IBV_QP_CUR_STATE)
+		ADD(" cur_qp_state=%u", a->cur_qp_state);
+	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
+		ADD(" en_sqd_async_notify=%u", a->en_sqd_async_notify ? 1 : 0);
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		ADD(" qp_access_flags=%u", a->qp_access_flags & 0x1f);
+	if (mask & IBV_QP_PKEY_INDEX)
+		ADD(" pkey_index=%u", a->pkey_index);
+	if (mask & IBV_QP_PORT)
+		ADD(" port_num=%u", a->port_num);
+	if (mask & IBV_QP_QKEY)
+		ADD(" qkey=%u", a->qkey);
+	if (mask & IBV_QP_AV) {
+		struct ibv_ah_attr *ah = &a->ah_attr;
+		if (!ah->is_global && ah->dlid != ctx->port.lid)
+			return ctx->port.roce ? EINVAL : EHOSTUNREACH;
+		rf_dest_gid(ctx, ah, gid, sizeof(gid));
+		ADD(" dgid=%s sl=%u", gid, ah->sl);
+		if (ah->is_global)
+			ADD(" sgid_index=%u hop_limit=%u traffic_class=%u flow_label=%u", ah->grh.sgid_index,
+			    ah->grh.hop_limit, ah->grh.traffic_class, ah->grh.flow_label);
+	}
+	if (mask & IBV_QP_PATH_MTU)
+		ADD(" path_mtu=%u", a->path_mtu);
+	if (mask & IBV_QP_TIMEOUT)
+		ADD(" timeout=%u", a->timeout);
+	if (mask & IBV_QP_RETRY_CNT)
+		ADD(" retry_cnt=%u", a->retry_cnt);
+	if (mask & IBV_QP_RNR_RETRY)
+		ADD(" rnr_retry=%u", a->rnr_retry);
+	if (mask & IBV_QP_RQ_PSN)
+		ADD(" rq_psn=%u", a->rq_psn);
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
+		ADD(" max_rd_atomic=%u", a->max_rd_atomic);
+	if (mask & IBV_QP_MIN_RNR_TIMER)
+		ADD(" min_rnr_timer=%u", a->min_rnr_timer);
+	if (mask & IBV_QP_SQ_PSN)
+		ADD(" sq_psn=%u", a->sq_psn);
+	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+		ADD(" max_dest_rd_atomic=%u", a->max_dest_rd_atomic);
+	if (mask & IBV_QP_PATH_MIG_STATE)
+		ADD(" path_mig_state=%u", a->path_mig_state);
+	if (mask & IBV_QP_CAP)
+		ADD(" max_send_wr=%u max_recv_wr=%u max_send_sge=%u max_recv_sge=%u max_inline_data=%u",
+		    a->cap.max_send_wr, a->cap.max_recv_wr, a->cap.max_send_sge, a->cap.max_recv_sge,
+		    a->cap.max_inline_data);
+	if (mask & IBV_QP_DEST_QPN)
+		ADD(" dest_qp_num=%u", a->dest_qp_num);
+	if ((size_t)n >= sizeof(cmd))
+		return EINVAL;
+	snprintf(path, sizeof(path), "qp/%u/ctl", q->qpn);
+	if ((err = rf_command(ctx, path, cmd)))
+		return err;
+	if (mask & IBV_QP_STATE) {
+		qp->state = a->qp_state;
+		if (a->qp_state == IBV_QPS_RESET) {
+			/* RESET empties the queues: start again at the daemon's indices */
+			pthread_spin_lock(&q->sq_lock);
+			q->sq.head = rf_load_acq(q->sq.prod);
+			pthread_spin_unlock(&q->sq_lock);
+		}
+	}
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
+		q->max_rd_atomic = a->max_rd_atomic;
+	return 0;
+}
+
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init)
+{
+	struct rf_qp *q = to_rqp(qp);
+	struct rf_context *ctx = to_rctx(qp->context);
+	char text[4096];
+	const char *s;
+	int err;
+
+	(void)mask; /* everything is reported, as providers do */
+	if ((err = read_attr(ctx, q->qpn, text, sizeof(text))))
+		return err;
+	memset(a, 0, sizeof(*a));
+	s = rf_kv(text, "qp_state");
+	int st = s ? parse_state(s) : -1;
+	a->qp_state = st >= 0 ? (enum ibv_qp_state)st : qp->state;
+	a->cur_qp_state = a->qp_state;
+	qp->state = a->qp_state;
+	a->path_mtu = mtu_of(u32kv(text, "path_mtu"));
+	s = rf_kv(text, "path_mig_state");
+	a->path_mig_state = !s ? IBV_MIG_MIGRATED : !strncmp(s, "rearm", 5) ? IBV_MIG_REARM :
+			    !strncmp(s, "armed", 5) ? IBV_MIG_ARMED : IBV_MIG_MIGRATED;
+	a->qkey = u32kv(text, "qkey");
+	a->rq_psn = u32kv(text, "rq_psn");
+	a->sq_psn = u32kv(text, "sq_psn");
+	a->dest_qp_num = u32kv(text, "dest_qp_num");
+	s = rf_kv(text, "qp_access_flags");
+	a->qp_access_flags = s ? access_of(s) : 0;
+	a->cap = q->cap;
+	s = rf_kv(text, "dgid");
+	if (s && !rf_parse_gid(s, &a->ah_attr.grh.dgid)) {
+		static const uint8_t zero[16];
+		a->ah_attr.is_global = memcmp(a->ah_attr.grh.dgid.raw, zero, 16) != 0;
+	}
+	a->ah_attr.grh.sgid_index = u32kv(text, "sgid_index");
+	a->ah_attr.grh.hop_limit = u32kv(text, "hop_limit");
+	a->ah_attr.grh.traffic_class = u32kv(text, "traffic_class");
+	a->ah_attr.grh.flow_label = u32kv(text, "flow_label");
+	a->ah_attr.sl = u32kv(text, "sl");
+	a->ah_attr.port_num = u32kv(text, "port_num");
+	if (!ctx->port.roce && a->ah_attr.is_global &&
+	    !memcmp(a->ah_attr.grh.dgid.raw, ctx->port.gid.raw, 16))
+		a->ah_attr.dlid = ctx->port.lid;
+	a->pkey_index = u32kv(text, "pkey_index");
+	a->en_sqd_async_notify = u32kv(text, "en_sqd_async_notify");
+	a->sq_draining = 0;
+	a->max_rd_atomic = u32kv(text, "max_rd_atomic");
+	a->max_dest_rd_atomic = u32kv(text, "max_dest_rd_atomic");
+	a->min_rnr_timer = u32kv(text, "min_rnr_timer");
+	a->port_num = u32kv(text, "port_num");
+	a->timeout = u32kv(text, "timeout");
+	a->retry_cnt = u32kv(text, "retry_cnt");
+	a->rnr_retry = u32kv(text, "rnr_retry");
+	if (init) {
+		memset(init, 0, sizeof(*init));
+		init->qp_context = qp->qp_context;
+		init->send_cq = qp->send_cq;
+		init->recv_cq = qp->recv_cq;
+		init->srq = qp->srq;
+		init->cap = q->cap;
+		init->qp_type = qp->qp_type;
+		init->sq_sig_all = q->sq_sig_all;
+	}
+	return 0;
+}
+
+int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	(void)qp, (void)op;
+	/* The engine writes a message's bytes in PSN order, one packet after
+	 * the other: data is written in order. */
+	return flags ? 0 : 1;
+}
+
+/* One send WQE into slot s; 0 or an errno for a WR that cannot be posted. */
+int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
+{
+	uint32_t flags = wr->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+	uint32_t imm = 0, rkey = 0, ah = 0, rqpn = 0, rqkey = 0;
+	uint64_t raddr = 0, cadd = 0, swap = 0;
+	enum ibv_qp_type t = q->qpx.qp_base.qp_type;
+	size_t room = q->sq.slot_size - RDMAFS_SEND_HEADER_SIZE;
+	uint8_t *body = s + RDMAFS_SEND_HEADER_SIZE;
+	int nsge = 0, ilen = 0;
+
+	if (wr->num_sge < 0)
+		return EINVAL;
+	switch (wr->opcode) {
+	case IBV_WR_SEND:
+		break;
+	case IBV_WR_SEND_WITH_IMM:
+		imm = be32toh(wr->imm_data);
+		break;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		imm = be32toh(wr->imm_data);
+		/* fall through */
+	case IBV_WR_RDMA_WRITE:
+		if (t == IBV_QPT_UD)
+			return EINVAL;
+		raddr = wr->wr.rdma.remote_addr;
+		rkey = wr->wr.rdma.rkey;
+		break;
+	case IBV_WR_RDMA_READ:
+		if (t != IBV_QPT_RC)
+			return EINVAL;
+		raddr = wr->wr.rdma.remote_addr;
+		rkey = wr->wr.rdma.rkey;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		if (t != IBV_QPT_RC)
+			return EINVAL;
+		raddr = wr->wr.atomic.remote_addr;
+		rkey = wr->wr.atomic.rkey;
+		cadd = wr->wr.atomic.compare_add;
+		swap = wr->wr.atomic.swap;
+		break;
+	case IBV_WR_SEND_WITH_INV:
+		if (t == IBV_QPT_UD)
+			return EINVAL;
+		imm = wr->invalidate_rkey;
+		break;
+	case IBV_WR_LOCAL_INV:
+		imm = wr->invalidate_rkey;
+		break;
+	case IBV_WR_BIND_MW: {
+		const struct ibv_mw_bind_info *bi = &wr->bind_mw.bind_info;
+		if (!wr->bind_mw.mw)
+			return EINVAL;
+		imm = to_rmw(wr->bind_mw.mw)->handle;
+		rkey = wr->bind_mw.rkey;
+		raddr = bi->addr;
+		cadd = bi->length;
+		swap = (uint64_t)(bi->mr ? bi->mr->lkey : 0) | (uint64_t)(bi->mw_access_flags & 0x3f) << 32;
+		break;
+	}
+	default:
+		return EINVAL;
+	}
+	if (t == IBV_QPT_UD) {
+		if (!wr->wr.ud.ah)
+			return EINVAL;
+		ah = to_rah(wr->wr.ud.ah)->handle;
+		rqpn = wr->wr.ud.remote_qpn;
+		rqkey = wr->wr.ud.remote_qkey;
+	}
+	if (flags & IBV_SEND_INLINE) {
+		size_t total = 0;
+		for (int i = 0; i < wr->num_sge; i++)
+			total += wr->sg_list[i].length;
+		if (total > q->cap.max_inline_data || total > room || total > RDMAFS_MAX_INLINE_LEN)
+			return EINVAL;
+		for (int i = 0; i < wr->num_sge; i++) {
+			memcpy(body + ilen, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+			ilen += wr->sg_list[i].length;
+		}
+	} else {
+		if ((uint32_t)wr->num_sge > q->cap.max_send_sge || (size_t)wr->num_sge * RDMAFS_SGE_SIZE > room)
+			return EINVAL;
+		for (int i = 0; i < wr->num_sge; i++) {
+			uint8_t *e = body + i * RDMAFS_SGE_SIZE;
+			rf_put64(e, RDMAFS_SGE_OFF_ADDR, wr->sg_list[i].addr);
+			rf_put32(e, RDMAFS_SGE_OFF_LENGTH, wr->sg_list[i].length);
+			rf_put32(e, RDMAFS_SGE_OFF_L_KEY, wr->sg_list[i].lkey);
+		}
+		nsge = wr->num_sge;
+	}
+	rf_put64(s, RDMAFS_SEND_OFF_WRID, wr->wr_id);
+	rf_put32(s, RDMAFS_SEND_OFF_FLAGS, flags);
+	s[RDMAFS_SEND_OFF_OPCODE] = wr->opcode;
+	s[RDMAFS_SEND_OFF_NUM_SGE] = nsge;
+	rf_put16(s, RDMAFS_SEND_OFF_INLINE_LEN, ilen);
+	rf_put32(s, RDMAFS_SEND_OFF_IMM, imm);
+	rf_put32(s, RDMAFS_SEND_OFF_R_KEY, rkey);
+	rf_put64(s, RDMAFS_SEND_OFF_REMOTE_ADDR, raddr);
+	rf_put64(s, RDMAFS_SEND_OFF_COMPARE_ADD, cadd);
+	rf_put64(s, RDMAFS_SEND_OFF_SWAP, swap);
+	rf_put32(s, RDMAFS_SEND_OFF_AH, ah);
+	rf_put32(s, RDMAFS_SEND_OFF_REMOTE_QPN, rqpn);
+	rf_put32(s, RDMAFS_SEND_OFF_REMOTE_Q_KEY, rqkey);
+	rf_put32(s, RDMAFS_SEND_OFF_RESERVED, 0);
+	return 0;
+}
+
+int rf_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct rf_qp *q = to_rqp(qp);
+	int err = 0, posted = 0;
+
+	pthread_spin_lock(&q->sq_lock);
+	if (qp->state < IBV_QPS_RTS) {
+		err = EINVAL;
+		goto out;
+	}
+	int64_t free_slots = rf_prod_free(&q->sq);
+	if (free_slots < 0) {
+		err = EIO;
+		goto out;
+	}
+	for (; wr; wr = wr->next) {
+		if (!free_slots) {
+			err = ENOMEM;
+			break;
+		}
+		if ((err = rf_encode_send(q, rf_slot(&q->sq, q->sq.head), wr)))
+			break;
+		q->sq.head++;
+		free_slots--;
+		posted++;
+	}
+out:
+	if (posted) {
+		rf_prod_publish(&q->sq);
+		if (rf_need_wakeup(&q->sq))
+			rf_ring_bell(to_rctx(qp->context), &q->sq);
+	}
+	pthread_spin_unlock(&q->sq_lock);
+	if (err) {
+		*bad = wr;
+		errno = err;
+	}
+	return err;
+}
+
+int rf_encode_recv(struct rf_ring *r, const struct ibv_recv_wr *wr, uint32_t max_sge)
+{
+	uint8_t *s = rf_slot(r, r->head);
+	uint8_t *body = s + RDMAFS_RECV_HEADER_SIZE;
+
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge ||
+	    (size_t)wr->num_sge * RDMAFS_SGE_SIZE > r->slot_size - RDMAFS_RECV_HEADER_SIZE)
+		return EINVAL;
+	for (int i = 0; i < wr->num_sge; i++) {
+		uint8_t *e = body + i * RDMAFS_SGE_SIZE;
+		rf_put64(e, RDMAFS_SGE_OFF_ADDR, wr->sg_list[i].addr);
+		rf_put32(e, RDMAFS_SGE_OFF_LENGTH, wr->sg_list[i].length);
+		rf_put32(e, RDMAFS_SGE_OFF_L_KEY, wr->sg_list[i].lkey);
+	}
+	rf_put64(s, RDMAFS_RECV_OFF_WRID, wr->wr_id);
+	rf_put32(s, RDMAFS_RECV_OFF_NUM_SGE, wr->num_sge);
+	rf_put32(s, RDMAFS_RECV_OFF_RESERVED, 0);
+	return 0;
+}
+
+/* Receive posts shared by QPs and SRQs: the queue's lock is held. */
+static int post_recv_ring(struct rf_ring *r, uint32_t max_sge, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad,
+			  bool kick)
+{
+	int err = 0, posted = 0;
+	int64_t free_slots = rf_prod_free(r);
+
+	if (free_slots < 0)
+		err = EIO;
+	for (; !err && wr; wr = wr->next) {
+		if (!free_slots) {
+			err = ENOMEM;
+			break;
+		}
+		if ((err = rf_encode_recv(r, wr, max_sge)))
+			break;
+		r->head++;
+		free_slots--;
+		posted++;
+	}
+	if (posted) {
+		rf_prod_publish(r);
+		if (kick || rf_need_wakeup(r)) {
+			static const char b = 1;
+			if (write(r->fd, &b, 1) < 0)
+				rf_log("receive doorbell: %m");
+		}
+	}
+	if (err) {
+		*bad = wr;
+		errno = err;
+	}
+	return err;
+}
+
+int rf_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct rf_qp *q = to_rqp(qp);
+	int err;
+
+	if (qp->srq || qp->state == IBV_QPS_RESET) {
+		*bad = wr;
+		errno = EINVAL;
+		return EINVAL;
+	}
+	pthread_spin_lock(&q->rq_lock);
+	/* In ERR the WRs are flushed at once, by the engine: kick it. */
+	err = post_recv_ring(&q->rq, q->cap.max_recv_sge, wr, bad, qp->state == IBV_QPS_ERR);
+	pthread_spin_unlock(&q->rq_lock);
+	return err;
+}
+
+int rf_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct rf_srq *s = to_rsrq(srq);
+	int err;
+
+	pthread_spin_lock(&s->lock);
+	err = post_recv_ring(&s->ring, s->max_sge, wr, bad, false);
+	pthread_spin_unlock(&s->lock);
+	return err;
+}
+
+/* Multicast needs a fabric: absent by design. */
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp, (void)gid, (void)lid;
+	return EOPNOTSUPP;
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp, (void)gid, (void)lid;
+	return EOPNOTSUPP;
+}

@@ -1,0 +1,143 @@
+/* Shared receive queues: srq/H's files, and posts into its mapped ring. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdmafs.h"
+
+static int srq_query_text(struct rf_context *ctx, uint32_t h, char *text, size_t len)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "srq/%u/attr", h);
+	return rf_read_file(ctx, path, text, len);
+}
+
+static uint32_t u32kv(const char *text, const char *key)
+{
+	uint64_t v = 0;
+
+	rf_kv_u64(text, key, &v);
+	return v;
+}
+
+static struct ibv_srq *srq_new(struct ibv_pd *pd, void *srq_context, struct ibv_srq_attr *attr)
+{
+	struct rf_context *ctx = to_rctx(pd->context);
+	struct rf_srq *s;
+	char req[128], text[512], path[64];
+	int err;
+
+	if (!attr->max_wr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	snprintf(req, sizeof(req), "pd=%u max_wr=%u max_sge=%u srq_limit=%u", to_rpd(pd)->handle, attr->max_wr,
+		 attr->max_sge, attr->srq_limit);
+	if ((err = rf_transact(ctx, "srq", req, &s->handle)))
+		goto fail_free;
+	if ((err = srq_query_text(ctx, s->handle, text, sizeof(text))))
+		goto fail_destroy;
+	s->max_wr = u32kv(text, "max_wr");
+	s->max_sge = u32kv(text, "max_sge");
+	snprintf(path, sizeof(path), "srq/%u/ring", s->handle);
+	if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_SRQ, &s->ring)))
+		goto fail_destroy;
+	s->ring.head = rf_load_acq(s->ring.prod);
+	pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
+	s->srq.context = pd->context;
+	s->srq.srq_context = srq_context;
+	s->srq.pd = pd;
+	s->srq.handle = s->handle;
+	pthread_mutex_init(&s->srq.mutex, NULL);
+	pthread_cond_init(&s->srq.cond, NULL);
+	attr->max_wr = s->max_wr;
+	attr->max_sge = s->max_sge;
+	rf_track(ctx, RF_SRQ, s->handle, s);
+	return &s->srq;
+fail_destroy:
+	rf_destroy(ctx, "srq", s->handle);
+fail_free:
+	free(s);
+	errno = err;
+	return NULL;
+}
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init)
+{
+	return srq_new(pd, init->srq_context, &init->attr);
+}
+
+struct ibv_srq *rf_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *init)
+{
+	(void)context;
+	if (init->comp_mask & ~(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((init->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && init->srq_type != IBV_SRQT_BASIC) {
+		errno = EOPNOTSUPP; /* XRC and tag matching: absent */
+		return NULL;
+	}
+	if (!(init->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !init->pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return srq_new(init->pd, init->srq_context, &init->attr);
+}
+
+int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	struct rf_srq *s = to_rsrq(srq);
+	char path[64], cmd[64];
+
+	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
+		return EINVAL;
+	if (mask & IBV_SRQ_MAX_WR)
+		return EOPNOTSUPP; /* the ring is fixed at creation */
+	if (!(mask & IBV_SRQ_LIMIT))
+		return 0;
+	if (attr->srq_limit > s->max_wr)
+		return EINVAL;
+	snprintf(path, sizeof(path), "srq/%u/ctl", s->handle);
+	snprintf(cmd, sizeof(cmd), "modify srq_limit=%u", attr->srq_limit);
+	return rf_command(to_rctx(srq->context), path, cmd);
+}
+
+int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	struct rf_srq *s = to_rsrq(srq);
+	char text[512];
+	int err;
+
+	if ((err = srq_query_text(to_rctx(srq->context), s->handle, text, sizeof(text))))
+		return err;
+	attr->max_wr = u32kv(text, "max_wr");
+	attr->max_sge = u32kv(text, "max_sge");
+	attr->srq_limit = u32kv(text, "srq_limit");
+	return 0;
+}
+
+int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	struct rf_srq *s = to_rsrq(srq);
+	struct rf_context *ctx = to_rctx(srq->context);
+	int err = rf_destroy(ctx, "srq", s->handle);
+
+	if (err)
+		return err;
+	rf_untrack(ctx, RF_SRQ, s->handle);
+	pthread_mutex_lock(&srq->mutex);
+	while (srq->events_completed != s->async_delivered)
+		pthread_cond_wait(&srq->cond, &srq->mutex);
+	pthread_mutex_unlock(&srq->mutex);
+	rf_ring_unmap(&s->ring);
+	free(s);
+	return 0;
+}
