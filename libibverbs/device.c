@@ -20,6 +20,7 @@
 #include "rdmafs.h"
 
 #define RF_MAX_DEVICES 64
+#define RF_GID_TABLE 16
 
 static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rf_device *devices[RF_MAX_DEVICES];
@@ -347,7 +348,7 @@ int rf_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *att
 	a.state = ctx->port.state;
 	a.max_mtu = ctx->port.max_mtu;
 	a.active_mtu = ctx->port.active_mtu;
-	a.gid_tbl_len = 1;
+	a.gid_tbl_len = RF_GID_TABLE;
 	a.port_cap_flags = IBV_PORT_CM_SUP;
 	if (ctx->port.roce)
 		a.port_cap_flags |= IBV_PORT_IP_BASED_GIDS;
@@ -376,13 +377,19 @@ int ibv_query_port(struct ibv_context *context, uint8_t port_num, struct _compat
 			     offsetof(struct ibv_port_attr, flags));
 }
 
+/* The GID table has RF_GID_TABLE entries of which only the first is set
+ * (a port has one address); the others read as zero, as unused entries of
+ * a real table do. */
 int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
 {
-	if (port_num != 1 || index != 0) {
+	if (port_num != 1 || index < 0 || index >= RF_GID_TABLE) {
 		errno = EINVAL;
 		return -1;
 	}
-	*gid = to_rctx(context)->port.gid;
+	if (index == 0)
+		*gid = to_rctx(context)->port.gid;
+	else
+		memset(gid, 0, sizeof(*gid));
 	return 0;
 }
 
@@ -403,7 +410,7 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
 
 	if (flags || entry_size < sizeof(e))
 		return EINVAL;
-	if (port_num != 1)
+	if (port_num != 1 || gid_index >= RF_GID_TABLE)
 		return EINVAL;
 	if (gid_index != 0)
 		return ENODATA;
@@ -428,7 +435,7 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index, int *type);
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index, int *type)
 {
-	if (port_num != 1 || index != 0) {
+	if (port_num != 1 || index >= RF_GID_TABLE) {
 		errno = EINVAL;
 		return -1;
 	}

@@ -59,8 +59,8 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!attr->is_global && attr->dlid != ctx->port.lid) {
-		/* no other port is reachable by LID alone */
+	if (!attr->is_global && (ctx->port.roce || attr->dlid != ctx->port.lid)) {
+		/* RoCE needs a GRH; by LID alone no other port is reachable */
 		errno = ctx->port.roce ? EINVAL : EHOSTUNREACH;
 		return NULL;
 	}

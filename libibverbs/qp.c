@@ -105,7 +105,12 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	char req[512], text[4096], path[64];
 	int err;
 
-	if (init->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+	/* Creation flags, TSO headers, XRC, RSS, source QPNs: absent; a mask
+	 * that names them with nothing asked for is fine. */
+	if ((init->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+				 IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER)) ||
+	    ((init->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && init->create_flags) ||
+	    ((init->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && init->max_tso_header)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -266,7 +271,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		ADD(" qkey=%u", a->qkey);
 	if (mask & IBV_QP_AV) {
 		struct ibv_ah_attr *ah = &a->ah_attr;
-		if (!ah->is_global && ah->dlid != ctx->port.lid)
+		if (!ah->is_global && (ctx->port.roce || ah->dlid != ctx->port.lid))
 			return ctx->port.roce ? EINVAL : EHOSTUNREACH;
 		rf_dest_gid(ctx, ah, gid, sizeof(gid));
 		ADD(" dgid=%s sl=%u", gid, ah->sl);
@@ -451,7 +456,7 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		rkey = wr->bind_mw.rkey;
 		raddr = bi->addr;
 		cadd = bi->length;
-		swap = (uint64_t)(bi->mr ? bi->mr->lkey : 0) | (uint64_t)(bi->mw_access_flags & 0x3f) << 32;
+		swap = (uint64_t)(bi->mr ? bi->mr->lkey : 0) | (uint64_t)(bi->mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED)) << 32;
 		break;
 	}
 	default:

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# verbs-tools.sh: Debian's own RDMA programs, unmodified, on rdmafs through
+# the drop-in libibverbs (rdmafs exec): ibv_devices, ibv_devinfo, the four
+# ibv_*_pingpong programs (with and without -e, at several sizes) and the
+# perftest tools, first with client and server on one mount, then across
+# two mounts that speak RoCEv2 on two loopback addresses (-g 0, the
+# ::ffff:IPv4 GID). Every run must exit 0 on both sides and print its
+# result line. Needs root (FUSE, raw sockets) and the packages of .ci/run.
+#
+#   scripts/verbs-tools.sh [quick]    quick: fewer sizes and iterations
+source "$(dirname "$0")/lib.sh"
+
+quick=${1:-}
+A_ADDR=${A_ADDR:-127.0.78.1}
+B_ADDR=${B_ADDR:-127.0.78.2}
+MA=$work/mnta
+MB=$work/mntb
+mkdir -p "$MA" "$MB"
+for t in ibv_devinfo ibv_rc_pingpong ib_write_bw; do
+	command -v $t >/dev/null || die "$t is missing: apt-get install ibverbs-utils perftest"
+done
+
+pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
+pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
+pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
+trap '"$RDMAFS" umount "$MA" 2>/dev/null || true; "$RDMAFS" umount "$MB" 2>/dev/null || true; cleanup' EXIT
+
+# on MOUNT PROG ARGS: run an unmodified program on MOUNT's device.
+on() {
+	local mnt=$1
+	shift
+	"$RDMAFS" exec --mount "$mnt" -- "$@"
+}
+
+show "$RDMAFS exec --mount $M -- ibv_devices"
+on "$M" ibv_devices | grep -q rdmafs0 || die "ibv_devices does not list rdmafs0"
+on "$M" ibv_devinfo -v >"$work/devinfo.txt" || die "ibv_devinfo -v failed"
+for want in "hca_id:	rdmafs0" "PORT_ACTIVE" "link_layer:		InfiniBand" "GID\[  0\]:"; do
+	grep -q "$want" "$work/devinfo.txt" || die "ibv_devinfo -v lacks '$want'"
+done
+on "$MA" ibv_devinfo -v | grep -q "link_layer:		Ethernet" || die "a mount with --addr is not Ethernet"
+on "$MA" ibv_devinfo -v | grep -q "::ffff:$A_ADDR" || die "the RoCEv2 GID is missing"
+echo "ibv_devices, ibv_devinfo -v: ok"
+
+port=19000
+# pair SERVER_MOUNT CLIENT_MOUNT PROG ARGS...: server in the background, the
+# client once the server listens; both must succeed.
+pair() {
+	local sm=$1 cm=$2
+	shift 2
+	port=$((port + 1))
+	on "$sm" timeout 120 "$@" -p $port >"$work/server.log" 2>&1 &
+	local spid=$!
+	for _ in $(seq 200); do
+		ss -ltn "sport = :$port" | grep -q LISTEN && break
+		kill -0 $spid 2>/dev/null || break
+		sleep 0.05
+	done
+	local rc=0
+	on "$cm" timeout 120 "$@" -p $port localhost >"$work/client.log" 2>&1 || rc=$?
+	local src=0
+	wait $spid || src=$?
+	if ((rc != 0 || src != 0)); then
+		echo "--- client (exit $rc)"; cat "$work/client.log"
+		echo "--- server (exit $src)"; cat "$work/server.log"
+		die "$* failed"
+	fi
+}
+
+pingpongs() { # SERVER_MOUNT CLIENT_MOUNT EXTRA...
+	local sm=$1 cm=$2
+	shift 2
+	local sizes="4096 1 65536" iters=200
+	[[ -n "$quick" ]] && sizes=4096 iters=50
+	for prog in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
+		for ev in "" -e; do
+			for s in $sizes; do
+				# UD messages fit one MTU minus the GRH
+				[[ $prog == ibv_ud_pingpong && $s -gt 2048 ]] && s=2048
+				pair "$sm" "$cm" $prog -d rdmafs0 -s $s -n $iters $ev "$@"
+				grep -q "iters in" "$work/client.log" || die "$prog printed no result"
+				printf '%-18s %-3s %6s B: %s\n' $prog "$ev" $s "$(grep 'usec/iter' "$work/client.log")"
+			done
+		done
+	done
+}
+
+perftests() { # SERVER_MOUNT CLIENT_MOUNT EXTRA...
+	local sm=$1 cm=$2
+	shift 2
+	for prog in ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat; do
+		for flags in "" "-a"; do
+			[[ -n "$quick" && -n "$flags" ]] && continue
+			pair "$sm" "$cm" $prog -d rdmafs0 $flags "$@"
+			grep -qE '^ +[0-9]+ +[0-9]+ ' "$work/client.log" || die "$prog $flags printed no result"
+			printf '%-14s %-3s %s\n' $prog "$flags" "$(grep -E '^ +[0-9]+ +[0-9]+ ' "$work/client.log" | tail -1)"
+		done
+	done
+	pair "$sm" "$cm" ib_write_bw -d rdmafs0 -q 4 "$@"
+	printf '%-14s %-3s %s\n' ib_write_bw "-q 4" "$(grep -E '^ +[0-9]+ +[0-9]+ ' "$work/client.log" | tail -1)"
+}
+
+echo
+echo "== one mount: server and client on $M"
+pingpongs "$M" "$M"
+perftests "$M" "$M"
+
+echo
+echo "== two mounts over RoCEv2: server on $A_ADDR, client on $B_ADDR"
+pingpongs "$MA" "$MB" -g 0
+# The wire is slower than loopback (BENCHMARKS.md): fewer iterations, so
+# that -a's 8 MiB messages stay within CI's time.
+perftests "$MA" "$MB" -n 20
+
+echo
+echo "verbs-tools: every program ran and every result was printed"
