@@ -440,3 +440,59 @@ func TestSharedMRBacking(t *testing.T) {
 		}
 	}
 }
+
+// TestReregMR: rereg changes the access, the PD and the memory of an MR and
+// keeps its keys, so the peer's rkey reaches the new state; nothing changes
+// on a refused rereg.
+func TestReregMR(t *testing.T) {
+	e := newEnv(t)
+	a, _, acq, _ := e.pair(qp.TypeRC)
+	src := e.mr(64, 0)
+	fill(src.Mem(), 9)
+	dst := e.mr(4096, qp.AccessLocalWrite)
+	lkey, rkey := dst.LKey, dst.RKey
+	write := func(wrid uint64, status string, n int) {
+		t.Helper()
+		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:0:64 remote_addr=0 rkey=%d", wrid, src.LKey, rkey))
+		e.expect(acq, sendWC(wrid, status, "rdma_write", a, n))
+	}
+	if err := dst.Rereg(0, qp.ReregMR{Access: qp.AccessLocalWrite | qp.AccessRemoteWrite, HasAccess: true}); err != nil {
+		t.Fatal(err)
+	}
+	write(1, "success", 64)
+	sameBytes(t, dst.Mem()[:64], src.Mem())
+	if dst.LKey != lkey || dst.RKey != rkey {
+		t.Fatalf("keys changed: %#x/%#x, were %#x/%#x", dst.LKey, dst.RKey, lkey, rkey)
+	}
+	// A new translation: another MR's memory at an offset.
+	base := e.mr(8192, qp.AccessLocalWrite)
+	if err := dst.Rereg(0, qp.ReregMR{HasTranslation: true, Share: base.Handle, Offset: 100, Length: 64}); err != nil {
+		t.Fatal(err)
+	}
+	fill(src.Mem(), 5)
+	write(2, "success", 64)
+	sameBytes(t, base.Mem()[100:164], src.Mem())
+	// Refused: remote write without local write; the MR keeps working.
+	if err := dst.Rereg(0, qp.ReregMR{Access: qp.AccessRemoteWrite, HasAccess: true}); Errno(err) != syscall.EINVAL {
+		t.Fatalf("rereg to remote_write alone: %v, want EINVAL", err)
+	}
+	write(3, "success", 64)
+	// Another PD: the QP's PD no longer owns the rkey.
+	pd2, err := e.d.AllocPD(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Rereg(0, qp.ReregMR{PD: pd2.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	write(4, "rem_access_err", 0)
+	if err := base.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pd2.Dealloc(); err != nil {
+		t.Fatalf("pd2 still used after the MR went: %v", err)
+	}
+}

@@ -223,6 +223,91 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	return mr, nil
 }
 
+// Rereg is ibv_rereg_mr: the MR's PD, access or memory change and its keys
+// stay, so a peer holding the rkey keeps reaching it (rdma-core's suite
+// relies on that). A new translation is memory of another MR of the same
+// owner (share=H offset=N). It fails with EBUSY while windows are bound,
+// as deregistration does, and leaves the MR valid again (an invalidated
+// MR is reregistered). Nothing changes on a failure.
+func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
+	const op = "rereg_mr"
+	d := mr.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mrs.get(mr.Handle) != mr {
+		return errf(op, syscall.ENOENT, "mr %d does not exist", mr.Handle)
+	}
+	if mr.boundMWs > 0 {
+		return errf(op, syscall.EBUSY, "mr %d has %d memory windows bound", mr.Handle, mr.boundMWs)
+	}
+	pd, acc := mr.PD, mr.Access
+	if req.PD != 0 {
+		p, err := d.lookupPDLocked(op, req.PD, owner)
+		if err != nil {
+			return err
+		}
+		pd = p
+	}
+	if req.HasAccess {
+		acc = req.Access
+	}
+	if acc&^qp.AccessSupportedMR != 0 {
+		return errf(op, syscall.EINVAL, "access: unsupported flags %s", acc&^qp.AccessSupportedMR)
+	}
+	if acc&(qp.AccessRemoteWrite|qp.AccessRemoteAtomic) != 0 && acc&qp.AccessLocalWrite == 0 {
+		return errf(op, syscall.EINVAL, "access: remote_write and remote_atomic need local_write")
+	}
+	backing, off, length, iova := mr.backing, mr.MemOffset, mr.Length, mr.IOVA
+	if req.HasTranslation {
+		base := d.mrs.get(req.Share)
+		if base == nil || !owner.mayUse(base.Owner) {
+			return errf(op, syscall.EINVAL, "share: no mr %d of yours", req.Share)
+		}
+		size := base.backing.bytes
+		if req.Offset > size || req.Length > size-req.Offset {
+			return errf(op, syscall.EINVAL, "offset: %d bytes at %d do not fit mr %d's %d-byte memory", req.Length, req.Offset, req.Share, size)
+		}
+		if req.IOVA+req.Length < req.IOVA {
+			return errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", req.IOVA, req.Length)
+		}
+		backing, off, length, iova = base.backing, req.Offset, req.Length, req.IOVA
+	}
+	d.detachPacketsLocked(mr)
+	if pd != mr.PD {
+		mr.PD.users--
+		pd.users++
+		mr.PD = pd
+	}
+	mr.Access = acc
+	if backing != mr.backing {
+		backing.refs++
+		d.releaseBackingLocked(mr.backing)
+		mr.backing = backing
+	}
+	mr.MemOffset, mr.Length, mr.IOVA = off, length, iova
+	mr.mem = backing.region.Bytes()[off : off+length : off+length]
+	mr.valid = true
+	return nil
+}
+
+// MRAttr is what mr/H/attr shows, read under the device lock (Rereg
+// changes it).
+type MRAttr struct {
+	PD                      uint32
+	Length, IOVA, MemOffset uint64
+	Access                  qp.Access
+	LKey, RKey              uint32
+	Valid                   bool
+}
+
+// Attr returns the MR's current attributes.
+func (mr *MR) Attr() MRAttr {
+	mr.dev.mu.Lock()
+	defer mr.dev.mu.Unlock()
+	return MRAttr{PD: mr.PD.Handle, Length: mr.Length, IOVA: mr.IOVA, MemOffset: mr.MemOffset,
+		Access: mr.Access, LKey: mr.LKey, RKey: mr.RKey, Valid: mr.valid}
+}
+
 // MR looks an MR up by handle.
 func (d *Device) MR(h uint32) *MR {
 	d.mu.Lock()

@@ -355,11 +355,24 @@ func (t *tree) createMR(ctx context.Context, text string) (string, error) {
 		mr.Dereg()
 		return "", &device.Error{Op: "reg_mr", Errno: syscall.ENOMEM, Err: err}
 	}
+	uid32 := device.Owner(uid)
+	ctl := o.cmdFile("rereg_mr", func(ctx context.Context, text string) error {
+		cmd, rest := splitCommand(text)
+		if cmd != "rereg" {
+			return invalid("rereg_mr", "unknown command %q (want: rereg [pd=H] [access=...] [share=H offset=N length=N iova=N])", clip(cmd))
+		}
+		req, err := qp.ParseReregMR(rest)
+		if err != nil {
+			return err
+		}
+		return mr.Rereg(uid32, req)
+	})
 	t.publish(ctx, o, func() string {
-		return lines("pd", mr.PD.Handle, "length", mr.Length, "iova", mr.IOVA,
-			"access", mr.Access, "lkey", mr.LKey, "rkey", mr.RKey, "valid", boolNum(mr.Valid()),
-			"mem_offset", mr.MemOffset)
-	}, mem)
+		a := mr.Attr()
+		return lines("pd", a.PD, "length", a.Length, "iova", a.IOVA,
+			"access", a.Access, "lkey", a.LKey, "rkey", a.RKey, "valid", boolNum(a.Valid),
+			"mem_offset", a.MemOffset)
+	}, mem, named("ctl", ctl))
 	return o.name, nil
 }
 

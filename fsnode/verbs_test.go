@@ -588,3 +588,39 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestMRShareAndRereg: mr/new share=H registers on another MR's memory
+// (one byte written through the mem of either is read through the other);
+// mr/H/ctl's rereg changes access and memory and keeps the keys; bad
+// commands are EINVAL with a reason.
+func TestMRShareAndRereg(t *testing.T) {
+	m := mount(t)
+	pd := m.create("pd", "")
+	base := m.create("mr", "pd="+pd+" length=8192 access=local_write")
+	mr := m.create("mr", "pd="+pd+" length=100 iova=0x1000 access=local_write share="+base+" offset=4096")
+	a := m.attrs("mr", mr, "attr")
+	if a["mem_offset"] != "4096" || a["length"] != "100" || a["iova"] != "4096" {
+		t.Fatalf("shared mr attr: %v", a)
+	}
+	m.mustWrite("hello", "mr", mr, "mem")
+	if got := m.read("mr", base, "mem")[4096:4101]; got != "hello" {
+		t.Fatalf("base mem at 4096 = %q", got)
+	}
+	lkey, rkey := a["lkey"], a["rkey"]
+	m.mustWrite("rereg access=local_write,remote_read share="+base+" offset=0 length=50 iova=0", "mr", mr, "ctl")
+	a = m.attrs("mr", mr, "attr")
+	if a["lkey"] != lkey || a["rkey"] != rkey || a["access"] != "local_write,remote_read" || a["mem_offset"] != "0" || a["length"] != "50" {
+		t.Fatalf("after rereg: %v (keys were %s/%s)", a, lkey, rkey)
+	}
+	for _, bad := range []string{"rereg", "rereg share=1", "rereg access=remote_write", "grow length=5", "rereg pd=999"} {
+		if err := m.write(bad, "mr", mr, "ctl"); errnoOf(err) != syscall.EINVAL {
+			t.Errorf("%q: %v, want EINVAL", bad, err)
+		}
+		if m.lastError("mr", mr, "ctl") == "" {
+			t.Errorf("%q left no reason", bad)
+		}
+	}
+	if _, err := m.tryCreate("mr", "pd="+pd+" length=10 share=999"); errnoOf(err) != syscall.EINVAL {
+		t.Errorf("share of no mr: %v", err)
+	}
+}

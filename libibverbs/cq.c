@@ -314,6 +314,34 @@ int rf_poll_cq(struct ibv_cq *icq, int n, struct ibv_wc *wc)
 	return got;
 }
 
+/* rf_cq_clean drops the completions of QP qpn that wait in the CQ, as
+ * mlx5 does when a QP is reset: a reset QP's old flush completions must
+ * not show up as errors of its next life. Only [consumer, producer) is
+ * ours to rewrite; the kept entries slide towards the producer end and the
+ * consumer index moves past the dropped ones. */
+void rf_cq_clean(struct ibv_cq *icq, uint32_t qpn)
+{
+	struct rf_cq *cq = to_rcq(icq);
+
+	pthread_spin_lock(&cq->lock);
+	uint32_t prod = rf_load_acq(cq->ring.prod), tail = cq->ring.head;
+	uint32_t n = prod - tail, kept = 0;
+	if (n <= cq->ring.slot_count) {
+		for (uint32_t i = n; i-- > 0;) {
+			uint8_t *e = rf_slot(&cq->ring, tail + i);
+			if (rf_get32(e, RDMAFS_CQE_OFF_QP_NUM) == qpn)
+				continue;
+			kept++;
+			uint8_t *to = rf_slot(&cq->ring, prod - kept);
+			if (to != e)
+				memcpy(to, e, RDMAFS_CQE_SIZE);
+		}
+		cq->ring.head = prod - kept;
+		rf_store_rel(cq->ring.cons, cq->ring.head);
+	}
+	pthread_spin_unlock(&cq->lock);
+}
+
 /* The extended CQ: start_poll/next_poll/end_poll walk the ring one CQE at
  * a time under the CQ's lock (held from start_poll to end_poll, as
  * rdma-core's providers do); the read_* functions decode the current one. */

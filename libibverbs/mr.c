@@ -362,76 +362,68 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
-/* ibv_rereg_mr: a new registration replaces the old one; the keys may
- * change, as the verbs allow. On failure the MR is left as it was when the
- * failure is before the old registration is dropped (IBV_REREG_MR_ERR_*
- * otherwise). */
+/* ibv_rereg_mr: mr/H/ctl's rereg changes the PD, the access or the memory
+ * and keeps the keys, so a peer's rkey still reaches the MR. A new
+ * translation is re-backed (or shares a re-backed range) first; the old
+ * range is released after the daemon took the new one. */
 int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
 	struct rf_mr *m = to_rmr(mr);
 	struct rf_context *ctx = to_rctx(mr->context);
-	struct rf_mr nm;
-	int err;
+	struct rf_extent *ext = NULL;
+	char cmd[256], path[64];
+	int n, err;
 
-	if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED || !flags)
+	if (!flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED))
 		return IBV_REREG_MR_ERR_INPUT;
 	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length))
 		return IBV_REREG_MR_ERR_INPUT;
-	if (!(flags & IBV_REREG_MR_CHANGE_PD))
-		pd = mr->pd;
-	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
-		addr = mr->addr;
-		length = mr->length;
-	}
-	if (!(flags & IBV_REREG_MR_CHANGE_ACCESS)) {
-		char path[64], text[512];
-		snprintf(path, sizeof(path), "mr/%u/attr", m->handle);
-		const char *s;
-		if (rf_read_file(ctx, path, text, sizeof(text)) || !(s = rf_kv(text, "access")))
-			return IBV_REREG_MR_ERR_CMD;
-		access = 0;
-		/* attr prints names; map them back */
-		static const struct { const char *n; int bit; } names[] = {
-			{"local_write", IBV_ACCESS_LOCAL_WRITE}, {"remote_write", IBV_ACCESS_REMOTE_WRITE},
-			{"remote_read", IBV_ACCESS_REMOTE_READ}, {"remote_atomic", IBV_ACCESS_REMOTE_ATOMIC},
-			{"mw_bind", IBV_ACCESS_MW_BIND},
-		};
-		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-			const char *hit = strstr(s, names[i].n);
-			size_t line = strcspn(s, "\n");
-			if (hit && (size_t)(hit - s) < line)
-				access |= names[i].bit;
-		}
-	}
-	if (check_access(access))
+	if ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context))
 		return IBV_REREG_MR_ERR_INPUT;
-	memset(&nm, 0, sizeof(nm));
-	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-		/* The new range may overlap the old one: drop the old first. */
-		if (unreg(ctx, m))
-			return IBV_REREG_MR_ERR_CMD;
-		if ((err = reg(ctx, &nm, pd, addr, length, (uintptr_t)addr, access))) {
-			errno = err;
-			return IBV_REREG_MR_ERR_CMD;
-		}
-	} else {
-		if ((err = reg(ctx, &nm, pd, addr, length, (uintptr_t)addr, access))) {
-			errno = err;
-			return IBV_REREG_MR_ERR_CMD;
-		}
-		if (unreg(ctx, m)) {
-			unreg(ctx, &nm);
-			return IBV_REREG_MR_ERR_CMD;
-		}
+	if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && check_access(access)) {
+		errno = check_access(access);
+		return IBV_REREG_MR_ERR_INPUT;
 	}
-	m->handle = nm.handle;
-	m->ext = nm.ext;
-	mr->pd = nm.mr.pd;
-	mr->addr = nm.mr.addr;
-	mr->length = nm.mr.length;
-	mr->lkey = nm.mr.lkey;
-	mr->rkey = nm.mr.rkey;
-	mr->handle = nm.handle;
+	n = snprintf(cmd, sizeof(cmd), "rereg");
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		n += snprintf(cmd + n, sizeof(cmd) - n, " pd=%u", to_rpd(pd)->handle);
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		n += snprintf(cmd + n, sizeof(cmd) - n, " access=%u", access & RF_MR_ACCESS);
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		long ps = sysconf(_SC_PAGESIZE);
+		uintptr_t a = (uintptr_t)addr;
+		uintptr_t base = a & ~(uintptr_t)(ps - 1);
+		uintptr_t end = (a + length + ps - 1) & ~(uintptr_t)(ps - 1);
+		pthread_mutex_lock(&ctx->lock);
+		ext = extent_get(ctx, base, end - base, &err);
+		pthread_mutex_unlock(&ctx->lock);
+		if (!ext) {
+			errno = err;
+			return IBV_REREG_MR_ERR_CMD;
+		}
+		snprintf(cmd + n, sizeof(cmd) - n, " share=%u offset=%lu length=%zu iova=%lu", ext->mr,
+			 (unsigned long)(a - ext->base), length, (unsigned long)a);
+	}
+	snprintf(path, sizeof(path), "mr/%u/ctl", m->handle);
+	if ((err = rf_command(ctx, path, cmd))) {
+		if (ext) {
+			pthread_mutex_lock(&ctx->lock);
+			extent_put(ctx, ext);
+			pthread_mutex_unlock(&ctx->lock);
+		}
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		mr->pd = pd;
+	if (ext) {
+		pthread_mutex_lock(&ctx->lock);
+		extent_put(ctx, m->ext);
+		pthread_mutex_unlock(&ctx->lock);
+		m->ext = ext;
+		mr->addr = addr;
+		mr->length = length;
+	}
 	return 0;
 }
 

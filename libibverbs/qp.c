@@ -317,6 +317,9 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 			pthread_spin_lock(&q->sq_lock);
 			q->sq.head = rf_load_acq(q->sq.prod);
 			pthread_spin_unlock(&q->sq_lock);
+			rf_cq_clean(qp->send_cq, q->qpn);
+			if (qp->recv_cq != qp->send_cq)
+				rf_cq_clean(qp->recv_cq, q->qpn);
 		}
 	}
 	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)

@@ -59,6 +59,59 @@ type CreateMR struct {
 	Offset uint64
 }
 
+// ReregMR is a rereg command on mr/H/ctl (ibv_rereg_mr): what is given
+// changes, the keys stay. A new translation is memory of another MR
+// (Share, Offset) at IOVA for Length bytes.
+type ReregMR struct {
+	PD             uint32 // 0: unchanged
+	Access         Access
+	HasAccess      bool
+	Length         uint64
+	IOVA           uint64
+	Share          uint32
+	Offset         uint64
+	HasTranslation bool
+}
+
+// ParseReregMR parses `[pd=H] [access=...] [share=H offset=N length=N iova=N]`;
+// the four translation keys come together.
+func ParseReregMR(s string) (ReregMR, error) {
+	var r ReregMR
+	n := 0
+	num := func(key string, dst *uint64) func(string) error {
+		return func(v string) (err error) { *dst, err = textFull[uint64](key, v); n++; return }
+	}
+	err := textKeys(s, map[string]func(string) error{
+		"pd": textInto("pd", &r.PD, textHandle),
+		"access": func(v string) (err error) {
+			r.Access, err = textAccess("access", v)
+			r.HasAccess = true
+			return
+		},
+		"share": func(v string) (err error) {
+			r.Share, err = textHandle("share", v)
+			n++
+			return
+		},
+		"offset": num("offset", &r.Offset),
+		"length": num("length", &r.Length),
+		"iova":   num("iova", &r.IOVA),
+	})
+	if err != nil {
+		return ReregMR{}, err
+	}
+	switch {
+	case n != 0 && n != 4:
+		return ReregMR{}, textErr("share", "a new translation needs share, offset, length and iova together")
+	case n == 4 && r.Length == 0:
+		return ReregMR{}, textErr("length", "out of range: 0 < 1")
+	case n == 0 && r.PD == 0 && !r.HasAccess:
+		return ReregMR{}, textErr("rereg", "nothing to change (want pd=, access= or a translation)")
+	}
+	r.HasTranslation = n == 4
+	return r, nil
+}
+
 // ParseCreateMR parses `pd=H length=N [iova=N] [access=...] [share=H offset=N]`.
 func ParseCreateMR(s string) (CreateMR, error) {
 	var c CreateMR

@@ -60,6 +60,49 @@ func TestParseCreateMR(t *testing.T) {
 	}
 }
 
+func TestParseReregMR(t *testing.T) {
+	good := []struct {
+		in   string
+		want ReregMR
+	}{
+		{"pd=2", ReregMR{PD: 2}},
+		{"access=local_write,remote_read", ReregMR{Access: AccessLocalWrite | AccessRemoteRead, HasAccess: true}},
+		{"access=0", ReregMR{HasAccess: true}},
+		{"share=3 offset=16 length=100 iova=0x1010 pd=1",
+			ReregMR{PD: 1, Share: 3, Offset: 16, Length: 100, IOVA: 0x1010, HasTranslation: true}},
+	}
+	for _, c := range good {
+		got, err := ParseReregMR(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	bad := []struct{ in, key, msg string }{
+		{"", "rereg", "nothing to change"},
+		{"share=1 offset=0", "share", "together"},
+		{"share=1 offset=0 length=0 iova=0", "length", "out of range"},
+		{"share=0 offset=0 length=1 iova=0", "share", "out of range"},
+		{"pd=1 pd=2", "pd", "repeated key"},
+		{"lkey=5", "lkey", "unknown key"},
+	}
+	for _, c := range bad {
+		_, err := ParseReregMR(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+	share := []struct {
+		in   string
+		want CreateMR
+	}{
+		{"pd=1 length=8 share=2 offset=4096", CreateMR{PD: 1, Length: 8, Share: 2, Offset: 4096}},
+	}
+	for _, c := range share {
+		got, err := ParseCreateMR(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+
 func TestParseCreateMW(t *testing.T) {
 	good := []struct {
 		in   string
