@@ -32,8 +32,10 @@
 // to a non-zero size) are EPERM; truncation to 0 of a writable file is
 // accepted and ignored so that shell redirection works. Another user's
 // files are EACCES by their mode bits (0600 for ring, mem, ctl, post_*,
-// poll, notify; 0644 for attr, state, error, counters), rmdir of another
-// user's object is EACCES; root bypasses both. A write open of a read-only
+// poll, notify, attr and counters, because keys and PSNs are capabilities
+// and per-QP counters follow the PSNs; 0644 for state and error; the
+// device's and port's files are world-readable), rmdir of another user's
+// object is EACCES; root bypasses both. A write open of a read-only
 // file or a read open of a write-only one is EACCES.
 //
 // # Locking

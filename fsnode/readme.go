@@ -105,8 +105,10 @@ mw/H/, ah/H/, pd/H/: attr and error only.
 Ownership and errors
 --------------------
 An object's files belong to the user who created it. ring, mem, ctl, post_*,
-poll and notify are 0600; attr, state, error and counters are 0644. Another
-user gets EACCES opening them and removing the object; root may do
+poll, notify, attr and counters are 0600 (attr holds keys and PSNs, and
+counters follow the PSNs: whoever reads them can aim a QP at the object);
+state and error are 0644, and device, port and README are readable by all.
+Another user gets EACCES opening them and removing the object; root may do
 everything. Opening a read-only file for writing, or a write-only file for
 reading, is EACCES. mkdir, unlink, rename, create, link, symlink, chmod,
 chown and truncation to a non-zero size are EPERM anywhere. A write of more

@@ -240,7 +240,7 @@ func (t *tree) publish(ctx context.Context, o *object, attr func() string, entri
 	d.obj = o
 	o.dir = d
 	ch := kd.NewPersistentInode(ctx, d, fs.StableAttr{Mode: syscall.S_IFDIR})
-	entries = append([]entry{named("attr", o.roFile(attr)), named("error", o.roFile(o.errorText))}, entries...)
+	entries = append([]entry{named("attr", o.privFile(attr)), named("error", o.roFile(o.errorText))}, entries...)
 	for _, e := range entries {
 		addChild(ctx, ch, e.name, e.node, e.mode)
 	}
@@ -498,7 +498,7 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 		named("state", o.roFile(func() string { return q.State().String() + "\n" })),
 		named("post_send", postSend),
 		named("post_recv", postRecv),
-		named("counters", o.roFile(func() string { c := q.CountersSnapshot(); return countersText(c.List()) })),
+		named("counters", o.privFile(func() string { c := q.CountersSnapshot(); return countersText(c.List()) })),
 	)
 	t.publish(ctx, o, func() string {
 		a := q.Query()
