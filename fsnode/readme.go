@@ -21,9 +21,11 @@ lower-case, without the IBV_ prefix.
                     "event=comm_est qp=17". The first read blocks until there
                     are events and takes all of them; after they are read the
                     file is at end of file, so "cat events" prints one batch.
-  capture           a live pcap of every packet the device sends and receives
+  capture           a live pcap of the packets the device sends and receives
                     (loopback too): "cat capture | tshark -r -". Each open is
                     one capture; a slow reader loses packets (capture_drops).
+                    A user sees the packets of the QPs it owns (sent by or
+                    delivered to one of them); root sees every packet.
   KIND/new          create an object (KIND: pd mr mw cq srq ah qp); see below
   KIND/H/           one directory per object (H: handle; for qp, the QPN)
 
