@@ -18,9 +18,13 @@ lower-case, without the IBV_ prefix.
   port              ibv_query_port(1): state, max_mtu, active_mtu (bytes), gid, ...
   counters          device counters: key=value lines
   events            async events (ibv_get_async_event), one line each:
-                    "event=comm_est qp=17". The first read blocks until there
-                    are events and takes all of them; after they are read the
-                    file is at end of file, so "cat events" prints one batch.
+                    "event=comm_est qp=17". Every open has its own copy of the
+                    events of its user's objects (root: of all), starting with
+                    those raised while none of its user's opens was there
+                    (at most 4096 a queue; the oldest are dropped, counted as
+                    event_drops). The first read blocks until there are events
+                    and takes them; after they are read the file is at end of
+                    file, so "cat events" prints one batch.
   capture           a live pcap of the packets the device sends and receives
                     (loopback too): "cat capture | tshark -r -". Each open is
                     one capture; a slow reader loses packets (capture_drops).

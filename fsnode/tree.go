@@ -161,6 +161,7 @@ func (t *tree) countersText() string {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return countersText(t.dev.Counters.List()) + countersText([]device.Counter{
+		{Name: "event_drops", Value: t.dev.EventDrops()},
 		{Name: "daemon_goroutines", Value: uint64(runtime.NumGoroutine())},
 		{Name: "daemon_heap_bytes", Value: ms.HeapAlloc},
 		{Name: "daemon_sys_bytes", Value: ms.Sys},
@@ -175,21 +176,29 @@ func countersText(cs []device.Counter) string {
 	return b.String()
 }
 
-// openEvents: the first read blocks until async events are queued and
-// takes them all; once they are read, the handle is at end of file (one
-// ibv_get_async_event batch per open).
+// openEvents opens a reader of the async events of the opener's objects
+// (root: of all). The first read blocks until there are events and takes
+// those that fit; later reads take the rest without blocking, and once
+// they are read the handle is at end of file (one ibv_get_async_event
+// batch per open). Each read returns whole lines.
 func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	uid, _ := caller(ctx)
+	r := t.dev.OpenEvents(device.Owner(uid))
+	h := &eventsHandle{r: r}
 	done := false
-	h := &stream{}
 	h.fill = func(ctx context.Context, n int) ([]byte, error) {
-		if done {
+		// An event line is under 64 bytes: take what fits in the read.
+		most := max(1, n/64)
+		var evs []device.Event
+		if !done {
+			var err error
+			if evs, err = r.Read(ctx, most); err != nil {
+				return nil, err
+			}
+			done = true
+		} else if evs = r.TryRead(most); len(evs) == 0 {
 			return nil, nil
 		}
-		evs, err := t.dev.ReadEvents(ctx)
-		if err != nil {
-			return nil, err
-		}
-		done = true
 		var b []byte
 		for _, e := range evs {
 			b = append(b, e.String()...)
@@ -198,6 +207,20 @@ func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uin
 		return b, nil
 	}
 	return h, openStream, 0
+}
+
+// eventsHandle is a stream over one event reader, closed with the file.
+type eventsHandle struct {
+	stream
+	r *device.EventReader
+}
+
+var _ = (fs.FileReleaser)((*eventsHandle)(nil))
+
+// Release ends the reader; its unread events go back to its owner.
+func (h *eventsHandle) Release(ctx context.Context) syscall.Errno {
+	h.r.Close()
+	return 0
 }
 
 // newFile is KIND/new: every write is one creation, answered on the read
