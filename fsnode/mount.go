@@ -21,6 +21,9 @@ import (
 type Options struct {
 	Debug      bool   // FUSE debug log
 	RuntimeDir string // where cq/H/channel FIFOs live (created 0755 if missing); default: a temp dir
+	// MaxLease caps the objects one open of MOUNT/lease holds; 0 is the
+	// sum of the device's object limits (no program can own more).
+	MaxLease int
 }
 
 // Server is one mounted device.
@@ -77,6 +80,11 @@ func Mount(dir string, dev *device.Device, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.tree = newTree(dev, rt)
+	s.tree.maxLease = opts.MaxLease
+	if s.tree.maxLease <= 0 {
+		c := dev.Config()
+		s.tree.maxLease = int(c.MaxPD) + int(c.MaxMR) + int(c.MaxMW) + int(c.MaxCQ) + int(c.MaxSRQ) + int(c.MaxAH) + int(c.MaxQP)
+	}
 	sec := time.Second
 	fsOpts := &fs.Options{
 		MountOptions: fuse.MountOptions{

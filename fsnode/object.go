@@ -3,6 +3,7 @@ package fsnode
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -20,6 +21,8 @@ type object struct {
 	// succeeded.
 	destroy func() error
 	cleanup []func()
+	// gone is set once destroy succeeded (a lease drops the object).
+	gone atomic.Bool
 
 	mu      sync.Mutex
 	lastErr string // guarded by mu

@@ -30,6 +30,13 @@ lower-case, without the IBV_ prefix.
                     one capture; a slow reader loses packets (capture_drops).
                     A user sees the packets of the QPs it owns (sent by or
                     delivered to one of them); root sees every packet.
+  lease             ties objects to a program's life: write "KIND NAME" lines
+                    into an open descriptor; when its last copy is closed
+                    (the program ends) they are destroyed. An object is held
+                    once however often it is named, a destroyed one drops
+                    out, and one open holds at most the mount's --max-lease
+                    objects (ENOSPC beyond; the reason is the listing's last
+                    line, "error: ..."). A read lists what it holds.
   KIND/new          create an object (KIND: pd mr mw cq srq ah qp); see below
   KIND/H/           one directory per object (H: handle; for qp, the QPN)
 

@@ -23,6 +23,7 @@ type tree struct {
 	born       time.Time
 	root       *root
 	kinds      map[string]*dir // pd, mr, ... once OnAdd ran
+	maxLease   int             // objects one open lease file holds
 
 	mu       sync.Mutex
 	channels map[*channel]bool // live CQ channels; guarded by mu
@@ -289,6 +290,7 @@ func (t *tree) rmdirIn(kd *dir) func(ctx context.Context, name string) syscall.E
 		if err := o.destroy(); err != nil {
 			return o.fail("rmdir", err)
 		}
+		o.gone.Store(true)
 		for _, c := range o.cleanup {
 			c()
 		}

@@ -35,6 +35,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	debug := fs.Bool("debug", false, "log every FUSE request to stderr")
 	logFile := fs.String("log", "", "daemon log file when in the background (default: none)")
 	runtimeDir := fs.String("runtime-dir", "", "directory for the cq/H/channel FIFOs (default: "+stateDir+"/MOUNT-ID)")
+	maxLease := fs.Int("max-lease", 0, "objects one open of MOUNT/lease holds (default: the sum of the object limits)")
 	readyFD := fs.Int("ready-fd", -1, "internal: fd on which a background daemon reports readiness")
 	fs.MarkHidden("ready-fd")
 	fs.Uint32Var(&cfg.MaxQP, "max-qp", cfg.MaxQP, "max_qp: queue pairs")
@@ -94,7 +95,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	if !*foreground {
 		return spawnDaemon(mnt, args, *logFile)
 	}
-	return serve(mnt, cfg, *debug, *runtimeDir, *readyFD, stderr)
+	return serve(mnt, cfg, fsnode.Options{Debug: *debug, RuntimeDir: *runtimeDir, MaxLease: *maxLease}, *readyFD, stderr)
 }
 
 // spawnDaemon re-executes rdmafs in the foreground, detached in its own
@@ -142,7 +143,7 @@ func spawnDaemon(mnt string, args []string, logFile string) error {
 }
 
 // serve mounts and serves until unmounted or signalled.
-func serve(mnt string, cfg device.Config, debug bool, runtimeDir string, readyFD int, stderr io.Writer) error {
+func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, stderr io.Writer) error {
 	logger := log.New(stderr, "rdmafs: ", log.LstdFlags)
 	var ready *os.File
 	if readyFD >= 0 {
@@ -174,10 +175,11 @@ func serve(mnt string, cfg device.Config, debug bool, runtimeDir string, readyFD
 	}
 	defer dev.Close()
 	id := mountID(mnt)
-	if runtimeDir == "" {
-		runtimeDir = filepath.Join(stateDir, id)
+	if opts.RuntimeDir == "" {
+		opts.RuntimeDir = filepath.Join(stateDir, id)
 	}
-	srv, err := fsnode.Mount(mnt, dev, fsnode.Options{Debug: debug, RuntimeDir: runtimeDir})
+	runtimeDir := opts.RuntimeDir
+	srv, err := fsnode.Mount(mnt, dev, opts)
 	if err != nil {
 		return report(fmt.Errorf("mount %s: %w", mnt, err))
 	}
