@@ -70,6 +70,10 @@ type Config struct {
 	MaxQPRdAtom     uint8 // max_qp_rd_atom: responder resources (max_dest_rd_atomic)
 	MaxQPInitRdAtom uint8 // max_qp_init_rd_atom: initiator depth (max_rd_atomic)
 	MaxInlineData   uint32
+	// UserShare is the percentage of each object limit and of
+	// MaxTotalMRBytes one uid other than root may take (quota.go); 0 is
+	// DefaultUserShare, 100 lets one user take everything.
+	UserShare uint32
 	// SpinIdle is how long the engine polls the send rings of recently
 	// active QPs before it parks and asks for doorbells (negative: never
 	// spin).
@@ -134,6 +138,7 @@ func (c *Config) fill() error {
 	set32(&c.MaxSRQWR, d.MaxSRQWR)
 	set32(&c.MaxSRQSGE, d.MaxSRQSGE)
 	set32(&c.MaxInlineData, d.MaxInlineData)
+	set32(&c.UserShare, DefaultUserShare)
 	if c.MaxMRSize == 0 {
 		c.MaxMRSize = d.MaxMRSize
 	}
@@ -168,6 +173,8 @@ func (c *Config) fill() error {
 	switch {
 	case !c.MaxMTU.Valid() || !c.ActiveMTU.Valid() || c.ActiveMTU > c.MaxMTU:
 		return fmt.Errorf("bad MTU: active %d max %d", c.ActiveMTU.Bytes(), c.MaxMTU.Bytes())
+	case c.UserShare > 100:
+		return fmt.Errorf("user share %d%% > 100%%", c.UserShare)
 	case c.MaxSGE > 255:
 		return fmt.Errorf("max_sge %d > 255", c.MaxSGE)
 	case c.MaxSRQSGE > 255:

@@ -35,6 +35,9 @@ func (d *Device) AllocPD(owner Owner) (*PD, error) {
 	if uint32(d.pds.len()) >= d.cfg.MaxPD {
 		return nil, errf(op, syscall.ENOMEM, "max_pd (%d) reached", d.cfg.MaxPD)
 	}
+	if err := d.userShareLocked(op, owner, "pd", 0); err != nil {
+		return nil, err
+	}
 	pd := &PD{dev: d, Owner: owner}
 	pd.Handle = d.pds.add(pd)
 	return pd, nil
@@ -167,6 +170,9 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	if d.mrBytes+req.Length > d.cfg.MaxTotalMRBytes {
 		return nil, errf(op, syscall.ENOMEM, "registered memory would exceed the device cap of %d bytes (%d in use)", d.cfg.MaxTotalMRBytes, d.mrBytes)
 	}
+	if err := d.userShareLocked(op, owner, "mr", req.Length); err != nil {
+		return nil, err
+	}
 	region, err := ring.NewRegion(fmt.Sprintf("rdmafs-mr-pd%d", pd.Handle), int(req.Length))
 	if err != nil {
 		return nil, errf(op, syscall.ENOMEM, "allocating %d bytes: %v", req.Length, err)
@@ -265,6 +271,9 @@ func (d *Device) AllocMW(owner Owner, req qp.CreateMW) (*MW, error) {
 	if uint32(d.mws.len()) >= d.cfg.MaxMW {
 		return nil, errf(op, syscall.ENOMEM, "max_mw (%d) reached", d.cfg.MaxMW)
 	}
+	if err := d.userShareLocked(op, owner, "mw", 0); err != nil {
+		return nil, err
+	}
 	mw := &MW{dev: d, Owner: owner, PD: pd, Type: req.Type}
 	mw.keyIdx, mw.RKey = d.allocKeyLocked(0)
 	d.keys[mw.keyIdx] = keyEntry{mw: mw}
@@ -358,6 +367,9 @@ func (d *Device) CreateAH(owner Owner, req qp.CreateAH) (*AH, error) {
 	}
 	if uint32(d.ahs.len()) >= d.cfg.MaxAH {
 		return nil, errf(op, syscall.ENOMEM, "max_ah (%d) reached", d.cfg.MaxAH)
+	}
+	if err := d.userShareLocked(op, owner, "ah", 0); err != nil {
+		return nil, err
 	}
 	ah := &AH{dev: d, Owner: owner, PD: pd, Attr: req.AH}
 	ah.Handle = d.ahs.add(ah)

@@ -128,7 +128,8 @@ chown and truncation to a non-zero size are EPERM anywhere. A write of more
 than 64 KiB, or of bytes that are not text, is EINVAL.
 
 Errnos follow libibverbs: EINVAL for a malformed request or an illegal
-transition, ENOMEM for a full queue or a device limit, EBUSY for a destroy
+transition, ENOMEM for a full queue, a device limit or a user's share of
+it (device shows max_*_per_user; root has no share), EBUSY for a destroy
 of an object in use, EACCES for someone else's object, EOPNOTSUPP for a
 feature rdmafs lacks, ENOENT for an object destroyed meanwhile.
 `

@@ -135,6 +135,18 @@ func (t *tree) deviceText() string {
 	kv("phys_port_cnt", a.PhysPortCnt)
 	kv("max_inline_data", a.MaxInlineData)
 	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
+	// What one user other than root may take (root: the limits above).
+	cfg := t.dev.Config()
+	sh := cfg.UserShares()
+	kv("user_share", cfg.UserShare)
+	kv("max_qp_per_user", sh.QP)
+	kv("max_cq_per_user", sh.CQ)
+	kv("max_mr_per_user", sh.MR)
+	kv("max_pd_per_user", sh.PD)
+	kv("max_mw_per_user", sh.MW)
+	kv("max_ah_per_user", sh.AH)
+	kv("max_srq_per_user", sh.SRQ)
+	kv("max_total_mr_bytes_per_user", sh.MRBytes)
 	return b.String()
 }
 

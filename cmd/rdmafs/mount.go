@@ -55,6 +55,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	fs.Uint8Var(&cfg.MaxQPRdAtom, "max-qp-rd-atom", cfg.MaxQPRdAtom, "max_qp_rd_atom: READ/atomic responder resources per QP")
 	fs.Uint8Var(&cfg.MaxQPInitRdAtom, "max-qp-init-rd-atom", cfg.MaxQPInitRdAtom, "max_qp_init_rd_atom: outstanding READ/atomics per QP")
 	fs.Uint32Var(&cfg.MaxInlineData, "max-inline-data", cfg.MaxInlineData, "max_inline_data: bytes of inline data per WR")
+	fs.Uint32Var(&cfg.UserShare, "user-share", device.DefaultUserShare, "percent of every object limit and of --max-total-mr one user other than root may take (100: no per-user limit)")
 	fs.DurationVar(&cfg.SpinIdle, "spin-idle", 50*time.Microsecond, "how long the engine polls busy send rings before it parks and asks for doorbells (negative: park at once)")
 	mtu := fs.Int("mtu", 4096, "port MTU in bytes (256, 512, 1024, 2048, 4096): max_mtu and active_mtu")
 	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID, or ::ffff:ADDR with --addr)")
