@@ -27,7 +27,9 @@
 // *device.Error values with EINVAL. A context cancelled by a FUSE interrupt
 // is EINTR. Every failing command on an object leaves its reason in the
 // object's error file; a failed creation answers "error: REASON" on the
-// read side of the */new handle. Structural changes anywhere (mkdir,
+// read side of the */new handle. A reason is at most 256 bytes whatever
+// the command quoted (maxReason), and one */new open keeps at most 16 KiB
+// of unread answers (ENOBUFS beyond, nothing created). Structural changes anywhere (mkdir,
 // unlink, rename, create, link, symlink, mknod, chmod, chown, truncation
 // to a non-zero size) are EPERM; truncation to 0 of a writable file is
 // accepted and ignored so that shell redirection works. Another user's

@@ -49,7 +49,9 @@ line: the new directory's name. From a shell:
 
 A bad request fails the write with an errno (bash: "write error: Invalid
 argument") and the read returns "error: REASON". Every write is one
-transaction; answers are read back in order.
+transaction; answers are read back in order. At most 16 KiB of answers wait
+unread in one open: a write beyond is ENOBUFS and creates nothing. A reason
+is at most 256 bytes, in answers and error files alike.
 
   pd/new   (empty line)
   mr/new   pd=H length=N [iova=N] [access=local_write,remote_write,remote_read,remote_atomic,mw_bind]

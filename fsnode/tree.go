@@ -236,6 +236,11 @@ func (h *eventsHandle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
+// maxUnreadAnswers bounds the answers of a */new open that wait for a
+// read: a write beyond is ENOBUFS and creates nothing, so a writer that
+// never reads cannot grow the daemon.
+const maxUnreadAnswers = 16 << 10
+
 // newFile is KIND/new: every write is one creation, answered on the read
 // side by the new name or by "error: REASON".
 func (t *tree) newFile(k kind) *file {
@@ -243,6 +248,9 @@ func (t *tree) newFile(k kind) *file {
 	f.open = func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 		h := &stream{}
 		h.write = func(ctx context.Context, data []byte) (uint32, syscall.Errno) {
+			if h.unread() >= maxUnreadAnswers {
+				return 0, syscall.ENOBUFS
+			}
 			text, err := textOf(k.op, data)
 			var name string
 			if err == nil {
@@ -455,7 +463,7 @@ func (t *tree) createSRQ(ctx context.Context, text string) (string, error) {
 	ctl := o.cmdFile("modify_srq", func(ctx context.Context, text string) error {
 		cmd, rest := splitCommand(text)
 		if cmd != "modify" {
-			return invalid("modify_srq", "unknown command %q (want: modify srq_limit=N)", cmd)
+			return invalid("modify_srq", "unknown command %q (want: modify srq_limit=N)", clip(cmd))
 		}
 		limit, err := oneNumber(rest, "srq_limit")
 		if err != nil {
