@@ -6,7 +6,9 @@
 // # Pieces
 //
 //   - mount.go: Mount (direct mount as root, allow_other, passthrough probe),
-//     Server.Unmount (lazy detach plus connection abort when busy), Wait.
+//     Server.Unmount (lazy detach plus connection abort when busy, and an
+//     abort after a 1 s grace when a copy of the mount in another mount
+//     namespace keeps the connection up), Wait.
 //   - node.go: the three node types. dir is every directory (mkdir, unlink,
 //     rename, create, link, symlink are EPERM; rmdir of an object destroys
 //     it), file is every regular file (ownership and permission checks at
