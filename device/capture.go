@@ -20,6 +20,15 @@ import (
 // the wire carries them; other GIDs (the default fe80:: GID) give IPv6
 // datagrams. Wire packets are captured as the very bytes sent or received.
 //
+// A capture is opened for a viewer (OpenCaptureAs): root sees every
+// packet; any other uid sees only the packets of QPs it owns, a packet
+// belonging to the local QP that sent it and to the local QP it is
+// delivered to. A packet whose QPs are unknown (malformed or failing the
+// ICRC on the wire, sent to a QPN nobody has, or from a QP destroyed
+// meanwhile) is root's alone. Only local QPNs are looked up: the
+// destination QPN of a packet sent on the wire names a QP of another
+// device, the source of a packet received from it likewise.
+//
 // When nobody captures, the cost is one atomic load per packet. Each
 // capture has a bounded queue; when its reader falls behind, packets are
 // dropped for that capture and counted (capture_drops), never stalling the
@@ -31,6 +40,9 @@ const captureQueue = 4096
 type captureRec struct {
 	ts   time.Time
 	data []byte
+	// The owners of the local QPs the packet belongs to; 0 (root) where
+	// there is none.
+	a, b Owner
 }
 
 type captureHub struct {
@@ -48,13 +60,26 @@ func (h *captureHub) init() {
 
 func (h *captureHub) close() { h.once.Do(func() { close(h.closed) }) }
 
-// publish hands one datagram to every open capture (data is not kept by
-// the caller).
-func (d *Device) capturePublish(data []byte) {
+// captureOwnerLocked is the owner of local QP qpn, or 0 (root's view
+// only) when there is none.
+func (d *Device) captureOwnerLocked(qpn uint32) Owner {
+	if q := d.qps[qpn]; q != nil {
+		return q.Owner
+	}
+	return 0
+}
+
+// capturePublish hands one datagram (not kept by the caller) to every open
+// capture whose viewer may see it: root, and the owners a and b of the
+// local QPs it belongs to.
+func (d *Device) capturePublish(data []byte, a, b Owner) {
 	h := &d.capture
-	rec := captureRec{ts: time.Now(), data: data}
+	rec := captureRec{ts: time.Now(), data: data, a: a, b: b}
 	h.mu.Lock()
 	for c := range h.subs {
+		if c.viewer != 0 && c.viewer != a && c.viewer != b {
+			continue
+		}
 		select {
 		case c.ch <- rec:
 		default:
@@ -65,8 +90,9 @@ func (d *Device) capturePublish(data []byte) {
 }
 
 // captureLocked records p as a datagram built from its fields (loopback
-// and unrouted packets; the wire captures its own bytes).
-func (d *Device) captureLocked(p *packet) {
+// and unrouted packets; the wire captures its own bytes). local says
+// whether p's destination QP is on this device (loopback).
+func (d *Device) captureLocked(p *packet, local bool) {
 	var rp roce.Packet
 	p.toWire(&rp)
 	v4 := isV4Mapped(p.sgid) && isV4Mapped(p.dgid)
@@ -87,13 +113,19 @@ func (d *Device) captureLocked(p *packet) {
 	if err != nil {
 		return
 	}
-	d.capturePublish(b)
+	src := d.captureOwnerLocked(p.srcQPN)
+	dst := src
+	if local {
+		dst = d.captureOwnerLocked(p.destQPN)
+	}
+	d.capturePublish(b, src, dst)
 }
 
 // CaptureReader is one open capture: its Next calls return the pcap
 // stream (the file header first, then records) in chunks.
 type CaptureReader struct {
 	d       *Device
+	viewer  Owner // 0: every packet
 	ch      chan captureRec
 	started bool
 	buf     bytes.Buffer
@@ -101,9 +133,14 @@ type CaptureReader struct {
 	once    sync.Once
 }
 
-// OpenCapture starts a capture. Close it to stop.
-func (d *Device) OpenCapture() *CaptureReader {
-	c := &CaptureReader{d: d, ch: make(chan captureRec, captureQueue)}
+// OpenCapture starts a capture of every packet (root's view). Close it to
+// stop.
+func (d *Device) OpenCapture() *CaptureReader { return d.OpenCaptureAs(0) }
+
+// OpenCaptureAs starts a capture of the packets viewer may see: every
+// packet for root (0), else those of the QPs viewer owns.
+func (d *Device) OpenCaptureAs(viewer Owner) *CaptureReader {
+	c := &CaptureReader{d: d, viewer: viewer, ch: make(chan captureRec, captureQueue)}
 	h := &d.capture
 	h.mu.Lock()
 	h.subs[c] = struct{}{}

@@ -61,6 +61,9 @@ func (d *Device) CreateCQ(owner Owner, req qp.CreateCQ) (*CQ, error) {
 	if uint32(d.cqs.len()) >= d.cfg.MaxCQ {
 		return nil, errf(op, syscall.ENOMEM, "max_cq (%d) reached", d.cfg.MaxCQ)
 	}
+	if err := d.userShareLocked(op, owner, "cq", 0); err != nil {
+		return nil, err
+	}
 	cq := &CQ{dev: d, Owner: owner, evWake: make(chan struct{})}
 	if err := cq.allocRing(req.CQE); err != nil {
 		return nil, errf(op, syscall.ENOMEM, "%v", err)

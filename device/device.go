@@ -5,7 +5,9 @@
 // # Pieces
 //
 //   - device.go: Config (the limits ibv_query_device reports), the Device,
-//     counters and the async event queue.
+//     counters and the async event types.
+//   - events.go: async events, a copy for every reader that may see them
+//     (the object's owner's readers and root's).
 //   - objects.go, mem.go: PD, MR (memory is a memfd a client can map), MW, AH,
 //     the key table and the checks of lkeys and rkeys.
 //   - cq.go, srq.go: completion queues (a ring the engine produces into) and
@@ -35,7 +37,6 @@
 package device
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -69,6 +70,10 @@ type Config struct {
 	MaxQPRdAtom     uint8 // max_qp_rd_atom: responder resources (max_dest_rd_atomic)
 	MaxQPInitRdAtom uint8 // max_qp_init_rd_atom: initiator depth (max_rd_atomic)
 	MaxInlineData   uint32
+	// UserShare is the percentage of each object limit and of
+	// MaxTotalMRBytes one uid other than root may take (quota.go); 0 is
+	// DefaultUserShare, 100 lets one user take everything.
+	UserShare uint32
 	// SpinIdle is how long the engine polls the send rings of recently
 	// active QPs before it parks and asks for doorbells (negative: never
 	// spin).
@@ -133,6 +138,7 @@ func (c *Config) fill() error {
 	set32(&c.MaxSRQWR, d.MaxSRQWR)
 	set32(&c.MaxSRQSGE, d.MaxSRQSGE)
 	set32(&c.MaxInlineData, d.MaxInlineData)
+	set32(&c.UserShare, DefaultUserShare)
 	if c.MaxMRSize == 0 {
 		c.MaxMRSize = d.MaxMRSize
 	}
@@ -167,6 +173,8 @@ func (c *Config) fill() error {
 	switch {
 	case !c.MaxMTU.Valid() || !c.ActiveMTU.Valid() || c.ActiveMTU > c.MaxMTU:
 		return fmt.Errorf("bad MTU: active %d max %d", c.ActiveMTU.Bytes(), c.MaxMTU.Bytes())
+	case c.UserShare > 100:
+		return fmt.Errorf("user share %d%% > 100%%", c.UserShare)
 	case c.MaxSGE > 255:
 		return fmt.Errorf("max_sge %d > 255", c.MaxSGE)
 	case c.MaxSRQSGE > 255:
@@ -646,89 +654,11 @@ type Event struct {
 	// handle or QPN.
 	Kind   string
 	Handle uint32
+	// Owner is the uid of the object (events.go); port events are root's
+	// and everyone sees them.
+	Owner Owner
 }
 
 func (e Event) String() string {
 	return fmt.Sprintf("event=%s %s=%d", e.Type, e.Kind, e.Handle)
-}
-
-const maxQueuedEvents = 4096
-
-// eventQueue holds async events until a reader takes them
-// (ibv_get_async_event). It is bounded: on overflow the oldest is dropped
-// and counted, so a device nobody listens to keeps constant memory.
-type eventQueue struct {
-	mu      sync.Mutex
-	q       []Event
-	seq     uint64
-	dropped uint64
-	wake    chan struct{} // closed and replaced on every push
-	closed  bool
-}
-
-func (e *eventQueue) init() { e.wake = make(chan struct{}) }
-
-func (e *eventQueue) push(ev Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.seq++
-	ev.Seq = e.seq
-	if len(e.q) >= maxQueuedEvents {
-		e.q = e.q[1:]
-		e.dropped++
-	}
-	e.q = append(e.q, ev)
-	close(e.wake)
-	e.wake = make(chan struct{})
-}
-
-func (e *eventQueue) close() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.closed {
-		e.closed = true
-		close(e.wake)
-	}
-}
-
-// raise queues an async event.
-func (d *Device) raise(t EventType, kind string, h uint32) {
-	d.Counters.AsyncEvents.Add(1)
-	d.events.push(Event{Type: t, Kind: kind, Handle: h})
-}
-
-// ErrClosed is returned by blocking reads once the device is gone.
-var ErrClosed = &Error{Op: "device", Errno: 19, Err: fmt.Errorf("device is closed")}
-
-// ReadEvents takes every queued async event, blocking until there is one,
-// ctx ends (its error) or the device closes (ErrClosed).
-func (d *Device) ReadEvents(ctx context.Context) ([]Event, error) {
-	for {
-		e := &d.events
-		e.mu.Lock()
-		if len(e.q) > 0 {
-			out := e.q
-			e.q = nil
-			e.mu.Unlock()
-			return out, nil
-		}
-		if e.closed {
-			e.mu.Unlock()
-			return nil, ErrClosed
-		}
-		wake := e.wake
-		e.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// PendingEvents is the number of queued async events (for tests and cat).
-func (d *Device) PendingEvents() int {
-	d.events.mu.Lock()
-	defer d.events.mu.Unlock()
-	return len(d.events.q)
 }

@@ -35,6 +35,9 @@ func (d *Device) AllocPD(owner Owner) (*PD, error) {
 	if uint32(d.pds.len()) >= d.cfg.MaxPD {
 		return nil, errf(op, syscall.ENOMEM, "max_pd (%d) reached", d.cfg.MaxPD)
 	}
+	if err := d.userShareLocked(op, owner, "pd", 0); err != nil {
+		return nil, err
+	}
 	pd := &PD{dev: d, Owner: owner}
 	pd.Handle = d.pds.add(pd)
 	return pd, nil
@@ -187,6 +190,13 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	}
 	if uint32(d.mrs.len()) >= d.cfg.MaxMR {
 		return nil, errf(op, syscall.ENOMEM, "max_mr (%d) reached", d.cfg.MaxMR)
+	}
+	newBytes := req.Length
+	if req.Share != 0 {
+		newBytes = 0 // memory the owner already has
+	}
+	if err := d.userShareLocked(op, owner, "mr", newBytes); err != nil {
+		return nil, err
 	}
 	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access, valid: true}
 	if req.Share != 0 {
@@ -391,6 +401,9 @@ func (d *Device) AllocMW(owner Owner, req qp.CreateMW) (*MW, error) {
 	if uint32(d.mws.len()) >= d.cfg.MaxMW {
 		return nil, errf(op, syscall.ENOMEM, "max_mw (%d) reached", d.cfg.MaxMW)
 	}
+	if err := d.userShareLocked(op, owner, "mw", 0); err != nil {
+		return nil, err
+	}
 	mw := &MW{dev: d, Owner: owner, PD: pd, Type: req.Type}
 	mw.keyIdx, mw.RKey = d.allocKeyLocked(0)
 	d.keys[mw.keyIdx] = keyEntry{mw: mw}
@@ -484,6 +497,9 @@ func (d *Device) CreateAH(owner Owner, req qp.CreateAH) (*AH, error) {
 	}
 	if uint32(d.ahs.len()) >= d.cfg.MaxAH {
 		return nil, errf(op, syscall.ENOMEM, "max_ah (%d) reached", d.cfg.MaxAH)
+	}
+	if err := d.userShareLocked(op, owner, "ah", 0); err != nil {
+		return nil, err
 	}
 	ah := &AH{dev: d, Owner: owner, PD: pd, Attr: req.AH}
 	ah.Handle = d.ahs.add(ah)

@@ -182,6 +182,9 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	if uint32(len(d.qps)) >= d.cfg.MaxQP {
 		return nil, errf(op, syscall.ENOMEM, "max_qp (%d) reached", d.cfg.MaxQP)
 	}
+	if err := d.userShareLocked(op, owner, "qp", 0); err != nil {
+		return nil, err
+	}
 	qpn, ok := d.allocQPNLocked()
 	if !ok {
 		return nil, errf(op, syscall.ENOMEM, "no free QPN")

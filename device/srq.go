@@ -55,6 +55,9 @@ func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
 	if uint32(d.srqs.len()) >= d.cfg.MaxSRQ {
 		return nil, errf(op, syscall.ENOMEM, "max_srq (%d) reached", d.cfg.MaxSRQ)
 	}
+	if err := d.userShareLocked(op, owner, "srq", 0); err != nil {
+		return nil, err
+	}
 	slotSize, capSGE := ring.RecvSlotSize(req.MaxSGE)
 	region, err := ring.NewRegion(fmt.Sprintf("rdmafs-srq-pd%d", pd.Handle), ring.Size(slotSize, slots))
 	if err != nil {

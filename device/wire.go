@@ -236,7 +236,7 @@ func (l routeLink) xmitLocked(p *packet) {
 			return
 		}
 		if d.capture.on.Load() {
-			d.captureLocked(p)
+			d.captureLocked(p, true)
 		}
 		d.receiveLocked(p)
 		return
@@ -247,7 +247,7 @@ func (l routeLink) xmitLocked(p *packet) {
 		return
 	}
 	if d.capture.on.Load() {
-		d.captureLocked(p)
+		d.captureLocked(p, false)
 	}
 	d.Counters.NoRoute.Add(1)
 	d.pool.put(p)
@@ -298,7 +298,8 @@ func (w *wire) sendLocked(p *packet, dst [4]byte) {
 		return
 	}
 	if d.capture.on.Load() {
-		d.capturePublish(append([]byte(nil), b...))
+		o := d.captureOwnerLocked(p.srcQPN)
+		d.capturePublish(append([]byte(nil), b...), o, o)
 	}
 	w.to.Addr = dst
 	for try := 0; ; try++ {
@@ -429,7 +430,12 @@ func (w *wire) deliver(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool,
 	for i := range bufs {
 		b := bufs[i][:lens[i]]
 		if capture {
-			d.capturePublish(append([]byte(nil), b...))
+			// Only a packet that parsed names a QP of this device.
+			o := Owner(0)
+			if ok[i] {
+				o = d.captureOwnerLocked(pkts[i].DestQP)
+			}
+			d.capturePublish(append([]byte(nil), b...), o, o)
 		}
 		if !ok[i] {
 			if q := d.qps[bad[i]]; q != nil && bad[i] != ^uint32(0) {

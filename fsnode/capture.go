@@ -16,6 +16,11 @@ import (
 // the file stops the capture. A reader that falls behind loses packets
 // (counted in counters as capture_drops) rather than slowing the device.
 // After the device is gone, reads are at end of file.
+//
+// Everyone may open it (0444), and each open shows its opener only the
+// packets of the QPs the opener owns (sent by one of them or delivered to
+// one); root, the mount's owner, sees every packet. Another user's payload
+// never reaches the file.
 
 // captureHandle is a stream whose bytes come from one capture.
 type captureHandle struct {
@@ -26,7 +31,8 @@ type captureHandle struct {
 var _ = (fs.FileReleaser)((*captureHandle)(nil))
 
 func (t *tree) openCapture(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	c := t.dev.OpenCapture()
+	uid, _ := caller(ctx)
+	c := t.dev.OpenCaptureAs(device.Owner(uid))
 	h := &captureHandle{c: c}
 	h.fill = func(ctx context.Context, n int) ([]byte, error) { return c.Next(ctx) }
 	return h, openStream, 0
@@ -38,8 +44,8 @@ func (h *captureHandle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-// captureFile is the root's capture node: readable by everyone, like the
-// other device-wide files.
+// captureFile is the root's capture node: readable by everyone, filtered
+// per opener.
 func (t *tree) captureFile(o owner) *file {
 	return &file{owner: o, readable: true, open: t.openCapture}
 }

@@ -6,7 +6,9 @@
 // # Pieces
 //
 //   - mount.go: Mount (direct mount as root, allow_other, passthrough probe),
-//     Server.Unmount (lazy detach plus connection abort when busy), Wait.
+//     Server.Unmount (lazy detach plus connection abort when busy, and an
+//     abort after a 1 s grace when a copy of the mount in another mount
+//     namespace keeps the connection up), Wait.
 //   - node.go: the three node types. dir is every directory (mkdir, unlink,
 //     rename, create, link, symlink are EPERM; rmdir of an object destroys
 //     it), file is every regular file (ownership and permission checks at
@@ -27,13 +29,17 @@
 // *device.Error values with EINVAL. A context cancelled by a FUSE interrupt
 // is EINTR. Every failing command on an object leaves its reason in the
 // object's error file; a failed creation answers "error: REASON" on the
-// read side of the */new handle. Structural changes anywhere (mkdir,
+// read side of the */new handle. A reason is at most 256 bytes whatever
+// the command quoted (maxReason), and one */new open keeps at most 16 KiB
+// of unread answers (ENOBUFS beyond, nothing created). Structural changes anywhere (mkdir,
 // unlink, rename, create, link, symlink, mknod, chmod, chown, truncation
 // to a non-zero size) are EPERM; truncation to 0 of a writable file is
 // accepted and ignored so that shell redirection works. Another user's
 // files are EACCES by their mode bits (0600 for ring, mem, ctl, post_*,
-// poll, notify; 0644 for attr, state, error, counters), rmdir of another
-// user's object is EACCES; root bypasses both. A write open of a read-only
+// poll, notify, attr and counters, because keys and PSNs are capabilities
+// and per-QP counters follow the PSNs; 0644 for state and error; the
+// device's and port's files are world-readable), rmdir of another user's
+// object is EACCES; root bypasses both. A write open of a read-only
 // file or a read open of a write-only one is EACCES.
 //
 // # Locking

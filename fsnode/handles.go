@@ -48,15 +48,29 @@ func errnoOf(err error) syscall.Errno {
 	return device.Errno(err)
 }
 
+// maxReason bounds the text of a failed command (error files, "error:"
+// answers of */new): a reason quotes at most this many bytes of it, so a
+// 64 KiB bad command never turns into a 64 KiB error file.
+const maxReason = 256
+
 // reason is the one-line text of a failed command for an error file: the
-// device's errors already name their verb, others get op in front.
+// device's errors already name their verb, others get op in front; at most
+// maxReason bytes.
 func reason(op string, err error) string {
 	var de *device.Error
 	s := err.Error()
 	if !errors.As(err, &de) {
 		s = op + ": " + s
 	}
-	return strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > maxReason {
+		i := maxReason - len("...")
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i] + "..."
+	}
+	return s
 }
 
 // textOf checks that a write is a command: at most maxCommand bytes of
@@ -173,6 +187,13 @@ func (h *stream) emit(s string) {
 	h.mu.Lock()
 	h.out = append(h.out, s...)
 	h.mu.Unlock()
+}
+
+// unread is how many bytes of output wait for a read.
+func (h *stream) unread() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.out)
 }
 
 // shared is a file backed by a daemon memfd (rings, MR memory): the kernel

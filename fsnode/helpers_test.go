@@ -30,7 +30,13 @@ type mnt struct {
 // fails.
 func mount(t *testing.T) *mnt {
 	t.Helper()
-	dev, err := device.New(device.Config{})
+	return mountWith(t, device.Config{}, fsnode.Options{})
+}
+
+// mountWith is mount with a device configuration and mount options.
+func mountWith(t *testing.T, cfg device.Config, opts fsnode.Options) *mnt {
+	t.Helper()
+	dev, err := device.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +52,8 @@ func mount(t *testing.T) *mnt {
 	if err := os.Mkdir(dir, 0755); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := fsnode.Mount(dir, dev, fsnode.Options{Debug: testing.Verbose() && os.Getenv("RDMAFS_FUSE_DEBUG") != ""})
+	opts.Debug = testing.Verbose() && os.Getenv("RDMAFS_FUSE_DEBUG") != ""
+	srv, err := fsnode.Mount(dir, dev, opts)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("mount: %v", err)

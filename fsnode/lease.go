@@ -10,6 +10,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"rdmafs/device"
 )
 
 // The root file "lease" ties objects to the life of a program. A program
@@ -18,19 +20,31 @@ import (
 // program closed it or exited, however it died) the kernel releases the
 // handle and every object named in it is destroyed, QPs first, PDs last,
 // as rmdir would. Objects nobody leased (a shell's) live until rmdir.
+//
+// A lease is bounded: naming an object it already holds changes nothing,
+// an object destroyed meanwhile drops out of it, and one open file holds
+// at most tree.maxLease objects (Options.MaxLease; by default the sum of
+// the device's object limits). A write that would go beyond is ENOSPC and
+// adds nothing. The reason of a failed write is the listing's last line,
+// "error: REASON", until the next write succeeds.
 
 // leaseOrder is the destruction order: dependents before what they use.
 var leaseOrder = map[string]int{"qp": 0, "srq": 1, "ah": 2, "mw": 3, "mr": 4, "cq": 5, "pd": 6}
 
-type leased struct{ kind, name string }
+type leased struct {
+	kind, name string
+	obj        *object
+}
 
 type leaseHandle struct {
 	t   *tree
 	uid uint32
 
 	mu     sync.Mutex
-	held   []leased // guarded by mu
-	cursor int      // read position in the listing (the file is not seekable); guarded by mu
+	held   []leased             // in the order leased; guarded by mu
+	has    map[*object]struct{} // the objects in held; guarded by mu
+	failed string               // the last failed write's reason; guarded by mu
+	cursor int                  // read position in the listing (the file is not seekable); guarded by mu
 }
 
 var (
@@ -43,18 +57,32 @@ func (t *tree) leaseFile() *file {
 	f := &file{owner: owner{perm: 0666, born: t.born}, readable: true, writable: true}
 	f.open = func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 		uid, _ := caller(ctx)
-		return &leaseHandle{t: t, uid: uid}, openStream, 0
+		return &leaseHandle{t: t, uid: uid, has: map[*object]struct{}{}}, openStream, 0
 	}
 	return f
 }
 
-// Write adopts objects, one "KIND NAME" a line. Only the caller's own
-// objects may be leased.
+// Write adopts objects, one "KIND NAME" a line, all or none. Only the
+// caller's own objects may be leased.
 func (h *leaseHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n, err := h.write(data)
+	h.mu.Lock()
+	h.failed = ""
+	if err != nil {
+		h.failed = reason("lease", err)
+	}
+	h.mu.Unlock()
+	if err != nil {
+		return 0, errnoOf(err)
+	}
+	return n, 0
+}
+
+func (h *leaseHandle) write(data []byte) (uint32, error) {
 	const op = "lease"
 	text, err := textOf(op, data)
 	if err != nil {
-		return 0, errnoOf(err)
+		return 0, err
 	}
 	var add []leased
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
@@ -63,35 +91,78 @@ func (h *leaseHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 			continue
 		}
 		if len(f) != 2 {
-			return 0, errnoOf(invalid(op, "%q: want KIND NAME", line))
+			return 0, invalid(op, "%q: want KIND NAME", clip(line))
 		}
 		kd := h.t.kinds[f[0]]
 		if kd == nil {
-			return 0, errnoOf(invalid(op, "%q: unknown kind %q", line, f[0]))
+			return 0, invalid(op, "%q: unknown kind %q", clip(line), clip(f[0]))
 		}
 		o := objectIn(kd, f[1])
 		if o == nil {
-			return 0, syscall.ENOENT
+			return 0, &device.Error{Op: op, Errno: syscall.ENOENT, Err: fmt.Errorf("no %s %q", f[0], clip(f[1]))}
 		}
 		if h.uid != 0 && o.uid != h.uid {
-			return 0, syscall.EACCES
+			return 0, &device.Error{Op: op, Errno: syscall.EACCES, Err: fmt.Errorf("%s %s belongs to another user", f[0], f[1])}
 		}
-		add = append(add, leased{f[0], f[1]})
+		add = append(add, leased{f[0], f[1], o})
 	}
 	h.mu.Lock()
-	h.held = append(h.held, add...)
-	h.mu.Unlock()
-	return uint32(len(data)), 0
+	defer h.mu.Unlock()
+	var fresh []leased
+	seen := map[*object]struct{}{}
+	for _, l := range add {
+		if _, ok := h.has[l.obj]; ok {
+			continue
+		}
+		if _, ok := seen[l.obj]; ok {
+			continue
+		}
+		seen[l.obj] = struct{}{}
+		fresh = append(fresh, l)
+	}
+	if len(h.held)+len(fresh) > h.t.maxLease {
+		h.pruneLocked()
+		if len(h.held)+len(fresh) > h.t.maxLease {
+			return 0, &device.Error{Op: op, Errno: syscall.ENOSPC,
+				Err: fmt.Errorf("this lease holds %d objects; %d more exceed its limit of %d (open another lease file)", len(h.held), len(fresh), h.t.maxLease)}
+		}
+	}
+	for _, l := range fresh {
+		h.held = append(h.held, l)
+		h.has[l.obj] = struct{}{}
+	}
+	return uint32(len(data)), nil
 }
 
-// Read lists what the lease holds, one "KIND NAME" a line; after the end
-// of the list one read returns end of file and the next starts over.
+// pruneLocked drops the objects destroyed since they were leased.
+func (h *leaseHandle) pruneLocked() {
+	kept := h.held[:0]
+	for _, l := range h.held {
+		if l.obj.gone.Load() {
+			delete(h.has, l.obj)
+			continue
+		}
+		kept = append(kept, l)
+	}
+	clear(h.held[len(kept):])
+	h.held = kept
+}
+
+// Read lists what the lease holds, one "KIND NAME" a line (and the reason
+// of a failed last write); after the end of the list one read returns end
+// of file and the next starts over.
 func (h *leaseHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.cursor == 0 {
+		h.pruneLocked()
+	}
 	var b strings.Builder
 	for _, l := range h.held {
 		fmt.Fprintf(&b, "%s %s\n", l.kind, l.name)
+	}
+	if h.failed != "" {
+		fmt.Fprintf(&b, "error: %s\n", h.failed)
 	}
 	s := b.String()
 	if h.cursor >= len(s) {
@@ -107,7 +178,7 @@ func (h *leaseHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 func (h *leaseHandle) Release(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	held := h.held
-	h.held = nil
+	h.held, h.has = nil, nil
 	h.mu.Unlock()
 	if len(held) > 0 {
 		// Kernel notifications must not be sent from inside a request.
@@ -136,13 +207,14 @@ func (t *tree) expire(held []leased) {
 	for _, l := range held {
 		kd := t.kinds[l.kind]
 		o := objectIn(kd, l.name)
-		if o == nil {
+		if o == nil || o != l.obj {
 			continue
 		}
 		if err := o.destroy(); err != nil {
 			o.record("lease", err)
 			continue
 		}
+		o.gone.Store(true)
 		for _, c := range o.cleanup {
 			c()
 		}

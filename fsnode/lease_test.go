@@ -3,10 +3,14 @@ package fsnode_test
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"rdmafs/device"
+	"rdmafs/fsnode"
 )
 
 // Children never get cmd.Dir inside the mount: Go forks with vfork, and a
@@ -131,5 +135,113 @@ func TestFaultsFile(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
 		t.Fatalf("another user set faults: %v %s", err, out)
+	}
+}
+
+// leaseListing reads a lease file's whole listing.
+func leaseListing(t *testing.T, f *os.File) []string {
+	t.Helper()
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		b = append(b, buf[:n]...)
+		if n == 0 || err != nil {
+			break
+		}
+	}
+	if s := strings.TrimSpace(string(b)); s != "" {
+		return strings.Split(s, "\n")
+	}
+	return nil
+}
+
+// A lease holds each object once, however often it is named, and drops
+// the objects destroyed meanwhile.
+func TestLeaseBounded(t *testing.T) {
+	m := mount(t)
+	pd := m.create("pd", "")
+	mr := m.create("mr", "pd="+pd+" length=4096 access=local_write")
+	f, err := os.OpenFile(m.path("lease"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	// 100,000 names: 9 writes of 10,000 lines and 10,000 single writes.
+	batch := strings.Repeat("pd "+pd+"\n", 10000)
+	for range 9 {
+		if _, err := f.Write([]byte(batch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for range 10000 {
+		if _, err := f.Write([]byte("pd " + pd + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.Write([]byte("mr " + mr + "\npd " + pd + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	got := leaseListing(t, f)
+	t.Logf("100,000 names of one pd: %d entries; heap %+d bytes; 10,000 single writes in %v",
+		len(got), int64(after.HeapAlloc)-int64(before.HeapAlloc), time.Since(start))
+	if want := []string{"pd " + pd, "mr " + mr}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("lease lists %q, want %q", got, want)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
+		t.Errorf("heap grew by %d bytes", grew)
+	}
+	if err := os.Remove(m.path("mr", mr)); err != nil {
+		t.Fatal(err)
+	}
+	if got := leaseListing(t, f); strings.Join(got, ",") != "pd "+pd {
+		t.Errorf("after rmdir of the mr the lease lists %q", got)
+	}
+}
+
+// One open lease file holds at most Options.MaxLease objects: beyond it a
+// write is ENOSPC, adds nothing, and the listing says why.
+func TestLeaseCap(t *testing.T) {
+	m := mountWith(t, device.Config{}, fsnode.Options{MaxLease: 3})
+	var pds []string
+	for range 5 {
+		pds = append(pds, m.create("pd", ""))
+	}
+	f, err := os.OpenFile(m.path("lease"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, pd := range pds[:3] {
+		if _, err := f.Write([]byte("pd " + pd + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.Write([]byte("pd " + pds[0] + "\n")); err != nil {
+		t.Errorf("naming a held object again at the cap: %v", err)
+	}
+	if _, err := f.Write([]byte("pd " + pds[3] + "\n")); errnoOf(err) != syscall.ENOSPC {
+		t.Fatalf("a 4th object: %v, want ENOSPC", err)
+	}
+	got := leaseListing(t, f)
+	if len(got) != 4 || !strings.HasPrefix(got[3], "error: lease: ") || !strings.Contains(got[3], "limit of 3") {
+		t.Fatalf("listing after the refusal: %q", got)
+	}
+	// A destroyed object makes room.
+	if err := os.Remove(m.path("pd", pds[1])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("pd " + pds[3] + "\n")); err != nil {
+		t.Fatalf("after a destroy: %v", err)
+	}
+	want := []string{"pd " + pds[0], "pd " + pds[2], "pd " + pds[3]}
+	if got := leaseListing(t, f); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("lease lists %q, want %q", got, want)
 	}
 }

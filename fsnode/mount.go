@@ -21,6 +21,9 @@ import (
 type Options struct {
 	Debug      bool   // FUSE debug log
 	RuntimeDir string // where cq/H/channel FIFOs live (created 0755 if missing); default: a temp dir
+	// MaxLease caps the objects one open of MOUNT/lease holds; 0 is the
+	// sum of the device's object limits (no program can own more).
+	MaxLease int
 }
 
 // Server is one mounted device.
@@ -32,7 +35,15 @@ type Server struct {
 
 	ownRuntime bool // RuntimeDir was made by Mount and is removed at the end
 	once       sync.Once
+	unmountMu  sync.Mutex // one Unmount at a time
 }
+
+// unmountGrace is how long Unmount lets the FUSE server end by itself
+// after the unmount before it aborts the connection. The connection lives
+// as long as any mount namespace holds a copy of the mount (unshare -m, ip
+// netns exec, a container, systemd's PrivateTmp), and go-fuse's Unmount
+// waits for it to end, forever when such a copy exists.
+const unmountGrace = time.Second
 
 // Mount mounts dev at dir and returns once the mount is serving. It needs
 // root: the mount is made directly (no fusermount) with allow_other, and
@@ -77,6 +88,11 @@ func Mount(dir string, dev *device.Device, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.tree = newTree(dev, rt)
+	s.tree.maxLease = opts.MaxLease
+	if s.tree.maxLease <= 0 {
+		c := dev.Config()
+		s.tree.maxLease = int(c.MaxPD) + int(c.MaxMR) + int(c.MaxMW) + int(c.MaxCQ) + int(c.MaxSRQ) + int(c.MaxAH) + int(c.MaxQP)
+	}
 	sec := time.Second
 	fsOpts := &fs.Options{
 		MountOptions: fuse.MountOptions{
@@ -144,16 +160,42 @@ func (s *Server) RuntimeDir() string { return s.tree.runtimeDir }
 // open or, as the kernel counts it, a mapping), it detaches it lazily
 // (MNT_DETACH) and aborts the FUSE connection, so the server stops: open
 // files then fail with ENOTCONN, while mappings of rings and memory stay
-// valid (they are the memfds themselves). The device is not closed.
+// valid (they are the memfds themselves). When the server has not stopped
+// unmountGrace after the unmount (another mount namespace holds a copy of
+// the mount), it aborts the connection too: the copies then fail with
+// ENOTCONN. The device is not closed.
 func (s *Server) Unmount() error {
+	s.unmountMu.Lock()
+	defer s.unmountMu.Unlock()
 	defer s.cleanup()
-	err := s.srv.Unmount()
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Unmount() }()
+	var err error
+	aborted := false
+	select {
+	case err = <-done:
+	case <-time.After(unmountGrace):
+		// Unmounted here (or still retrying a busy mount), but the
+		// connection is up: end it, and the server with it.
+		if aerr := s.abort(); aerr != nil {
+			return fmt.Errorf("fsnode: %s: the FUSE server did not stop in %v after the unmount and the connection could not be aborted: %w", s.dir, unmountGrace, aerr)
+		}
+		aborted = true
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("fsnode: %s: the FUSE server did not stop after its connection was aborted", s.dir)
+		}
+	}
 	if err == nil || errors.Is(err, syscall.EINVAL) {
 		// Unmounted, now or before (by umount(8) or an earlier call).
 		return nil
 	}
-	if derr := syscall.Unmount(s.dir, unix.MNT_DETACH); derr != nil {
+	if derr := syscall.Unmount(s.dir, unix.MNT_DETACH); derr != nil && !errors.Is(derr, syscall.EINVAL) {
 		return fmt.Errorf("fsnode: unmount %s: %v; lazy unmount: %w", s.dir, err, derr)
+	}
+	if aborted {
+		return nil
 	}
 	if aerr := s.abort(); aerr != nil {
 		return fmt.Errorf("fsnode: %s detached, but the FUSE connection stays up until its files are closed: %w", s.dir, aerr)

@@ -3,6 +3,7 @@ package fsnode
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -20,6 +21,8 @@ type object struct {
 	// succeeded.
 	destroy func() error
 	cleanup []func()
+	// gone is set once destroy succeeded (a lease drops the object).
+	gone atomic.Bool
 
 	mu      sync.Mutex
 	lastErr string // guarded by mu
@@ -65,9 +68,17 @@ func (o *object) fileNode(perm uint32, readable, writable bool,
 	return f
 }
 
-// roFile is a text file rendered at open (attr, state, error, counters).
+// roFile is a text file rendered at open that anyone may read (state,
+// error): it shows nothing another user could aim with.
 func (o *object) roFile(render func() string) entry {
 	return entry{node: o.fileNode(0644, true, false, snapshotFile(render)), mode: syscall.S_IFREG}
+}
+
+// privFile is a text file rendered at open that only the owner (and root)
+// may read (attr, counters): keys, PSNs and the counters that follow them
+// are capabilities, whoever reads them can aim a QP at the object.
+func (o *object) privFile(render func() string) entry {
+	return entry{node: o.fileNode(0600, true, false, snapshotFile(render)), mode: syscall.S_IFREG}
 }
 
 // cmdFile is a write-only control file.

@@ -18,12 +18,25 @@ lower-case, without the IBV_ prefix.
   port              ibv_query_port(1): state, max_mtu, active_mtu (bytes), gid, ...
   counters          device counters: key=value lines
   events            async events (ibv_get_async_event), one line each:
-                    "event=comm_est qp=17". The first read blocks until there
-                    are events and takes all of them; after they are read the
-                    file is at end of file, so "cat events" prints one batch.
-  capture           a live pcap of every packet the device sends and receives
+                    "event=comm_est qp=17". Every open has its own copy of the
+                    events of its user's objects (root: of all), starting with
+                    those raised while none of its user's opens was there
+                    (at most 4096 a queue; the oldest are dropped, counted as
+                    event_drops). The first read blocks until there are events
+                    and takes them; after they are read the file is at end of
+                    file, so "cat events" prints one batch.
+  capture           a live pcap of the packets the device sends and receives
                     (loopback too): "cat capture | tshark -r -". Each open is
                     one capture; a slow reader loses packets (capture_drops).
+                    A user sees the packets of the QPs it owns (sent by or
+                    delivered to one of them); root sees every packet.
+  lease             ties objects to a program's life: write "KIND NAME" lines
+                    into an open descriptor; when its last copy is closed
+                    (the program ends) they are destroyed. An object is held
+                    once however often it is named, a destroyed one drops
+                    out, and one open holds at most the mount's --max-lease
+                    objects (ENOSPC beyond; the reason is the listing's last
+                    line, "error: ..."). A read lists what it holds.
   KIND/new          create an object (KIND: pd mr mw cq srq ah qp); see below
   KIND/H/           one directory per object (H: handle; for qp, the QPN)
 
@@ -36,7 +49,9 @@ line: the new directory's name. From a shell:
 
 A bad request fails the write with an errno (bash: "write error: Invalid
 argument") and the read returns "error: REASON". Every write is one
-transaction; answers are read back in order.
+transaction; answers are read back in order. At most 16 KiB of answers wait
+unread in one open: a write beyond is ENOBUFS and creates nothing. A reason
+is at most 256 bytes, in answers and error files alike.
 
   pd/new   (empty line)
   mr/new   pd=H length=N [iova=N] [access=local_write,remote_write,remote_read,remote_atomic,mw_bind]
@@ -106,15 +121,18 @@ mw/H/, ah/H/, pd/H/: attr and error only.
 Ownership and errors
 --------------------
 An object's files belong to the user who created it. ring, mem, ctl, post_*,
-poll and notify are 0600; attr, state, error and counters are 0644. Another
-user gets EACCES opening them and removing the object; root may do
+poll, notify, attr and counters are 0600 (attr holds keys and PSNs, and
+counters follow the PSNs: whoever reads them can aim a QP at the object);
+state and error are 0644, and device, port and README are readable by all.
+Another user gets EACCES opening them and removing the object; root may do
 everything. Opening a read-only file for writing, or a write-only file for
 reading, is EACCES. mkdir, unlink, rename, create, link, symlink, chmod,
 chown and truncation to a non-zero size are EPERM anywhere. A write of more
 than 64 KiB, or of bytes that are not text, is EINVAL.
 
 Errnos follow libibverbs: EINVAL for a malformed request or an illegal
-transition, ENOMEM for a full queue or a device limit, EBUSY for a destroy
+transition, ENOMEM for a full queue, a device limit or a user's share of
+it (device shows max_*_per_user; root has no share), EBUSY for a destroy
 of an object in use, EACCES for someone else's object, EOPNOTSUPP for a
 feature rdmafs lacks, ENOENT for an object destroyed meanwhile.
 `

@@ -89,6 +89,51 @@ echo "$pd $mr $cq $qp $(cat $M/qp/$qp/state) $(head -c 5 $M/mr/$mr/mem)"
 	}
 }
 
+// TestOtherUserCannotReadKeys: keys, PSNs and per-QP counters are the
+// owner's (0600); state, error and the device's files stay readable by all.
+func TestOtherUserCannotReadKeys(t *testing.T) {
+	m := mount(t)
+	s := m.setup()
+	secret := [][]string{
+		{"mr", s.mrA, "attr"}, {"mr", s.mrB, "attr"}, {"qp", s.qa, "attr"},
+		{"qp", s.qa, "counters"}, {"pd", s.pd, "attr"}, {"cq", s.cq, "attr"},
+	}
+	for _, p := range secret {
+		_, stderr, err := bash(nobody, "cat "+m.path(p...))
+		if err == nil || !strings.Contains(stderr, "Permission denied") {
+			t.Errorf("uid %d cat %s: err %v stderr %q, want Permission denied", nobody, strings.Join(p, "/"), err, stderr)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(m.path(p...), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode&0777 != 0600 {
+			t.Errorf("%s: mode %o, want 600", strings.Join(p, "/"), st.Mode&0777)
+		}
+	}
+	// The owner (root here) reads them.
+	if a := m.attrs("mr", s.mrB, "attr"); a["rkey"] == "" {
+		t.Errorf("root cannot read its rkey: %v", a)
+	}
+	for _, p := range [][]string{{"qp", s.qa, "state"}, {"qp", s.qa, "error"}, {"mr", s.mrA, "error"}, {"device"}, {"port"}, {"README"}} {
+		if _, stderr, err := bash(nobody, "cat "+m.path(p...)+" >/dev/null"); err != nil {
+			t.Errorf("uid %d cat %s: %v %q", nobody, strings.Join(p, "/"), err, stderr)
+		}
+	}
+	// And a second user's own attr is its own: root reads it too.
+	out, stderr, err := bash(nobody, fmt.Sprintf(`set -e; M=%s
+{ echo "" >&0; read -r pd; } <>$M/pd/new
+{ echo "pd=$pd length=64 access=local_write" >&0; read -r mr; } <>$M/mr/new
+grep -c key= $M/mr/$mr/attr; echo $mr`, m.dir))
+	f := strings.Fields(out)
+	if err != nil || len(f) != 2 || f[0] != "2" {
+		t.Fatalf("uid %d reads its own attr: %q %q %v", nobody, out, stderr, err)
+	}
+	if a := m.attrs("mr", f[1], "attr"); a["lkey"] == "" {
+		t.Errorf("root cannot read uid %d's attr: %v", nobody, a)
+	}
+}
+
 // mapFile maps a file of the tree and unmaps it at the end of the test.
 func mapFile(t *testing.T, path string) *ring.Region {
 	t.Helper()

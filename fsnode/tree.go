@@ -23,6 +23,7 @@ type tree struct {
 	born       time.Time
 	root       *root
 	kinds      map[string]*dir // pd, mr, ... once OnAdd ran
+	maxLease   int             // objects one open lease file holds
 
 	mu       sync.Mutex
 	channels map[*channel]bool // live CQ channels; guarded by mu
@@ -134,6 +135,18 @@ func (t *tree) deviceText() string {
 	kv("phys_port_cnt", a.PhysPortCnt)
 	kv("max_inline_data", a.MaxInlineData)
 	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
+	// What one user other than root may take (root: the limits above).
+	cfg := t.dev.Config()
+	sh := cfg.UserShares()
+	kv("user_share", cfg.UserShare)
+	kv("max_qp_per_user", sh.QP)
+	kv("max_cq_per_user", sh.CQ)
+	kv("max_mr_per_user", sh.MR)
+	kv("max_pd_per_user", sh.PD)
+	kv("max_mw_per_user", sh.MW)
+	kv("max_ah_per_user", sh.AH)
+	kv("max_srq_per_user", sh.SRQ)
+	kv("max_total_mr_bytes_per_user", sh.MRBytes)
 	return b.String()
 }
 
@@ -161,6 +174,7 @@ func (t *tree) countersText() string {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return countersText(t.dev.Counters.List()) + countersText([]device.Counter{
+		{Name: "event_drops", Value: t.dev.EventDrops()},
 		{Name: "daemon_goroutines", Value: uint64(runtime.NumGoroutine())},
 		{Name: "daemon_heap_bytes", Value: ms.HeapAlloc},
 		{Name: "daemon_sys_bytes", Value: ms.Sys},
@@ -175,21 +189,29 @@ func countersText(cs []device.Counter) string {
 	return b.String()
 }
 
-// openEvents: the first read blocks until async events are queued and
-// takes them all; once they are read, the handle is at end of file (one
-// ibv_get_async_event batch per open).
+// openEvents opens a reader of the async events of the opener's objects
+// (root: of all). The first read blocks until there are events and takes
+// those that fit; later reads take the rest without blocking, and once
+// they are read the handle is at end of file (one ibv_get_async_event
+// batch per open). Each read returns whole lines.
 func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	uid, _ := caller(ctx)
+	r := t.dev.OpenEvents(device.Owner(uid))
+	h := &eventsHandle{r: r}
 	done := false
-	h := &stream{}
 	h.fill = func(ctx context.Context, n int) ([]byte, error) {
-		if done {
+		// An event line is under 64 bytes: take what fits in the read.
+		most := max(1, n/64)
+		var evs []device.Event
+		if !done {
+			var err error
+			if evs, err = r.Read(ctx, most); err != nil {
+				return nil, err
+			}
+			done = true
+		} else if evs = r.TryRead(most); len(evs) == 0 {
 			return nil, nil
 		}
-		evs, err := t.dev.ReadEvents(ctx)
-		if err != nil {
-			return nil, err
-		}
-		done = true
 		var b []byte
 		for _, e := range evs {
 			b = append(b, e.String()...)
@@ -200,6 +222,25 @@ func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uin
 	return h, openStream, 0
 }
 
+// eventsHandle is a stream over one event reader, closed with the file.
+type eventsHandle struct {
+	stream
+	r *device.EventReader
+}
+
+var _ = (fs.FileReleaser)((*eventsHandle)(nil))
+
+// Release ends the reader; its unread events go back to its owner.
+func (h *eventsHandle) Release(ctx context.Context) syscall.Errno {
+	h.r.Close()
+	return 0
+}
+
+// maxUnreadAnswers bounds the answers of a */new open that wait for a
+// read: a write beyond is ENOBUFS and creates nothing, so a writer that
+// never reads cannot grow the daemon.
+const maxUnreadAnswers = 16 << 10
+
 // newFile is KIND/new: every write is one creation, answered on the read
 // side by the new name or by "error: REASON".
 func (t *tree) newFile(k kind) *file {
@@ -207,6 +248,9 @@ func (t *tree) newFile(k kind) *file {
 	f.open = func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 		h := &stream{}
 		h.write = func(ctx context.Context, data []byte) (uint32, syscall.Errno) {
+			if h.unread() >= maxUnreadAnswers {
+				return 0, syscall.ENOBUFS
+			}
 			text, err := textOf(k.op, data)
 			var name string
 			if err == nil {
@@ -240,7 +284,7 @@ func (t *tree) publish(ctx context.Context, o *object, attr func() string, entri
 	d.obj = o
 	o.dir = d
 	ch := kd.NewPersistentInode(ctx, d, fs.StableAttr{Mode: syscall.S_IFDIR})
-	entries = append([]entry{named("attr", o.roFile(attr)), named("error", o.roFile(o.errorText))}, entries...)
+	entries = append([]entry{named("attr", o.privFile(attr)), named("error", o.roFile(o.errorText))}, entries...)
 	for _, e := range entries {
 		addChild(ctx, ch, e.name, e.node, e.mode)
 	}
@@ -266,6 +310,7 @@ func (t *tree) rmdirIn(kd *dir) func(ctx context.Context, name string) syscall.E
 		if err := o.destroy(); err != nil {
 			return o.fail("rmdir", err)
 		}
+		o.gone.Store(true)
 		for _, c := range o.cleanup {
 			c()
 		}
@@ -438,7 +483,7 @@ func (t *tree) createSRQ(ctx context.Context, text string) (string, error) {
 	ctl := o.cmdFile("modify_srq", func(ctx context.Context, text string) error {
 		cmd, rest := splitCommand(text)
 		if cmd != "modify" {
-			return invalid("modify_srq", "unknown command %q (want: modify srq_limit=N)", cmd)
+			return invalid("modify_srq", "unknown command %q (want: modify srq_limit=N)", clip(cmd))
 		}
 		limit, err := oneNumber(rest, "srq_limit")
 		if err != nil {
@@ -518,7 +563,7 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 		named("state", o.roFile(func() string { return q.State().String() + "\n" })),
 		named("post_send", postSend),
 		named("post_recv", postRecv),
-		named("counters", o.roFile(func() string { c := q.CountersSnapshot(); return countersText(c.List()) })),
+		named("counters", o.privFile(func() string { c := q.CountersSnapshot(); return countersText(c.List()) })),
 	)
 	t.publish(ctx, o, func() string {
 		a := q.Query()

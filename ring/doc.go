@@ -71,6 +71,19 @@
 // atomics; slot bytes with plain loads and stores. Go's sync/atomic is
 // sequentially consistent; a C client needs at least the orders named here.
 //
+// The store rule: a side writes its index word with one aligned 32-bit
+// store (atomic_store_explicit on a _Atomic uint32_t, __atomic_store_n, or
+// Go's atomic.StoreUint32), never in parts. The peer loads the word at any
+// moment; an index written in two steps (two 16-bit halves, byte by byte,
+// a memcpy the compiler splits) can be seen torn, half old and half new,
+// and a torn index is a count beyond slot_count or beyond what was
+// produced. The daemon cannot tell that from a hostile client and declares
+// the ring corrupt (ErrCorrupt): an SQ or RQ moves its QP to ERR
+// (qp_fatal); a CQ whose consumer index is seen torn counts as overflowed,
+// raises cq_err, moves the QP completing into it to ERR and takes no more
+// completions until it is resized, which looks like lost completions to
+// the client. The same holds for flags, event_seq and armed.
+//
 //  1. Producer: write the slot(s), then store producer (release). Before
 //     writing a slot, load consumer (acquire) and check count < slot_count:
 //     the slot is then known to be read completely.

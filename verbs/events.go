@@ -92,7 +92,9 @@ func parseAsyncEvent(line string) (AsyncEvent, error) {
 
 // ReadAsyncEvents is ibv_get_async_event for every event queued: it blocks
 // until there is at least one (reading the events file, one batch per
-// open) and returns them in order. When ctx ends first it interrupts the
+// open) and returns them in order. The daemon shows each user the events
+// of its own objects (root: all) and keeps those raised between two calls
+// for the next one. When ctx ends first it interrupts the
 // read (as Ctrl-C does a cat: a signal to the reading thread, which FUSE
 // turns into an interrupt) and returns ctx.Err(); no event is lost.
 func (c *Context) ReadAsyncEvents(ctx context.Context) ([]AsyncEvent, error) {

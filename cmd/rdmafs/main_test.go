@@ -165,3 +165,104 @@ func TestForegroundSignalUnmounts(t *testing.T) {
 		}
 	}
 }
+
+// A copy of the mount in another mount namespace (unshare -m) keeps the
+// FUSE connection alive after the daemon's unmount; umount still ends the
+// daemon within a couple of seconds (it aborts the connection), removes its
+// run-time state, and the copy fails with ENOTCONN instead of hanging.
+func TestUmountWithNamespaceCopy(t *testing.T) {
+	needRoot(t)
+	bin := buildBinary(t)
+	mnt := t.TempDir()
+	if out, err := exec.Command(bin, "mount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(bin, "umount", mnt).Run() })
+	id := mountID(mnt)
+	pidb, err := os.ReadFile(filepath.Join(stateDir, id+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.SplitN(string(pidb), "\n", 2)[0])
+	// The copy: a process in a new mount namespace (unshare makes its
+	// mounts private, so our unmount does not reach it).
+	holder := exec.Command("unshare", "-m", "sleep", "30")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(holder.Process.Pid), "mountinfo"))
+		ours, _ := os.Readlink("/proc/self/ns/mnt")
+		theirs, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(holder.Process.Pid), "ns", "mnt"))
+		if theirs != ours && bytes.Contains(b, []byte(" "+mnt+" ")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the namespace copy of the mount never appeared")
+		}
+	}
+	start := time.Now()
+	if out, err := exec.Command(bin, "umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v\n%s", err, out)
+	}
+	took := time.Since(start)
+	t.Logf("umount with a namespace copy took %v", took)
+	if took > 3*time.Second {
+		t.Errorf("umount took %v, want < 3 s", took)
+	}
+	if !exited(pid) {
+		t.Errorf("daemon %d still runs after umount", pid)
+	}
+	for _, p := range []string{filepath.Join(stateDir, id+".pid"), filepath.Join(stateDir, id)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "device")); err == nil {
+		t.Error("still mounted here")
+	}
+	// In the copy the tree is dead, not hanging.
+	ls := exec.Command("nsenter", "-t", strconv.Itoa(holder.Process.Pid), "-m", "stat", filepath.Join(mnt, "device"))
+	done := make(chan []byte, 1)
+	go func() { out, _ := ls.CombinedOutput(); done <- out }()
+	select {
+	case out := <-done:
+		if !bytes.Contains(out, []byte("not connected")) {
+			t.Errorf("stat in the namespace copy: %s", out)
+		}
+	case <-time.After(5 * time.Second):
+		ls.Process.Kill()
+		t.Error("stat in the namespace copy hangs")
+	}
+}
+
+// A daemon that is a zombie (ended, not reaped) counts as exited.
+func TestExitedZombie(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := openProcess(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	// Not reaped yet: a zombie once it ends, and kill(pid, 0) succeeds.
+	if !p.wait(5 * time.Second) {
+		t.Fatal("wait did not see the zombie's exit")
+	}
+	if unix.Kill(cmd.Process.Pid, 0) != nil {
+		t.Fatal("the child was reaped under us")
+	}
+	if !exited(cmd.Process.Pid) {
+		t.Error("exited(zombie) is false")
+	}
+	cmd.Wait()
+	if !exited(cmd.Process.Pid) {
+		t.Error("exited(reaped) is false")
+	}
+	if p := (&process{pid: os.Getpid(), fd: -1}); p.wait(50 * time.Millisecond) {
+		t.Error("wait reports a running process as exited")
+	}
+}

@@ -35,6 +35,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	debug := fs.Bool("debug", false, "log every FUSE request to stderr")
 	logFile := fs.String("log", "", "daemon log file when in the background (default: none)")
 	runtimeDir := fs.String("runtime-dir", "", "directory for the cq/H/channel FIFOs (default: "+stateDir+"/MOUNT-ID)")
+	maxLease := fs.Int("max-lease", 0, "objects one open of MOUNT/lease holds (default: the sum of the object limits)")
 	readyFD := fs.Int("ready-fd", -1, "internal: fd on which a background daemon reports readiness")
 	fs.MarkHidden("ready-fd")
 	fs.Uint32Var(&cfg.MaxQP, "max-qp", cfg.MaxQP, "max_qp: queue pairs")
@@ -54,6 +55,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	fs.Uint8Var(&cfg.MaxQPRdAtom, "max-qp-rd-atom", cfg.MaxQPRdAtom, "max_qp_rd_atom: READ/atomic responder resources per QP")
 	fs.Uint8Var(&cfg.MaxQPInitRdAtom, "max-qp-init-rd-atom", cfg.MaxQPInitRdAtom, "max_qp_init_rd_atom: outstanding READ/atomics per QP")
 	fs.Uint32Var(&cfg.MaxInlineData, "max-inline-data", cfg.MaxInlineData, "max_inline_data: bytes of inline data per WR")
+	fs.Uint32Var(&cfg.UserShare, "user-share", device.DefaultUserShare, "percent of every object limit and of --max-total-mr one user other than root may take (100: no per-user limit)")
 	fs.DurationVar(&cfg.SpinIdle, "spin-idle", 50*time.Microsecond, "how long the engine polls busy send rings before it parks and asks for doorbells (negative: park at once)")
 	mtu := fs.Int("mtu", 4096, "port MTU in bytes (256, 512, 1024, 2048, 4096): max_mtu and active_mtu")
 	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID, or ::ffff:ADDR with --addr)")
@@ -94,7 +96,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	if !*foreground {
 		return spawnDaemon(mnt, args, *logFile)
 	}
-	return serve(mnt, cfg, *debug, *runtimeDir, *readyFD, stderr)
+	return serve(mnt, cfg, fsnode.Options{Debug: *debug, RuntimeDir: *runtimeDir, MaxLease: *maxLease}, *readyFD, stderr)
 }
 
 // spawnDaemon re-executes rdmafs in the foreground, detached in its own
@@ -142,7 +144,7 @@ func spawnDaemon(mnt string, args []string, logFile string) error {
 }
 
 // serve mounts and serves until unmounted or signalled.
-func serve(mnt string, cfg device.Config, debug bool, runtimeDir string, readyFD int, stderr io.Writer) error {
+func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, stderr io.Writer) error {
 	logger := log.New(stderr, "rdmafs: ", log.LstdFlags)
 	var ready *os.File
 	if readyFD >= 0 {
@@ -174,16 +176,17 @@ func serve(mnt string, cfg device.Config, debug bool, runtimeDir string, readyFD
 	}
 	defer dev.Close()
 	id := mountID(mnt)
-	if runtimeDir == "" {
-		runtimeDir = filepath.Join(stateDir, id)
+	if opts.RuntimeDir == "" {
+		opts.RuntimeDir = filepath.Join(stateDir, id)
 	}
-	srv, err := fsnode.Mount(mnt, dev, fsnode.Options{Debug: debug, RuntimeDir: runtimeDir})
+	runtimeDir := opts.RuntimeDir
+	srv, err := fsnode.Mount(mnt, dev, opts)
 	if err != nil {
 		return report(fmt.Errorf("mount %s: %w", mnt, err))
 	}
 	pidFile := filepath.Join(stateDir, id+".pid")
 	if err := os.MkdirAll(stateDir, 0o755); err == nil {
-		os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n%s\n", os.Getpid(), mnt)), 0o644)
+		os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n%s\n%s\n", os.Getpid(), mnt, runtimeDir)), 0o644)
 	}
 	defer os.Remove(pidFile)
 	defer os.RemoveAll(runtimeDir)
@@ -228,25 +231,134 @@ func cmdUmount(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pidFile := filepath.Join(stateDir, mountID(mnt)+".pid")
-	if b, err := os.ReadFile(pidFile); err == nil {
-		pid, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
-		if pid > 0 && syscall.Kill(pid, syscall.SIGTERM) == nil {
-			deadline := time.Now().Add(*timeout)
-			for syscall.Kill(pid, 0) == nil {
-				if time.Now().After(deadline) {
-					syscall.Kill(pid, syscall.SIGKILL)
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			// A killed daemon leaves the mountpoint behind.
-			detach(mnt)
-			return nil
-		}
-		os.Remove(pidFile)
+	id := mountID(mnt)
+	pidFile := filepath.Join(stateDir, id+".pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return detach(mnt)
 	}
+	// pid, mountpoint, runtime directory (older daemons wrote two lines).
+	f := strings.Split(strings.TrimSpace(string(b)), "\n")
+	runtimeDir := filepath.Join(stateDir, id)
+	if len(f) >= 3 && f[2] != "" {
+		runtimeDir = f[2]
+	}
+	// Whatever happens to the daemon, its run-time state goes: a daemon
+	// killed at the timeout cannot remove it itself.
+	defer os.RemoveAll(runtimeDir)
+	defer os.Remove(pidFile)
+	pid, _ := strconv.Atoi(f[0])
+	if pid <= 0 || !isDaemon(pid, mnt, f) {
+		return detach(mnt) // a stale pid file
+	}
+	p, err := openProcess(pid)
+	if err != nil {
+		return detach(mnt)
+	}
+	defer p.close()
+	if p.signal(syscall.SIGTERM) != nil {
+		return detach(mnt)
+	}
+	if !p.wait(*timeout) {
+		p.signal(syscall.SIGKILL)
+		p.wait(5 * time.Second)
+	}
+	// A killed daemon leaves the mountpoint behind.
 	return detach(mnt)
+}
+
+// isDaemon reports whether pid is the rdmafs daemon serving mnt (the pid
+// file says mnt, and the process is a foreground rdmafs mount), so that a
+// stale pid file never signals another process that got the pid.
+func isDaemon(pid int, mnt string, pidFile []string) bool {
+	if len(pidFile) < 2 || pidFile[1] != mnt {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(b), "\x00")
+	return len(args) > 2 && args[1] == "mount" && args[2] == "--foreground"
+}
+
+// process is another process to signal and wait for: a pidfd where the
+// kernel has them (no pid reuse races, and it reports the exit of a
+// process nobody reaps), else the pid and /proc.
+type process struct {
+	pid, fd int // fd -1 without a pidfd
+}
+
+func openProcess(pid int) (*process, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	switch {
+	case err == nil:
+		return &process{pid: pid, fd: fd}, nil
+	case err == unix.ESRCH:
+		return nil, err
+	}
+	return &process{pid: pid, fd: -1}, nil
+}
+
+func (p *process) close() {
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+	}
+}
+
+func (p *process) signal(sig syscall.Signal) error {
+	if p.fd >= 0 {
+		return unix.PidfdSendSignal(p.fd, sig, nil, 0)
+	}
+	return syscall.Kill(p.pid, sig)
+}
+
+// wait reports whether the process ends within timeout. A zombie has
+// ended: its parent (init, or a subreaper that may never reap it) only has
+// not collected it yet, and kill(pid, 0) would still succeed on it.
+func (p *process) wait(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	if p.fd >= 0 {
+		fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+		for {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return false
+			}
+			n, err := unix.Poll(fds, int(left/time.Millisecond)+1)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				break // fall back to /proc
+			}
+			if n > 0 {
+				return true
+			}
+		}
+	}
+	for !exited(p.pid) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// exited reports whether pid is gone or a zombie (/proc/PID/stat state Z
+// or X).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, which ends at the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return true
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // detach unmounts mnt, falling back to a lazy unmount when live mappings

@@ -1,0 +1,262 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Async events, per reader.
+//
+// Every event belongs to the owner of its object (a QP, CQ or SRQ; port
+// events are root's and everyone's). A reader (OpenEvents, one per open of
+// MOUNT/events, as the kernel gives every ibv_context its own async event
+// file) gets its own copy of each event it may see: the events of its
+// owner's objects, every event for root. Nobody's read takes an event from
+// another reader.
+//
+// An event that no reader of its owner was open to receive waits in the
+// owner's pending queue, and the owner's next reader starts with it: so a
+// shell's "cat events" after the fact shows what happened, and a program
+// that opens the file for each ibv_get_async_event (the Go library) loses
+// nothing between two opens. A reader closed with unread events of its
+// owner gives them back to the pending queue when it was its owner's last
+// open reader. Root's readers see every owner's events as they happen but
+// start with root's own pending ones only.
+//
+// Every queue (each reader's, each owner's pending one) holds at most
+// maxQueuedEvents; on overflow the oldest event is dropped and counted
+// (EventDrops), so a reader that never reads costs constant memory.
+
+const maxQueuedEvents = 4096
+
+// eventQueue is the device's event hub.
+type eventQueue struct {
+	mu      sync.Mutex
+	seq     uint64
+	subs    map[*EventReader]struct{}
+	pending map[Owner][]Event // per owner: raised while none of its readers was open
+	dropped uint64
+	closed  bool
+	done    chan struct{} // closed with the device
+}
+
+func (e *eventQueue) init() {
+	e.subs = map[*EventReader]struct{}{}
+	e.pending = map[Owner][]Event{}
+	e.done = make(chan struct{})
+}
+
+// appendLocked appends ev to q, dropping the oldest beyond the bound.
+func (e *eventQueue) appendLocked(q []Event, ev Event) []Event {
+	if len(q) >= maxQueuedEvents {
+		q = q[len(q)-maxQueuedEvents+1:]
+		e.dropped++
+	}
+	return append(q, ev)
+}
+
+func (e *eventQueue) push(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.seq++
+	ev.Seq = e.seq
+	received := false
+	for r := range e.subs {
+		if !r.sees(ev) {
+			continue
+		}
+		r.q = e.appendLocked(r.q, ev)
+		received = received || r.viewer == ev.Owner
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+	if !received {
+		e.pending[ev.Owner] = e.appendLocked(e.pending[ev.Owner], ev)
+	}
+}
+
+func (e *eventQueue) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		e.closed = true
+		close(e.done)
+	}
+}
+
+// eventOwnerLocked is the owner of the object an event names (0 when it
+// is gone or is the port).
+func (d *Device) eventOwnerLocked(kind string, h uint32) Owner {
+	switch kind {
+	case "qp":
+		if q := d.qps[h]; q != nil {
+			return q.Owner
+		}
+	case "cq":
+		if c := d.cqs.get(h); c != nil {
+			return c.Owner
+		}
+	case "srq":
+		if s := d.srqs.get(h); s != nil {
+			return s.Owner
+		}
+	}
+	return 0
+}
+
+// raise queues an async event; Device.mu is held (every caller is in the
+// engine or a verb).
+func (d *Device) raise(t EventType, kind string, h uint32) {
+	d.Counters.AsyncEvents.Add(1)
+	d.events.push(Event{Type: t, Kind: kind, Handle: h, Owner: d.eventOwnerLocked(kind, h)})
+}
+
+// ErrClosed is returned by blocking reads once the device is gone.
+var ErrClosed = &Error{Op: "device", Errno: 19, Err: fmt.Errorf("device is closed")}
+
+// EventReader is one reader of async events (see above).
+type EventReader struct {
+	e      *eventQueue
+	viewer Owner
+	q      []Event       // guarded by e.mu
+	wake   chan struct{} // a push for this reader happened
+	closed bool          // guarded by e.mu
+}
+
+func (r *EventReader) sees(ev Event) bool {
+	return r.viewer == 0 || r.viewer == ev.Owner || ev.Kind == "port"
+}
+
+// OpenEvents starts a reader of the events viewer may see (0: root, all);
+// it starts with the events pending for viewer. Close it.
+func (d *Device) OpenEvents(viewer Owner) *EventReader {
+	e := &d.events
+	r := &EventReader{e: e, viewer: viewer, wake: make(chan struct{}, 1)}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r.q = e.pending[viewer]
+	delete(e.pending, viewer)
+	if !e.closed {
+		e.subs[r] = struct{}{}
+	}
+	return r
+}
+
+// takeLocked removes up to max (0: all) events from r's queue.
+func (r *EventReader) takeLocked(max int) []Event {
+	n := len(r.q)
+	if max > 0 && n > max {
+		n = max
+	}
+	out := slices.Clone(r.q[:n])
+	r.q = r.q[n:]
+	if len(r.q) == 0 {
+		r.q = nil
+	}
+	return out
+}
+
+// Read takes up to max (0: all) queued events, blocking until there is
+// one, ctx ends (its error) or the device closes (ErrClosed).
+func (r *EventReader) Read(ctx context.Context, max int) ([]Event, error) {
+	e := r.e
+	for {
+		e.mu.Lock()
+		if len(r.q) > 0 {
+			out := r.takeLocked(max)
+			e.mu.Unlock()
+			return out, nil
+		}
+		if e.closed || r.closed {
+			e.mu.Unlock()
+			return nil, ErrClosed
+		}
+		e.mu.Unlock()
+		select {
+		case <-r.wake:
+		case <-e.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// TryRead takes up to max (0: all) queued events without blocking.
+func (r *EventReader) TryRead(max int) []Event {
+	r.e.mu.Lock()
+	defer r.e.mu.Unlock()
+	if len(r.q) == 0 {
+		return nil
+	}
+	return r.takeLocked(max)
+}
+
+// Close ends the reader. Its unread events of its own owner go back to the
+// owner's pending queue if no other reader of that owner is open (the
+// others got their own copies).
+func (r *EventReader) Close() {
+	e := r.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.closed = true
+	delete(e.subs, r)
+	select {
+	case r.wake <- struct{}{}: // a Read in progress ends
+	default:
+	}
+	var back []Event
+	for _, ev := range r.q {
+		if ev.Owner == r.viewer {
+			back = append(back, ev)
+		}
+	}
+	r.q = nil
+	if len(back) == 0 {
+		return
+	}
+	for o := range e.subs {
+		if o.viewer == r.viewer {
+			return
+		}
+	}
+	q := append(back, e.pending[r.viewer]...)
+	if n := len(q) - maxQueuedEvents; n > 0 {
+		q = q[n:]
+		e.dropped += uint64(n)
+	}
+	e.pending[r.viewer] = q
+}
+
+// EventDrops is how many events were dropped from a full queue (a reader's
+// or an owner's pending one).
+func (d *Device) EventDrops() uint64 {
+	d.events.mu.Lock()
+	defer d.events.mu.Unlock()
+	return d.events.dropped
+}
+
+// ReadEvents takes every event pending for root, blocking until there is
+// one, ctx ends (its error) or the device closes (ErrClosed).
+func (d *Device) ReadEvents(ctx context.Context) ([]Event, error) {
+	r := d.OpenEvents(0)
+	defer r.Close()
+	return r.Read(ctx, 0)
+}
+
+// PendingEvents is the number of events waiting for root's next reader
+// (for tests).
+func (d *Device) PendingEvents() int {
+	d.events.mu.Lock()
+	defer d.events.mu.Unlock()
+	return len(d.events.pending[0])
+}

@@ -1,0 +1,125 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// take reads what r has now, without blocking.
+func take(r *EventReader) string {
+	var s []string
+	for _, ev := range r.TryRead(0) {
+		s = append(s, ev.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// raiseFor raises comm_est on q as the engine would.
+func raiseFor(d *Device, q *QP) {
+	d.mu.Lock()
+	d.raise(EventCommEst, "qp", q.QPN)
+	d.mu.Unlock()
+}
+
+// Every reader gets its own copy of the events it may see: its owner's,
+// or all of them for root; nobody's read takes another's.
+func TestEventsPerReader(t *testing.T) {
+	e := newEnv(t)
+	d := e.d
+	cq := e.cq(4)
+	mine := e.qp(qpOpts{scq: cq, rcq: cq})
+	theirs := e.qp(qpOpts{scq: cq, rcq: cq})
+	setOwner(d, 7, theirs)
+	r0, r0b, r7 := d.OpenEvents(0), d.OpenEvents(0), d.OpenEvents(7)
+	raiseFor(d, mine)
+	raiseFor(d, theirs)
+	rootEv, theirEv := fmt.Sprintf("event=comm_est qp=%d", mine.QPN), fmt.Sprintf("event=comm_est qp=%d", theirs.QPN)
+	evs, err := r0.Read(context.Background(), 1)
+	if err != nil || len(evs) != 1 || evs[0].String() != rootEv || evs[0].Owner != 0 {
+		t.Fatalf("root's first read (max 1): %v %v", evs, err)
+	}
+	if got := take(r0); got != theirEv {
+		t.Errorf("root's second read: %q, want uid 7's event", got)
+	}
+	if got, want := take(r0b), rootEv+","+theirEv; got != want {
+		t.Errorf("root's other reader: %q, want %q", got, want)
+	}
+	if got := take(r7); got != theirEv {
+		t.Errorf("uid 7's reader: %q, want only its own %q", got, theirEv)
+	}
+	r0.Close()
+	r0b.Close()
+
+	// Raised while no reader of uid 7 is open (r7 still is; close it):
+	// pending for uid 7's next reader, once.
+	r7.Close()
+	raiseFor(d, theirs)
+	if n := d.PendingEvents(); n != 0 {
+		t.Errorf("root has %d pending events of another uid", n)
+	}
+	r7 = d.OpenEvents(7)
+	if got := take(r7); got != theirEv {
+		t.Errorf("uid 7's next reader starts with %q, want %q", got, theirEv)
+	}
+	again := d.OpenEvents(7)
+	if got := take(again); got != "" {
+		t.Errorf("a second reader of uid 7 gets %q again", got)
+	}
+	again.Close()
+	// Unread events go back to the owner when its last reader closes, not
+	// while another is open (that one has its copy).
+	r7b := d.OpenEvents(7)
+	raiseFor(d, theirs)
+	r7.Close()
+	if got := take(r7b); got != theirEv {
+		t.Errorf("the open reader: %q", got)
+	}
+	raiseFor(d, theirs)
+	r7b.Close()
+	r7 = d.OpenEvents(7)
+	if got := take(r7); got != theirEv {
+		t.Errorf("after the last reader closed unread: %q, want %q", got, theirEv)
+	}
+	r7.Close()
+	// A blocked Read ends with the device.
+	r := d.OpenEvents(9)
+	done := make(chan error, 1)
+	go func() { _, err := r.Read(context.Background(), 0); done <- err }()
+	time.Sleep(10 * time.Millisecond)
+	d.Close()
+	select {
+	case err := <-done:
+		if err != ErrClosed {
+			t.Errorf("read at close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a blocked Read did not end with the device")
+	}
+}
+
+// A reader that does not read keeps the newest maxQueuedEvents; the rest
+// are dropped and counted, and so is an owner's pending queue.
+func TestEventsBounded(t *testing.T) {
+	e := newEnv(t)
+	d := e.d
+	r := d.OpenEvents(0)
+	defer r.Close()
+	const n = maxQueuedEvents + 904
+	for i := range n {
+		d.events.push(Event{Type: EventSRQLimitReached, Kind: "srq", Handle: uint32(i), Owner: 5})
+	}
+	evs := r.TryRead(0)
+	if len(evs) != maxQueuedEvents || evs[0].Handle != 904 || evs[len(evs)-1].Handle != n-1 {
+		t.Fatalf("reader holds %d events, first %v", len(evs), evs[0])
+	}
+	// uid 5 had no reader: its pending queue is bounded the same way.
+	if got := d.EventDrops(); got != 2*904 {
+		t.Errorf("drops %d, want %d", got, 2*904)
+	}
+	if p := d.OpenEvents(5).TryRead(0); len(p) != maxQueuedEvents || p[0].Handle != 904 {
+		t.Errorf("uid 5's pending: %d events", len(p))
+	}
+}
