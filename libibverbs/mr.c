@@ -90,8 +90,18 @@ static void put_prot(const struct vma *v, int n)
 			mprotect((void *)v[i].start, v[i].end - v[i].start, v[i].prot);
 }
 
-/* Re-back [base, base+len): ctx->lock held. */
-static struct rf_extent *extent_new(struct rf_context *ctx, uintptr_t base, size_t len, int *err)
+static bool inside_any(struct rf_extent **xs, int nx, uintptr_t s, uintptr_t e)
+{
+	for (int i = 0; i < nx; i++)
+		if (s >= xs[i]->base && e <= xs[i]->base + xs[i]->len)
+			return true;
+	return false;
+}
+
+/* Re-back [base, base+len), which may cover the nold extents old (already
+ * ours, shared mappings that are fine to replace): ctx->lock held. */
+static struct rf_extent *extent_new(struct rf_context *ctx, uintptr_t base, size_t len, struct rf_extent **old,
+				    int nold, int *err)
 {
 	struct vma v[64];
 	int n;
@@ -103,7 +113,7 @@ static struct rf_extent *extent_new(struct rf_context *ctx, uintptr_t base, size
 	if ((*err = vmas_of(base, base + len, v, 64, &n)))
 		return NULL;
 	for (int i = 0; i < n; i++)
-		if (v[i].shared) {
+		if (v[i].shared && !inside_any(old, nold, v[i].start, v[i].end)) {
 			rf_log("reg_mr: %#lx-%#lx is a shared mapping; it cannot be re-backed", v[i].start, v[i].end);
 			*err = EOPNOTSUPP;
 			return NULL;
@@ -165,18 +175,22 @@ fail:
 	return NULL;
 }
 
+static void unlist(struct rf_context *ctx, struct rf_extent *x)
+{
+	for (struct rf_extent **pp = &ctx->extents; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			return;
+		}
+}
+
 /* Put private memory with the current bytes back: ctx->lock held. */
 static void extent_free(struct rf_context *ctx, struct rf_extent *x)
 {
-	struct rf_extent **pp;
 	struct vma v[64];
 	int n = 0;
 
-	for (pp = &ctx->extents; *pp; pp = &(*pp)->next)
-		if (*pp == x) {
-			*pp = x->next;
-			break;
-		}
+	unlist(ctx, x);
 	if (x->rebacked && vmas_of(x->base, x->base + x->len, v, 64, &n) == 0) {
 		void *tmp = mmap(NULL, x->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (tmp != MAP_FAILED) {
@@ -196,26 +210,77 @@ static void extent_free(struct rf_context *ctx, struct rf_extent *x)
 	free(x);
 }
 
+/* The extent for [base, base+len): one that holds the range, or a new one.
+ * A range that overlaps registered extents without lying in one of them
+ * (malloc'd buffers share pages) gets one new extent over the union; the
+ * MRs of the old extents are moved onto it with a rereg, which keeps their
+ * keys, and the old backings go. ctx->lock held. */
 static struct rf_extent *extent_get(struct rf_context *ctx, uintptr_t base, size_t len, int *err)
 {
+	struct rf_extent *old[32];
+	int nold = 0;
+	uintptr_t lo = base, hi = base + len;
+
 	for (struct rf_extent *x = ctx->extents; x; x = x->next) {
 		if (base >= x->base && base + len <= x->base + x->len) {
 			x->refs++;
 			return x;
 		}
 		if (base < x->base + x->len && x->base < base + len) {
-			/* A range that overlaps a re-backed one without lying inside
-			 * it would need two backings for one MR. */
-			rf_log("reg_mr: %#lx+%zu overlaps the registered %#lx+%zu without lying inside it",
-			       (unsigned long)base, len, (unsigned long)x->base, x->len);
-			*err = EINVAL;
-			return NULL;
+			if (nold == 32) {
+				*err = ENOMEM;
+				return NULL;
+			}
+			old[nold++] = x;
+			lo = x->base < lo ? x->base : lo;
+			hi = x->base + x->len > hi ? x->base + x->len : hi;
 		}
 	}
-	struct rf_extent *x = extent_new(ctx, base, len, err);
-	if (x)
-		x->refs = 1;
-	return x;
+	struct rf_extent *nx = extent_new(ctx, lo, hi - lo, old, nold, err);
+	if (!nx)
+		return NULL;
+	nx->refs = 1;
+	for (int i = 0; i < nold; i++) {
+		struct rf_extent *x = old[i];
+		while (x->mrs) {
+			struct rf_mr *m = x->mrs;
+			char path[64], cmd[160];
+			x->mrs = m->ext_next;
+			snprintf(path, sizeof(path), "mr/%u/ctl", m->handle);
+			snprintf(cmd, sizeof(cmd), "rereg share=%u offset=%lu length=%zu iova=%llu", nx->mr,
+				 (unsigned long)((uintptr_t)m->mr.addr - nx->base), m->mr.length,
+				 (unsigned long long)m->iova);
+			if (rf_command(ctx, path, cmd))
+				rf_log("reg_mr: moving mr %u onto the merged range: %s", m->handle, strerror(errno));
+			m->ext = nx;
+			m->ext_next = nx->mrs;
+			nx->mrs = m;
+		}
+		nx->refs += x->refs;
+		nx->dontfork |= x->dontfork;
+		unlist(ctx, x);
+		rf_destroy(ctx, "mr", x->mr);
+		free(x);
+	}
+	return nx;
+}
+
+static void ext_link(struct rf_extent *x, struct rf_mr *m)
+{
+	m->ext = x;
+	m->ext_next = x->mrs;
+	x->mrs = m;
+}
+
+static void ext_unlink(struct rf_mr *m)
+{
+	if (!m->ext)
+		return;
+	for (struct rf_mr **pp = &m->ext->mrs; *pp; pp = &(*pp)->ext_next)
+		if (*pp == m) {
+			*pp = m->ext_next;
+			break;
+		}
 }
 
 static void extent_put(struct rf_context *ctx, struct rf_extent *x)
@@ -257,23 +322,18 @@ static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void 
 	base = a & ~(uintptr_t)(ps - 1);
 	end = (a + length + ps - 1) & ~(uintptr_t)(ps - 1);
 
+	/* The lock is held throughout: a merge of extents (extent_get) moves
+	 * every MR listed on the extents it replaces. */
 	pthread_mutex_lock(&ctx->lock);
-	m->ext = extent_get(ctx, base, end - base, &err);
-	if (!m->ext) {
-		pthread_mutex_unlock(&ctx->lock);
-		return err;
-	}
+	struct rf_extent *x = extent_get(ctx, base, end - base, &err);
+	if (!x)
+		goto out;
 	snprintf(req, sizeof(req), "pd=%u length=%zu iova=%llu access=%u share=%u offset=%lu", to_rpd(pd)->handle,
-		 length, (unsigned long long)iova, access & RF_MR_ACCESS, m->ext->mr,
-		 (unsigned long)(a - m->ext->base));
-	err = rf_transact(ctx, "mr", req, &m->handle);
-	if (err) {
-		extent_put(ctx, m->ext);
-		pthread_mutex_unlock(&ctx->lock);
-		return err;
+		 length, (unsigned long long)iova, access & RF_MR_ACCESS, x->mr, (unsigned long)(a - x->base));
+	if ((err = rf_transact(ctx, "mr", req, &m->handle))) {
+		extent_put(ctx, x);
+		goto out;
 	}
-	pthread_mutex_unlock(&ctx->lock);
-
 	char path[64], text[512];
 	snprintf(path, sizeof(path), "mr/%u/attr", m->handle);
 	if ((err = rf_read_file(ctx, path, text, sizeof(text))) == 0) {
@@ -282,17 +342,20 @@ static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void 
 	}
 	if (err || !m->mr.lkey) {
 		rf_destroy(ctx, "mr", m->handle);
-		pthread_mutex_lock(&ctx->lock);
-		extent_put(ctx, m->ext);
-		pthread_mutex_unlock(&ctx->lock);
-		return err ? err : EIO;
+		extent_put(ctx, x);
+		err = err ? err : EIO;
+		goto out;
 	}
 	m->mr.context = pd->context;
 	m->mr.pd = pd;
 	m->mr.addr = addr;
 	m->mr.length = length;
 	m->mr.handle = m->handle;
-	return 0;
+	m->iova = iova;
+	ext_link(x, m);
+out:
+	pthread_mutex_unlock(&ctx->lock);
+	return err;
 }
 
 static struct ibv_mr *reg_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
@@ -340,15 +403,17 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t leng
 
 static int unreg(struct rf_context *ctx, struct rf_mr *m)
 {
-	int err = rf_destroy(ctx, "mr", m->handle);
+	int err;
 
-	if (err)
-		return err;
 	pthread_mutex_lock(&ctx->lock);
-	extent_put(ctx, m->ext);
+	err = rf_destroy(ctx, "mr", m->handle);
+	if (!err) {
+		ext_unlink(m);
+		extent_put(ctx, m->ext);
+		m->ext = NULL;
+	}
 	pthread_mutex_unlock(&ctx->lock);
-	m->ext = NULL;
-	return 0;
+	return err;
 }
 
 int ibv_dereg_mr(struct ibv_mr *mr)
@@ -384,6 +449,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 		errno = check_access(access);
 		return IBV_REREG_MR_ERR_INPUT;
 	}
+	pthread_mutex_lock(&ctx->lock);
 	n = snprintf(cmd, sizeof(cmd), "rereg");
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		n += snprintf(cmd + n, sizeof(cmd) - n, " pd=%u", to_rpd(pd)->handle);
@@ -394,10 +460,9 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 		uintptr_t a = (uintptr_t)addr;
 		uintptr_t base = a & ~(uintptr_t)(ps - 1);
 		uintptr_t end = (a + length + ps - 1) & ~(uintptr_t)(ps - 1);
-		pthread_mutex_lock(&ctx->lock);
 		ext = extent_get(ctx, base, end - base, &err);
-		pthread_mutex_unlock(&ctx->lock);
 		if (!ext) {
+			pthread_mutex_unlock(&ctx->lock);
 			errno = err;
 			return IBV_REREG_MR_ERR_CMD;
 		}
@@ -406,24 +471,24 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	}
 	snprintf(path, sizeof(path), "mr/%u/ctl", m->handle);
 	if ((err = rf_command(ctx, path, cmd))) {
-		if (ext) {
-			pthread_mutex_lock(&ctx->lock);
+		if (ext)
 			extent_put(ctx, ext);
-			pthread_mutex_unlock(&ctx->lock);
-		}
+		pthread_mutex_unlock(&ctx->lock);
 		errno = err;
 		return IBV_REREG_MR_ERR_CMD;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		mr->pd = pd;
 	if (ext) {
-		pthread_mutex_lock(&ctx->lock);
+		/* m->ext is read only now: a merge in extent_get may have moved m */
+		ext_unlink(m);
 		extent_put(ctx, m->ext);
-		pthread_mutex_unlock(&ctx->lock);
-		m->ext = ext;
+		ext_link(ext, m);
 		mr->addr = addr;
 		mr->length = length;
+		m->iova = (uintptr_t)addr;
 	}
+	pthread_mutex_unlock(&ctx->lock);
 	return 0;
 }
 

@@ -109,6 +109,7 @@ struct rf_extent {
 	uint32_t mr; /* the backing MR's handle */
 	uint32_t pd;
 	int refs;
+	struct rf_mr *mrs; /* the MRs registered on it */
 	bool rebacked; /* false: memory that was already shared (not replaced) */
 	int prot;
 	bool dontfork;
@@ -117,7 +118,9 @@ struct rf_extent {
 struct rf_mr {
 	struct ibv_mr mr;
 	uint32_t handle;
+	uint64_t iova;
 	struct rf_extent *ext;
+	struct rf_mr *ext_next; /* on ext->mrs */
 };
 
 struct rf_mw {
