@@ -262,3 +262,33 @@ func tail(s string) string {
 	}
 	return strings.Join(ls, "\n")
 }
+
+// TestRdmafsExec: rdmafs exec, built from this tree with no configuration,
+// finds the library in libibverbs/build and runs a program on it.
+func TestRdmafsExec(t *testing.T) {
+	dir := built(t)
+	gobin := tool(t, "go", "Go")
+	prog := tool(t, "ibv_devices", "ibverbs-utils")
+	bin := filepath.Join(t.TempDir(), "rdmafs")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "rdmafs/cmd/rdmafs").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "RDMAFS_LIBDIR=") && !strings.HasPrefix(e, "LD_LIBRARY_PATH=") {
+			env = append(env, e)
+		}
+	}
+	cmd := exec.Command(bin, "libdir")
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != dir {
+		t.Fatalf("rdmafs libdir: %q, %v; want %s", out, err, dir)
+	}
+	cmd = exec.Command(bin, "exec", "--", prog)
+	cmd.Env = append(env, "LD_DEBUG=files")
+	out, _ = cmd.CombinedOutput()
+	if want := "calling init: " + filepath.Join(dir, "libibverbs.so.1"); !strings.Contains(string(out), want) {
+		t.Errorf("rdmafs exec -- ibv_devices did not load %s:\n%s", dir, tail(string(out)))
+	}
+}
