@@ -20,7 +20,10 @@
 // exports.txt, the export set of Debian's rdma-core 44.0 for machines
 // without the library (a test keeps it equal to the installed one).
 //
-// How each stub fails is decided from its prototype and the exceptions in
+// An export counts as implemented when an implementation object defines
+// its name (for the default version) or binds NAME@VERSION itself with
+// .symver (nm shows the versioned name); everything else is stubbed. How
+// each stub fails is decided from its prototype and the exceptions in
 // conventions.go.
 package main
 
