@@ -29,14 +29,15 @@
 
 #include "ring.h"
 
-#define RF_EXPORT __attribute__((visibility("default")))
-
 #define rf_container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* One rdmafs mount is one ibv_device. */
 struct rf_device {
 	struct ibv_device dev;
+	/* rdma-core's verbs_device keeps its ops pointer right after
+	 * ibv_device, and libmlx5/libefa helpers read it: NULL here. */
+	void *ops;
 	char mount[PATH_MAX];
 	int index;
 	uint64_t guid; /* node_guid, network order as ibv_get_device_guid */

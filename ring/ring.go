@@ -8,6 +8,8 @@ import (
 	"math/bits"
 )
 
+//go:generate go run gen_cheader.go -o ../libibverbs/rdmafs-abi.h
+
 // Header layout. The offsets are the ABI; see the package doc.
 const (
 	HeaderSize = 256 // bytes before slot 0; also the value of data_offset

@@ -1,6 +1,6 @@
 # Shared helpers for the rdmafs shell scripts. Source it; it sets -eu, finds
-# (or builds) the rdmafs binary, mounts a device in a temp dir and unmounts it
-# on exit.
+# (or builds) the rdmafs binary and its libibverbs.so.1 (RDMAFS_LIBDIR),
+# mounts a device in a temp dir and unmounts it on exit.
 
 set -euo pipefail
 
@@ -30,6 +30,17 @@ cleanup() {
 	exit $rc
 }
 trap cleanup EXIT
+
+# rdmafs's libibverbs.so.1, for `rdmafs exec` (and anything run with it):
+# built here unless RDMAFS_LIBDIR already names one.
+if [[ -z "${RDMAFS_LIBDIR:-}" ]]; then
+	if ! make_out=$(make -s -C "$repo/libibverbs" 2>&1); then
+		echo "$make_out" >&2
+		echo "FAIL: make -C $repo/libibverbs" >&2
+		exit 1
+	fi
+	export RDMAFS_LIBDIR=$repo/libibverbs/build
+fi
 
 # pp prints a command, then runs it: the script is its own transcript.
 pp() {

@@ -10,6 +10,14 @@ bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [[ -n "$bad" ]]; then
 	echo "gofmt would change:"; echo "$bad"; exit 1
 fi
+# The C library first: the Go tests that run programs on it use this build
+# (libibverbs/libtest, the scripts). check-asan builds it again with ASan
+# and UBSan into libibverbs/build-asan and runs the C tests against that.
+echo "== libibverbs: make, make check, make check-asan"
+make -C libibverbs
+make -C libibverbs check
+make -C libibverbs check-asan
+export RDMAFS_LIBDIR=$PWD/libibverbs/build
 echo "== go vet"
 go vet ./...
 echo "== go test -race"

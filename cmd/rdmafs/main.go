@@ -1,5 +1,6 @@
 // Command rdmafs mounts a virtual RDMA device as a FUSE filesystem and
-// drives it: mount, umount, and new (a transaction on a */new file).
+// drives it: mount, umount, new (a transaction on a */new file), bench, and
+// exec (a libibverbs program on rdmafs's libibverbs.so.1).
 package main
 
 import (
@@ -23,6 +24,11 @@ Usage:
                                     and print its name
   rdmafs bench [flags] MOUNTPOINT   perftest-style loopback benchmark (--op, --mode bw|lat);
                                     --peer MOUNT2: between two devices over RoCEv2
+  rdmafs exec [--mount M] -- PROGRAM [ARGS...]
+                                    run an unmodified libibverbs program (ibv_*, ib_*_bw,
+                                    pyverbs) on rdmafs's libibverbs.so.1; --mount M: only
+                                    that device
+  rdmafs libdir                     print the directory of that libibverbs.so.1
   rdmafs help [COMMAND]             this text, or a command's flags
 
 Every verb is a file: see MOUNTPOINT/README once mounted, or README.md.
@@ -49,6 +55,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdNew(args[1:], stdout)
 	case "bench":
 		err = cmdBench(args[1:], stdout, stderr)
+	case "exec":
+		err = cmdExec(args[1:], stderr)
+	case "libdir":
+		err = cmdLibdir(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		if len(args) > 1 {
 			return run([]string{args[1], "--help"}, stdout, stderr)
@@ -66,6 +76,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &ue) {
 		fmt.Fprintf(stderr, "rdmafs %s: %v\n", args[0], err)
 		return 2
+	}
+	var ec exitCode
+	if errors.As(err, &ec) {
+		fmt.Fprintf(stderr, "rdmafs %s: %v\n", args[0], err)
+		return ec.code
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rdmafs %s: %v\n", args[0], err)

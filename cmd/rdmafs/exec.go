@@ -1,0 +1,203 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// libName is the library exec puts first on the loader's path.
+const libName = "libibverbs.so.1"
+
+// sourceRoot is the source tree the binary was built from, for the third
+// place libdir looks. Builds may set it (go build -ldflags "-X
+// main.sourceRoot=DIR"); otherwise it is the tree this file was compiled
+// in, known from its own path unless the build used -trimpath.
+var sourceRoot string
+
+const libdirRule = `The library is looked for, in this order, in:
+  1. $RDMAFS_LIBDIR, if set (then it must be there);
+  2. lib/ next to the rdmafs executable, then ../lib/rdmafs/ (where
+     make -C libibverbs install PREFIX=P puts it for P/bin/rdmafs);
+  3. libibverbs/build/ of the source tree rdmafs was built from, if that
+     tree still exists (make -C libibverbs builds it there).
+`
+
+const execHelp = `Usage: rdmafs exec [--mount MOUNTPOINT] -- PROGRAM [ARGS...]
+
+Run an unmodified libibverbs program (ibv_devinfo, ibv_rc_pingpong,
+ib_write_bw, python3 with pyverbs, ...) on rdmafs: PROGRAM is exec'd in
+place of rdmafs with LD_LIBRARY_PATH=LIBDIR[:$LD_LIBRARY_PATH], so it loads
+rdmafs's libibverbs.so.1 instead of rdma-core's, and its signals and exit
+status are its own. The library finds the machine's rdmafs mounts itself;
+--mount sets RDMAFS_DEVICE_MOUNT so that it shows only that device.
+
+` + libdirRule + `
+Flags:
+`
+
+const libdirHelp = `Usage: rdmafs libdir
+
+Print the directory holding rdmafs's libibverbs.so.1, the one rdmafs exec
+puts on LD_LIBRARY_PATH.
+
+` + libdirRule
+
+// defaultSourceRoot is the module root this file was compiled in, or ""
+// when the build recorded no absolute path (-trimpath) or the tree is
+// gone.
+func defaultSourceRoot() string {
+	if sourceRoot != "" {
+		return sourceRoot
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if !ok || !filepath.IsAbs(file) {
+		return ""
+	}
+	root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // cmd/rdmafs/exec.go
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		return ""
+	}
+	return root
+}
+
+// findLibDir applies libdirRule. env is the environment lookup, exe the
+// rdmafs executable and root the source tree ("" for none).
+func findLibDir(env func(string) (string, bool), exe, root string) (string, error) {
+	has := func(dir string) bool {
+		fi, err := os.Stat(filepath.Join(dir, libName))
+		return err == nil && fi.Mode().IsRegular()
+	}
+	if dir, ok := env("RDMAFS_LIBDIR"); ok && dir != "" {
+		if !has(dir) {
+			return "", fmt.Errorf("RDMAFS_LIBDIR=%s has no %s", dir, libName)
+		}
+		return filepath.Abs(dir)
+	}
+	var looked []string
+	if exe != "" {
+		bin := filepath.Dir(exe)
+		looked = append(looked, filepath.Join(bin, "lib"), filepath.Join(filepath.Dir(bin), "lib", "rdmafs"))
+	}
+	if root != "" {
+		looked = append(looked, filepath.Join(root, "libibverbs", "build"))
+	}
+	for _, dir := range looked {
+		if has(dir) {
+			return dir, nil
+		}
+	}
+	how := "make -C libibverbs"
+	if root != "" {
+		how = "make -C " + filepath.Join(root, "libibverbs")
+	}
+	return "", fmt.Errorf("no %s found (RDMAFS_LIBDIR is unset; looked in %s): build it with `%s` in the rdmafs source tree, or set RDMAFS_LIBDIR",
+		libName, strings.Join(looked, ", "), how)
+}
+
+// libDir is findLibDir for this process.
+func libDir() (string, error) {
+	exe, err := os.Executable()
+	if err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+	} else {
+		exe = ""
+	}
+	return findLibDir(os.LookupEnv, exe, defaultSourceRoot())
+}
+
+func cmdLibdir(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("libdir", "libdir", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, libdirHelp) }
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return usageError{errors.New("takes no arguments")}
+	}
+	dir, err := libDir()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, dir)
+	return nil
+}
+
+// exitCode makes run exit with a given status: 127 for a program that is
+// not there, 126 for one that cannot be run, as env(1) and shells do.
+type exitCode struct {
+	code int
+	err  error
+}
+
+func (e exitCode) Error() string { return e.err.Error() }
+
+func cmdExec(args []string, stderr io.Writer) error {
+	fs := newFlags("exec", "exec [--mount MOUNTPOINT] -- PROGRAM [ARGS...]", stderr)
+	fs.SetInterspersed(false) // everything from PROGRAM on is the program's
+	mount := fs.String("mount", "", "show the program only this rdmafs mount's device (sets RDMAFS_DEVICE_MOUNT)")
+	fs.Usage = func() { fmt.Fprintf(stderr, "%s%s", execHelp, fs.FlagUsages()) }
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return usageError{errors.New("need a PROGRAM")}
+	}
+	dir, err := libDir()
+	if err != nil {
+		return err
+	}
+	env := os.Environ()
+	if *mount != "" {
+		m, err := filepath.Abs(*mount)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(filepath.Join(m, "device")); err != nil {
+			return fmt.Errorf("--mount %s: not an rdmafs mount (%v)", *mount, err)
+		}
+		env = setEnv(env, "RDMAFS_DEVICE_MOUNT", m)
+	}
+	env = setEnv(env, "LD_LIBRARY_PATH", prependPath(dir, os.Getenv("LD_LIBRARY_PATH")))
+
+	argv := fs.Args()
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return exitCode{127, err}
+	}
+	err = unix.Exec(path, argv, env)
+	return exitCode{126, fmt.Errorf("%s: %w", path, err)}
+}
+
+// prependPath puts dir first on a colon-separated path, once.
+func prependPath(dir, old string) string {
+	if old == "" {
+		return dir
+	}
+	if first, _, _ := strings.Cut(old, ":"); first == dir {
+		return old
+	}
+	return dir + ":" + old
+}
+
+// setEnv sets k=v in env, replacing every earlier k.
+func setEnv(env []string, k, v string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, k+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, k+"="+v)
+}
