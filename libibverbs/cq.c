@@ -154,6 +154,29 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	return cq ? ibv_cq_ex_to_cq(&cq->cq) : NULL;
 }
 
+/* Work posted before a resize is work the program has seen go: let the
+ * engine take what the context's QPs posted to send queues that complete
+ * into this CQ (at most 100 ms), so that the daemon's count of waiting
+ * completions, which a shrink is checked against, includes theirs. */
+static void settle_senders(struct rf_context *ctx, struct ibv_cq *icq)
+{
+	for (int tries = 0; tries < 2000; tries++) {
+		bool busy = false;
+		pthread_mutex_lock(&ctx->lock);
+		for (struct rf_obj *o = ctx->objs; o && !busy; o = o->next) {
+			if (o->kind != RF_QP)
+				continue;
+			struct rf_qp *q = o->ptr;
+			if (q->qpx.qp_base.send_cq == icq && rf_load_acq(q->sq.cons) != rf_load_acq(q->sq.prod))
+				busy = true;
+		}
+		pthread_mutex_unlock(&ctx->lock);
+		if (!busy)
+			return;
+		usleep(50);
+	}
+}
+
 int ibv_resize_cq(struct ibv_cq *icq, int cqe)
 {
 	struct rf_cq *cq = to_rcq(icq);
@@ -165,6 +188,7 @@ int ibv_resize_cq(struct ibv_cq *icq, int cqe)
 		return EINVAL;
 	snprintf(path, sizeof(path), "cq/%u/ctl", cq->handle);
 	snprintf(cmd, sizeof(cmd), "resize cqe=%d", cqe);
+	settle_senders(ctx, icq);
 	pthread_spin_lock(&cq->lock);
 	if ((err = rf_command(ctx, path, cmd))) {
 		pthread_spin_unlock(&cq->lock);

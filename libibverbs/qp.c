@@ -126,7 +126,10 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (!init->send_cq || !init->recv_cq || init->pd->context != context) {
+	/* Objects of another context are not this one's to use (their
+	 * handles belong to its lease), as a kernel uverbs file refuses. */
+	if (!init->send_cq || !init->recv_cq || init->pd->context != context || init->send_cq->context != context ||
+	    init->recv_cq->context != context || (init->srq && init->srq->context != context)) {
 		errno = EINVAL;
 		return NULL;
 	}

@@ -45,6 +45,11 @@ def parse(path, out, why):
         if m:
             cur = m.group(1)
         r = RES.search(line)
+        if not r and cur and line.strip() in ('ok', 'FAIL', 'ERROR'):
+            # a test that printed to stdout: its result ends a later line
+            out[cur] = line.strip()
+            cur = None
+            continue
         if r and cur:
             reason = (r.group(2) or '').strip().strip('\'"')
             out[cur] = r.group(1).split()[0]

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# rdma-core-suite.sh: rdma-core's own pyverbs test suite (Debian ships it
+# with rdma-core 44.0) on rdmafs through the drop-in libibverbs, file by
+# file under a timeout, on a RoCE mount (--addr, the link layer rxe has) and
+# on a local InfiniBand-style mount. Prints the table of TESTING.md and
+# fails on any failure or error, or on any test that passes on the kernel's
+# Soft-RoCE (the qemu harness's run, libibverbs/testdata) and not here,
+# unless libibverbs/testdata/suite-known.txt gives the reason.
+#
+#   scripts/rdma-core-suite.sh [TABLE_OUT]
+source "$(dirname "$0")/lib.sh"
+
+tests=/usr/share/doc/rdma-core/tests
+[[ -f $tests/run_tests.py ]] || die "rdma-core's test suite is missing: apt-get install rdma-core python3-pyverbs"
+py=/usr/bin/python3 # the pyenv python of these machines does not see python3-pyverbs
+cp -r "$tests" "$work/tests"
+gunzip -f "$work"/tests/*.gz
+
+ADDR=${ADDR:-127.0.79.1}
+MR=$work/mnt-roce
+mkdir -p "$MR"
+pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
+pp "$RDMAFS" mount --log "$work/daemon-roce.log" --addr "$ADDR" "$MR"
+trap '"$RDMAFS" umount "$MR" 2>/dev/null || true; cleanup' EXIT
+
+# run MOUNT LOG: every test file, each in its own python under a timeout (a
+# lost completion costs the suite's 10 s poll timeout; a hang costs 120 s).
+run() {
+	local mnt=$1 log=$2
+	: >"$log"
+	for f in "$work"/tests/test_*.py; do
+		local mod
+		mod=$(basename "$f" .py)
+		echo "== $mod" >>"$log"
+		local t0=$SECONDS rc=0
+		(cd "$work/tests" && "$RDMAFS" exec --mount "$mnt" -- timeout 120 "$py" run_tests.py --dev rdmafs0 --gid 0 -v "tests.$mod") >>"$log" 2>&1 || rc=$?
+		echo "== $mod rc=$rc in $((SECONDS - t0)) s" >>"$log"
+		((rc == 124)) && echo "$mod timed out" >&2
+	done
+	return 0
+}
+
+echo "== RoCE mount ($ADDR)"
+run "$MR" "$work/roce.log"
+out=${1:-$work/table.md}
+rc=0
+"$py" "$here/suite-table.py" "$repo/libibverbs/testdata/rxe-suite-outcomes.txt" "$work/roce.log" \
+	--known "$repo/libibverbs/testdata/suite-known.txt" | tee "$out" || rc=1
+
+echo
+echo "== local mount (InfiniBand link layer)"
+run "$M" "$work/ib.log"
+# On an InfiniBand port the RoCE-only AH test skips by design; nothing may
+# fail or error.
+if grep -E '\.\.\. (FAIL|ERROR)' "$work/ib.log"; then
+	rc=1
+fi
+grep -hE '^(Ran|OK|FAILED)' "$work/ib.log" | sort | uniq -c | sort -rn | head -5
+if ((rc != 0)); then
+	echo "--- failures (RoCE mount)"
+	grep -B2 -A20 -E '^(FAIL|ERROR):' "$work/roce.log" | head -150
+	die "rdma-core's suite: see above"
+fi
+echo "rdma-core-suite: no failure, no error, every test rxe passes passes"
