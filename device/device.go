@@ -551,6 +551,9 @@ type Counters struct {
 	WireSendErrors   atomic.Uint64
 	WireRecvErrors   atomic.Uint64
 	CaptureDrops     atomic.Uint64
+	// ForeignPacketsDropped counts packets for a connected QP that came
+	// from a QP other than its peer (also counted in DroppedPackets).
+	ForeignPacketsDropped atomic.Uint64
 }
 
 // Counter is one named value.
@@ -595,6 +598,7 @@ func (c *Counters) List() []Counter {
 		{"wire_send_errors", c.WireSendErrors.Load()},
 		{"wire_recv_errors", c.WireRecvErrors.Load()},
 		{"capture_drops", c.CaptureDrops.Load()},
+		{"foreign_packets_dropped", c.ForeignPacketsDropped.Load()},
 	}
 }
 

@@ -238,6 +238,7 @@ func (l routeLink) xmitLocked(p *packet) {
 		if d.capture.on.Load() {
 			d.captureLocked(p)
 		}
+		p.local = true
 		d.receiveLocked(p)
 		return
 	}
