@@ -6,8 +6,9 @@
 //
 //   - device.go: Config (the limits ibv_query_device reports), the Device,
 //     counters and the async event queue.
-//   - objects.go, mem.go: PD, MR (memory is a memfd a client can map), MW, AH,
-//     the key table and the checks of lkeys and rkeys.
+//   - objects.go, mem.go, keys.go: PD, MR (memory is a memfd a client can
+//     map), MW, AH, the key table (unguessable keys) and the checks of
+//     lkeys and rkeys.
 //   - cq.go, srq.go: completion queues (a ring the engine produces into) and
 //     shared receive queues.
 //   - qp.go: create, modify (validate everything, then apply), query, reset,
@@ -175,8 +176,9 @@ func (c *Config) fill() error {
 		return fmt.Errorf("max_inline_data %d > 65535", c.MaxInlineData)
 	case c.MaxQP > 1<<24-qpnStart:
 		return fmt.Errorf("max_qp %d exceeds the 24-bit QPN space", c.MaxQP)
-	case c.MaxMR+c.MaxMW >= 1<<24:
-		return fmt.Errorf("max_mr+max_mw %d exceeds the 24-bit key index space", c.MaxMR+c.MaxMW)
+	case c.MaxMR+c.MaxMW >= 1<<20:
+		// Tags are drawn from 2^24 (keys.go); the table stays sparse.
+		return fmt.Errorf("max_mr+max_mw %d exceeds 2^20 (the 24-bit key tag space must stay sparse)", c.MaxMR+c.MaxMW)
 	}
 	if c.NodeGUID == 0 {
 		var b [8]byte
@@ -247,9 +249,8 @@ type objects struct {
 	cqs  table[CQ]
 	srqs table[SRQ]
 	qps  map[uint32]*QP // by QPN, of every device sharing the objects
-	// keys maps a key's index (key >> 8) to its MR or MW.
-	keys     []keyEntry
-	freeKeys []uint32
+	// keys maps a key's tag (key >> 8) to its MR or MW (keys.go).
+	keys     keyTable
 	nextQPN  uint32
 	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
 	events   eventQueue
@@ -276,8 +277,8 @@ func newDevice(cfg Config, objs *objects) (*Device, error) {
 		objs = &objects{
 			qps:     map[uint32]*QP{},
 			nextQPN: qpnStart,
-			keys:    make([]keyEntry, 1), // index 0 is never a key
 		}
+		objs.keys.init()
 		objs.pds.init()
 		objs.mrs.init()
 		objs.mws.init()

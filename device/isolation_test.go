@@ -173,3 +173,107 @@ func TestForeignQPCannotAnswerForPeer(t *testing.T) {
 	}
 	e.healthy(a, b)
 }
+
+// Keys are capabilities: nothing a user sees predicts another object's
+// key. Consecutive registrations give keys with no fixed stride (in the
+// whole key or in its tag), the tag is not the handle, and two devices
+// doing the same registrations hand out different keys.
+func TestKeysUnpredictable(t *testing.T) {
+	const n = 64
+	keysOf := func(e *env) (mrs, mws []uint32, handles []uint32) {
+		for i := 0; i < n; i++ {
+			mr := e.mr(4096, rwAccess)
+			mrs = append(mrs, mr.LKey)
+			handles = append(handles, mr.Handle)
+			if mr.RKey != mr.LKey {
+				t.Fatalf("rkey %#x lkey %#x", mr.RKey, mr.LKey)
+			}
+			mws = append(mws, e.mw(2).RKey)
+		}
+		return
+	}
+	strides := func(ks []uint32, shift uint) int {
+		seen := map[uint32]bool{}
+		for i := 1; i < len(ks); i++ {
+			seen[ks[i]>>shift-ks[i-1]>>shift] = true
+		}
+		return len(seen)
+	}
+	e1, e2 := newEnvTwin(t, false), newEnvTwin(t, false)
+	mrs1, mws1, handles := keysOf(e1)
+	mrs2, mws2, _ := keysOf(e2)
+	all := map[uint32]bool{}
+	for _, ks := range [][]uint32{mrs1, mws1} {
+		for _, k := range ks {
+			if all[k] || k>>8 == 0 {
+				t.Fatalf("key %#x repeated or with tag 0", k)
+			}
+			all[k] = true
+		}
+		// Random strides: essentially all of the n-1 differ.
+		if s, s8 := strides(ks, 0), strides(ks, 8); s < n-4 || s8 < n-4 {
+			t.Fatalf("keys %x have only %d distinct strides (%d in their tags)", ks, s, s8)
+		}
+	}
+	sameTag, sameKey := 0, 0
+	for i := range mrs1 {
+		if mrs1[i]>>8 == handles[i] {
+			sameTag++
+		}
+		if mrs1[i] == mrs2[i] || mws1[i] == mws2[i] {
+			sameKey++
+		}
+	}
+	if sameTag > 1 || sameKey > 1 {
+		t.Fatalf("%d tags equal their handles, %d keys equal on two devices", sameTag, sameKey)
+	}
+}
+
+// A key that was freed never names a later object: 5000 registrations
+// after a deregistration hand out 5000 new keys, none of them the old
+// one, and the old key resolves to nothing (lkey and rkey alike).
+func TestStaleKeyNeverResolves(t *testing.T) {
+	e := newEnvTwin(t, false)
+	d := e.d
+	cq := e.cq(4)
+	q := e.qp(qpOpts{scq: cq, rcq: cq})
+	old := e.mr(4096, rwAccess)
+	stale := old.LKey
+	if err := old.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]bool{stale: true, stale &^ 0xFF: true}
+	for i := 0; i < 5000; i++ {
+		mr := e.mr(4096, rwAccess)
+		if seen[mr.LKey] || seen[mr.LKey&^0xFF] {
+			t.Fatalf("registration %d: key %#x handed out before", i, mr.LKey)
+		}
+		seen[mr.LKey], seen[mr.LKey&^0xFF] = true, true
+		d.mu.Lock()
+		_, fl := d.lkeyLocked(e.pd, stale, 0, 1, 0)
+		_, fr := d.rkeyLocked(q, stale, 0, 1, qp.AccessRemoteRead)
+		d.mu.Unlock()
+		if fl != faultKey || fr != faultKey {
+			t.Fatalf("stale key %#x resolves: %v %v", stale, fl, fr)
+		}
+		if i%2 == 0 {
+			mr.Dereg()
+		}
+	}
+}
+
+// The tag permutation is one: a long run of the counter gives as many
+// distinct tags, all in 24 bits.
+func TestTagPermutationIsOneToOne(t *testing.T) {
+	var p tagPerm
+	p.init()
+	const n = 1 << 16
+	seen := make(map[uint32]bool, n)
+	for c := uint32(0); c < n; c++ {
+		tag := p.apply(c * 251)
+		if tag >= tagSpace || seen[tag] {
+			t.Fatalf("counter %d: tag %#x out of range or repeated", c*251, tag)
+		}
+		seen[tag] = true
+	}
+}
