@@ -83,6 +83,13 @@ type Config struct {
 	// Addr, when valid, is the IPv4 address the device speaks RoCEv2 on
 	// (UDP port 4791); the port GID becomes ::ffff:Addr (wire.go).
 	Addr netip.Addr
+	// AnySourcePort lets a connected QP take wire packets from its peer's
+	// address whatever their UDP source port. By default the port must be
+	// the one rxe and rdmafs send a QP's packets from (0xC000 + a hash of
+	// the peer's QPN), which keeps other programs and QPs of the peer's
+	// host out; a RoCE peer that picks its source ports otherwise (from a
+	// flow label, say) needs this.
+	AnySourcePort bool
 
 	Clock clock.Clock
 	Logf  func(format string, args ...any)

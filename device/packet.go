@@ -249,9 +249,17 @@ func (d *Device) receiveLocked(p *packet) {
 // local QP (another user's, say) that named q's QPN; IBA leaves such a
 // packet to the address check, which on one device every QP passes, so
 // the device checks the QPs themselves.
+//
+// From the wire the source address has been checked already (the caller,
+// against the peer's GID); what is left is the UDP source port, which rxe
+// and rdmafs derive from the sending QPN (udpSourcePort). A packet from
+// another port of the peer's address is another QP or another program on
+// that host. RoCEv2 authenticates nothing, so this is all the packet
+// allows: whoever can send UDP from the peer's address and port and knows
+// the PSN and an rkey still gets in (RELIABILITY.md).
 func (q *QP) fromPeerLocked(p *packet) bool {
 	if !p.local {
-		return true
+		return q.dev.cfg.AnySourcePort || p.srcPort == udpSourcePort(q.attr.DestQPNum)
 	}
 	if p.srcQPN != q.attr.DestQPNum {
 		return false
