@@ -8,8 +8,9 @@
 //     counters and the async event types.
 //   - events.go: async events, a copy for every reader that may see them
 //     (the object's owner's readers and root's).
-//   - objects.go, mem.go: PD, MR (memory is a memfd a client can map), MW, AH,
-//     the key table and the checks of lkeys and rkeys.
+//   - objects.go, mem.go, keys.go: PD, MR (memory is a memfd a client can
+//     map, shared by the MRs registered on it), MW, AH, the key table
+//     (unguessable keys) and the checks of lkeys and rkeys.
 //   - cq.go, srq.go: completion queues (a ring the engine produces into) and
 //     shared receive queues.
 //   - qp.go: create, modify (validate everything, then apply), query, reset,
@@ -87,6 +88,13 @@ type Config struct {
 	// Addr, when valid, is the IPv4 address the device speaks RoCEv2 on
 	// (UDP port 4791); the port GID becomes ::ffff:Addr (wire.go).
 	Addr netip.Addr
+	// AnySourcePort lets a connected QP take wire packets from its peer's
+	// address whatever their UDP source port. By default the port must be
+	// the one rxe and rdmafs send a QP's packets from (0xC000 + a hash of
+	// the peer's QPN), which keeps other programs and QPs of the peer's
+	// host out; a RoCE peer that picks its source ports otherwise (from a
+	// flow label, say) needs this.
+	AnySourcePort bool
 
 	Clock clock.Clock
 	Logf  func(format string, args ...any)
@@ -183,8 +191,9 @@ func (c *Config) fill() error {
 		return fmt.Errorf("max_inline_data %d > 65535", c.MaxInlineData)
 	case c.MaxQP > 1<<24-qpnStart:
 		return fmt.Errorf("max_qp %d exceeds the 24-bit QPN space", c.MaxQP)
-	case c.MaxMR+c.MaxMW >= 1<<24:
-		return fmt.Errorf("max_mr+max_mw %d exceeds the 24-bit key index space", c.MaxMR+c.MaxMW)
+	case c.MaxMR+c.MaxMW >= 1<<20:
+		// Tags are drawn from 2^24 (keys.go); the table stays sparse.
+		return fmt.Errorf("max_mr+max_mw %d exceeds 2^20 (the 24-bit key tag space must stay sparse)", c.MaxMR+c.MaxMW)
 	}
 	if c.NodeGUID == 0 {
 		var b [8]byte
@@ -255,9 +264,8 @@ type objects struct {
 	cqs  table[CQ]
 	srqs table[SRQ]
 	qps  map[uint32]*QP // by QPN, of every device sharing the objects
-	// keys maps a key's index (key >> 8) to its MR or MW.
-	keys     []keyEntry
-	freeKeys []uint32
+	// keys maps a key's tag (key >> 8) to its MR or MW (keys.go).
+	keys     keyTable
 	nextQPN  uint32
 	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
 	events   eventQueue
@@ -284,8 +292,8 @@ func newDevice(cfg Config, objs *objects) (*Device, error) {
 		objs = &objects{
 			qps:     map[uint32]*QP{},
 			nextQPN: qpnStart,
-			keys:    make([]keyEntry, 1), // index 0 is never a key
 		}
+		objs.keys.init()
 		objs.pds.init()
 		objs.mrs.init()
 		objs.mws.init()
@@ -559,6 +567,9 @@ type Counters struct {
 	WireSendErrors   atomic.Uint64
 	WireRecvErrors   atomic.Uint64
 	CaptureDrops     atomic.Uint64
+	// ForeignPacketsDropped counts packets for a connected QP that came
+	// from a QP other than its peer (also counted in DroppedPackets).
+	ForeignPacketsDropped atomic.Uint64
 }
 
 // Counter is one named value.
@@ -603,6 +614,7 @@ func (c *Counters) List() []Counter {
 		{"wire_send_errors", c.WireSendErrors.Load()},
 		{"wire_recv_errors", c.WireRecvErrors.Load()},
 		{"capture_drops", c.CaptureDrops.Load()},
+		{"foreign_packets_dropped", c.ForeignPacketsDropped.Load()},
 	}
 }
 

@@ -24,11 +24,7 @@ func (q *QP) localOpLocked(w *sendWQE) {
 // QP q (same PD). remote is true for SEND_WITH_INV, which may invalidate
 // only remote-access keys.
 func (d *Device) invalidateKeyLocked(q *QP, key uint32, remote bool) qp.WCStatus {
-	idx := key >> 8
-	if idx == 0 || int(idx) >= len(d.keys) {
-		return qp.WCLocQPOpErr
-	}
-	e := d.keys[idx]
+	e, _ := d.keys.lookup(key)
 	switch {
 	case e.mr != nil:
 		mr := e.mr
@@ -86,11 +82,11 @@ func (d *Device) bindMWLocked(q *QP, wr *qp.SendWR) qp.WCStatus {
 		mw.RKey = mw.RKey&^0xFF | wr.RKey&0xFF
 		return qp.WCSuccess
 	}
-	idx := wr.BindLKey >> 8
-	if idx == 0 || int(idx) >= len(d.keys) || d.keys[idx].mr == nil {
+	e, _ := d.keys.lookup(wr.BindLKey)
+	mr := e.mr
+	if mr == nil {
 		return qp.WCMWBindErr
 	}
-	mr := d.keys[idx].mr
 	if mr.LKey != wr.BindLKey || !mr.valid || mr.PD != q.pd || mr.Access&qp.AccessMWBind == 0 ||
 		mr.Access&qp.AccessZeroBased != 0 {
 		return qp.WCMWBindErr

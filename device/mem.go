@@ -49,11 +49,8 @@ func (d *Device) lkeyLocked(pd *PD, lkey uint32, addr, n uint64, acc qp.Access) 
 
 // lkeyMRLocked is lkeyLocked that also names the MR.
 func (d *Device) lkeyMRLocked(pd *PD, lkey uint32, addr, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
-	idx := lkey >> 8
-	if idx == 0 || int(idx) >= len(d.keys) {
-		return nil, nil, faultKey
-	}
-	mr := d.keys[idx].mr
+	e, _ := d.keys.lookup(lkey)
+	mr := e.mr
 	if mr == nil || mr.LKey != lkey {
 		return nil, nil, faultKey
 	}
@@ -83,11 +80,7 @@ func (d *Device) rkeyLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) ([]
 
 // rkeyMRLocked is rkeyLocked that also names the MR whose memory it is.
 func (d *Device) rkeyMRLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
-	idx := rkey >> 8
-	if idx == 0 || int(idx) >= len(d.keys) {
-		return nil, nil, faultKey
-	}
-	e := d.keys[idx]
+	e, _ := d.keys.lookup(rkey)
 	switch {
 	case e.mr != nil:
 		mr := e.mr

@@ -1,7 +1,6 @@
 package device
 
 import (
-	"crypto/rand"
 	"fmt"
 	"syscall"
 
@@ -77,42 +76,6 @@ func (d *Device) lookupPDLocked(op string, h uint32, owner Owner) (*PD, error) {
 	return pd, nil
 }
 
-// keyEntry is one slot of the key table: an MR or an MW.
-type keyEntry struct {
-	mr *MR
-	mw *MW
-}
-
-// allocKeyLocked reserves a key index and returns a key: index << 8 | a
-// random low byte that differs from the previous key at that index, so a
-// stale key rarely matches (rxe's rxe_get_next_key idea).
-func (d *Device) allocKeyLocked(prev uint32) (uint32, uint32) {
-	var idx uint32
-	if n := len(d.freeKeys); n > 0 {
-		idx = d.freeKeys[n-1]
-		d.freeKeys = d.freeKeys[:n-1]
-	} else {
-		idx = uint32(len(d.keys))
-		d.keys = append(d.keys, keyEntry{})
-	}
-	return idx, idx<<8 | uint32(nextKeyByte(uint8(prev)))
-}
-
-func nextKeyByte(prev uint8) uint8 {
-	var b [1]byte
-	for {
-		rand.Read(b[:])
-		if b[0] != prev {
-			return b[0]
-		}
-	}
-}
-
-func (d *Device) freeKeyLocked(idx uint32) {
-	d.keys[idx] = keyEntry{}
-	d.freeKeys = append(d.freeKeys, idx)
-}
-
 // MR is a memory region. Its memory is a memfd the daemon maps; a client
 // maps the same file (mr/H/mem), so the device and the client see one copy.
 type MR struct {
@@ -125,7 +88,7 @@ type MR struct {
 	Access  qp.Access
 	LKey    uint32
 	RKey    uint32
-	keyIdx  uint32
+	keyTag  uint32     // the key table's name for it (keys.go)
 	backing *mrBacking // the memory; shared with the MRs registered on it (share=H)
 	mem     []byte     // the MR's bytes in backing, len == Length
 	// MemOffset is where the MR's bytes start in its backing's region (0
@@ -225,9 +188,9 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 		d.mrBytes += req.Length
 	}
 	mr.mem = mr.backing.region.Bytes()[mr.MemOffset : mr.MemOffset+req.Length : mr.MemOffset+req.Length]
-	mr.keyIdx, mr.LKey = d.allocKeyLocked(0)
+	mr.keyTag = d.keys.alloc(keyEntry{mr: mr})
+	mr.LKey = mr.keyTag<<8 | randomKeyByte()
 	mr.RKey = mr.LKey
-	d.keys[mr.keyIdx] = keyEntry{mr: mr}
 	mr.Handle = d.mrs.add(mr)
 	pd.users++
 	return mr, nil
@@ -354,7 +317,7 @@ func (mr *MR) Dereg() error {
 	}
 	d.detachPacketsLocked(mr)
 	d.mrs.del(mr.Handle)
-	d.freeKeyLocked(mr.keyIdx)
+	d.keys.free(mr.keyTag)
 	mr.PD.users--
 	mr.valid = false
 	d.releaseBackingLocked(mr.backing)
@@ -371,7 +334,7 @@ type MW struct {
 	PD     *PD
 	Type   uint8
 	RKey   uint32
-	keyIdx uint32
+	keyTag uint32
 	valid  bool // bound and not invalidated
 	mr     *MR
 	addr   uint64
@@ -405,8 +368,8 @@ func (d *Device) AllocMW(owner Owner, req qp.CreateMW) (*MW, error) {
 		return nil, err
 	}
 	mw := &MW{dev: d, Owner: owner, PD: pd, Type: req.Type}
-	mw.keyIdx, mw.RKey = d.allocKeyLocked(0)
-	d.keys[mw.keyIdx] = keyEntry{mw: mw}
+	mw.keyTag = d.keys.alloc(keyEntry{mw: mw})
+	mw.RKey = mw.keyTag<<8 | randomKeyByte()
 	mw.Handle = d.mws.add(mw)
 	pd.users++
 	return mw, nil
@@ -460,7 +423,7 @@ func (mw *MW) Dealloc() error {
 	}
 	mw.unbindLocked()
 	d.mws.del(mw.Handle)
-	d.freeKeyLocked(mw.keyIdx)
+	d.keys.free(mw.keyTag)
 	mw.PD.users--
 	return nil
 }

@@ -126,6 +126,11 @@ type packet struct {
 
 	sgid, dgid [16]byte
 	srcQPN     uint32 // the sending QP (its UDP source port on the wire)
+	// local is set for a packet that loopback delivers: srcQPN is then
+	// the QP that sent it, as the device itself vouches. From the wire
+	// only the UDP source port (srcPort) says anything about the sender.
+	local   bool
+	srcPort uint16
 	// The IPv4 header a UD packet arrived with from the wire, for the
 	// receive buffer's GRH.
 	ipHdr    [20]byte
@@ -223,6 +228,42 @@ func (d *Device) receiveLocked(p *packet) {
 		d.pool.put(p)
 		return
 	}
+	if q.Type != qp.TypeUD && !q.fromPeerLocked(p) {
+		// Another QP aims at this one: dropped before the transport sees
+		// it, so the victim's PSNs, state and answers stay as they were.
+		q.Counters.ForeignDropped++
+		d.Counters.ForeignPacketsDropped.Add(1)
+		d.Counters.DroppedPackets.Add(1)
+		d.pool.put(p)
+		return
+	}
 	q.inq = append(q.inq, p)
 	d.engine.schedule(q)
+}
+
+// fromPeerLocked reports whether p, addressed to the connected (RC or UC)
+// QP q from q's peer GID, comes from the QP q is connected to.
+//
+// On loopback the device knows the sender: it must be q's dest_qp_num, a
+// live QP of this device connected back to q. Anything else is another
+// local QP (another user's, say) that named q's QPN; IBA leaves such a
+// packet to the address check, which on one device every QP passes, so
+// the device checks the QPs themselves.
+//
+// From the wire the source address has been checked already (the caller,
+// against the peer's GID); what is left is the UDP source port, which rxe
+// and rdmafs derive from the sending QPN (udpSourcePort). A packet from
+// another port of the peer's address is another QP or another program on
+// that host. RoCEv2 authenticates nothing, so this is all the packet
+// allows: whoever can send UDP from the peer's address and port and knows
+// the PSN and an rkey still gets in (RELIABILITY.md).
+func (q *QP) fromPeerLocked(p *packet) bool {
+	if !p.local {
+		return q.dev.cfg.AnySourcePort || p.srcPort == udpSourcePort(q.attr.DestQPNum)
+	}
+	if p.srcQPN != q.attr.DestQPNum {
+		return false
+	}
+	s := q.dev.qps[p.srcQPN]
+	return s != nil && !s.destroyed && s.dev == q.dev && s.attr.DestQPNum == q.QPN
 }

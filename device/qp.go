@@ -105,6 +105,10 @@ type QPCounters struct {
 	// AcksCoalesced the ACKs it saved because a later ACK of the same run
 	// covered them.
 	AcksSent, AcksCoalesced uint64
+	// ForeignDropped counts packets for this connected QP that came from
+	// a QP other than its peer (on loopback: any other QP of the device)
+	// and were dropped before they could change anything.
+	ForeignDropped uint64
 }
 
 // List names the counters in a fixed order.
@@ -123,6 +127,7 @@ func (c *QPCounters) List() []Counter {
 		{"seq_errors", c.SeqErrors}, {"duplicate_responses", c.DuplicateResps},
 		{"icrc_errors", c.ICRCErrors},
 		{"acks_sent", c.AcksSent}, {"acks_coalesced", c.AcksCoalesced},
+		{"foreign_packets_dropped", c.ForeignDropped},
 	}
 }
 

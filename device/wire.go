@@ -1,6 +1,7 @@
 package device
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -205,6 +206,10 @@ func (w *wire) close() {
 }
 
 // udpSourcePort is rxe's per-QP source port: 0xC000 + hash_32(qpn, 14).
+// rxe picks it when it creates the QP and sends every packet of the QP
+// from it, requests and responses alike; rdmafs does the same. So a
+// connected QP knows the port its peer sends from, and the receive path
+// holds the peer to it (QP.fromPeerLocked) unless Config.AnySourcePort.
 func udpSourcePort(qpn uint32) uint16 {
 	return 0xC000 | uint16((qpn*0x61C88647)>>18)&0x3FFF
 }
@@ -238,6 +243,7 @@ func (l routeLink) xmitLocked(p *packet) {
 		if d.capture.on.Load() {
 			d.captureLocked(p, true)
 		}
+		p.local = true
 		d.receiveLocked(p)
 		return
 	}
@@ -446,6 +452,7 @@ func (w *wire) deliver(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool,
 		p := d.pool.get()
 		p.fromWire(&pkts[i])
 		pkts[i].Payload = nil
+		p.srcPort = binary.BigEndian.Uint16(b[int(b[0]&0xF)*4:]) // verify parsed the headers
 		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4([4]byte(b[12:16])))
 		p.dgid = roce.GIDFromIPv4(netip.AddrFrom4([4]byte(b[16:20])))
 		self := [4]byte(b[12:16]) == w.addr

@@ -59,6 +59,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.SpinIdle, "spin-idle", 50*time.Microsecond, "how long the engine polls busy send rings before it parks and asks for doorbells (negative: park at once)")
 	mtu := fs.Int("mtu", 4096, "port MTU in bytes (256, 512, 1024, 2048, 4096): max_mtu and active_mtu")
 	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID, or ::ffff:ADDR with --addr)")
+	fs.BoolVar(&cfg.AnySourcePort, "any-source-port", false, "with --addr: take a connected QP's packets from any UDP source port of its peer's address (for RoCE peers whose source port is not rxe's per-QP port)")
 	addr := fs.String("addr", "", "IPv4 address to speak RoCEv2 on (UDP 4791; needs CAP_NET_RAW): the port GID becomes ::ffff:ADDR and QPs reach other hosts' devices")
 	if err := fs.Parse(args); err != nil {
 		return err
