@@ -4,6 +4,7 @@
 # libibverbs/build-asan): examples/c/rdma_rw at sizes that share and cross
 # pages, and libibverbs/tests/hostile, a program that misuses the verbs and
 # scribbles its rings. Every run must pass; the sanitizers must stay quiet.
+NEED_LIBIBVERBS=1
 source "$(dirname "$0")/lib.sh"
 
 make -s -C "$repo/libibverbs" asan >/dev/null

@@ -31,9 +31,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# rdmafs's libibverbs.so.1, for `rdmafs exec` (and anything run with it):
-# built here unless RDMAFS_LIBDIR already names one.
-if [[ -z "${RDMAFS_LIBDIR:-}" ]]; then
+# rdmafs's libibverbs.so.1, for `rdmafs exec` (and anything run with it),
+# for scripts that set NEED_LIBIBVERBS=1 before sourcing this file: the
+# packages it builds against and the programs installed (setup.sh), the
+# library built here unless RDMAFS_LIBDIR already names one.
+if [[ -n "${NEED_LIBIBVERBS:-}" ]]; then
+	"$here/setup.sh"
+fi
+if [[ -n "${NEED_LIBIBVERBS:-}" && -z "${RDMAFS_LIBDIR:-}" ]]; then
 	if ! make_out=$(make -s -C "$repo/libibverbs" 2>&1); then
 		echo "$make_out" >&2
 		echo "FAIL: make -C $repo/libibverbs" >&2

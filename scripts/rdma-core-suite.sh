@@ -8,6 +8,7 @@
 # unless libibverbs/testdata/suite-known.txt gives the reason.
 #
 #   scripts/rdma-core-suite.sh [TABLE_OUT]
+NEED_LIBIBVERBS=1
 source "$(dirname "$0")/lib.sh"
 
 tests=/usr/share/doc/rdma-core/tests

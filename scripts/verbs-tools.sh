@@ -8,6 +8,7 @@
 # result line. Needs root (FUSE, raw sockets) and the packages of .ci/run.
 #
 #   scripts/verbs-tools.sh [quick]    quick: fewer sizes and iterations
+NEED_LIBIBVERBS=1
 source "$(dirname "$0")/lib.sh"
 
 quick=${1:-}
