@@ -59,6 +59,7 @@ struct vma {
 	uintptr_t start, end;
 	int prot;
 	bool shared;
+	bool huge; /* hugetlb: mapped and unmapped in whole huge pages only */
 };
 
 static int vmas_of(uintptr_t base, uintptr_t end, struct vma *out, int max, int *n)
@@ -75,6 +76,7 @@ static int vmas_of(uintptr_t base, uintptr_t end, struct vma *out, int max, int 
 		char perms[8];
 		if (sscanf(line, "%lx-%lx %7s", &s, &e, perms) != 3)
 			continue;
+		bool huge = strstr(line, "anon_hugepage") || strstr(line, "/hugepages");
 		if (e <= base || s >= end)
 			continue;
 		if (s > covered || *n == max)
@@ -85,10 +87,33 @@ static int vmas_of(uintptr_t base, uintptr_t end, struct vma *out, int max, int 
 		v->prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
 			  (perms[2] == 'x' ? PROT_EXEC : 0);
 		v->shared = perms[3] == 's';
+		v->huge = huge;
 		covered = v->end;
 	}
 	fclose(f);
 	return covered >= end ? 0 : EFAULT;
+}
+
+/* The page-rounded range of a registration; inside huge pages the range
+ * grows to whole 2 MiB pages, the only unit in which a hugetlb mapping can
+ * be replaced (the re-backed memory is then ordinary pages). */
+static void round_range(uintptr_t a, size_t length, uintptr_t *base, uintptr_t *end)
+{
+	long ps = sysconf(_SC_PAGESIZE);
+	const uintptr_t huge = 2u << 20;
+	struct vma v[64];
+	int n;
+
+	*base = a & ~(uintptr_t)(ps - 1);
+	*end = (a + length + ps - 1) & ~(uintptr_t)(ps - 1);
+	if (vmas_of(*base, *end, v, 64, &n))
+		return;
+	for (int i = 0; i < n; i++)
+		if (v[i].huge) {
+			*base &= ~(huge - 1);
+			*end = (*end + huge - 1) & ~(huge - 1);
+			return;
+		}
 }
 
 static uint32_t backing_pd(struct rf_context *ctx, int *err)
@@ -328,7 +353,6 @@ static int check_access(unsigned int access)
 static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void *addr, size_t length,
 	       uint64_t iova, unsigned int access)
 {
-	long ps = sysconf(_SC_PAGESIZE);
 	uintptr_t a = (uintptr_t)addr, base, end;
 	char req[256];
 	uint64_t v;
@@ -338,8 +362,7 @@ static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void 
 		return err;
 	if (!addr || !length || a + length < a)
 		return EINVAL;
-	base = a & ~(uintptr_t)(ps - 1);
-	end = (a + length + ps - 1) & ~(uintptr_t)(ps - 1);
+	round_range(a, length, &base, &end);
 
 	/* The lock is held throughout: a merge of extents (extent_get) moves
 	 * every MR listed on the extents it replaces. */
@@ -475,10 +498,8 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
 		n += snprintf(cmd + n, sizeof(cmd) - n, " access=%u", access & RF_MR_ACCESS);
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-		long ps = sysconf(_SC_PAGESIZE);
-		uintptr_t a = (uintptr_t)addr;
-		uintptr_t base = a & ~(uintptr_t)(ps - 1);
-		uintptr_t end = (a + length + ps - 1) & ~(uintptr_t)(ps - 1);
+		uintptr_t a = (uintptr_t)addr, base, end;
+		round_range(a, length, &base, &end);
 		ext = extent_get(ctx, base, end - base, &err);
 		if (!ext) {
 			pthread_mutex_unlock(&ctx->lock);

@@ -2,8 +2,11 @@
 # c-programs.sh: the project's own C programs on the drop-in libibverbs,
 # built once plainly and once with AddressSanitizer and UBSan (against
 # libibverbs/build-asan): examples/c/rdma_rw at sizes that share and cross
-# pages, and libibverbs/tests/hostile, a program that misuses the verbs and
-# scribbles its rings. Every run must pass; the sanitizers must stay quiet.
+# pages, libibverbs/tests/memkinds (ibv_reg_mr on every kind of memory, with
+# two huge pages reserved for the run when the machine has none), and
+# libibverbs/tests/hostile, a program that misuses the verbs and scribbles
+# its rings. Every run must pass; the sanitizers must stay quiet. Also: the
+# library loads with LD_PRELOAD as well, and the system's is never mapped.
 NEED_LIBIBVERBS=1
 source "$(dirname "$0")/lib.sh"
 
@@ -14,7 +17,14 @@ for v in plain asan; do
 	[[ $v == asan ]] && flags="$flags $san"
 	cc $flags -o "$work/rdma_rw-$v" "$repo/examples/c/rdma_rw.c" -libverbs
 	cc $flags -o "$work/hostile-$v" "$repo/libibverbs/tests/hostile.c" -libverbs
+	cc $flags -o "$work/memkinds-$v" "$repo/libibverbs/tests/memkinds.c" -libverbs
 done
+hp=/proc/sys/vm/nr_hugepages
+hp_was=$(cat $hp 2>/dev/null || echo 0)
+if ((hp_was == 0)) && [[ -w $hp ]]; then
+	echo 2 >$hp
+	trap 'echo 0 >'$hp'; cleanup' EXIT
+fi
 
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
 for v in plain asan; do
@@ -24,11 +34,20 @@ for v in plain asan; do
 		RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- "$work/rdma_rw-$v" -s $s ||
 			die "rdma_rw -s $s ($v) failed"
 	done
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- "$work/memkinds-$v" || die "memkinds ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
 	ASAN_OPTIONS=detect_leaks=0 RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- \
 		timeout 120 "$work/hostile-$v" "$M" || die "hostile ($v) failed"
 done
+# LD_PRELOAD works as LD_PRELOAD's users expect: ours is loaded, the
+# system's never mapped.
+out=$(RDMAFS_DEVICE_MOUNT=$M LD_PRELOAD=$RDMAFS_LIBDIR/libibverbs.so.1 LD_DEBUG=files ibv_devices 2>&1)
+grep -q "calling init: $RDMAFS_LIBDIR/libibverbs.so.1" <<<"$out" || die "LD_PRELOAD did not load $RDMAFS_LIBDIR"
+grep -q "rdmafs0" <<<"$out" || die "ibv_devices under LD_PRELOAD lists no device"
+if grep "calling init: .*x86_64-linux-gnu/libibverbs" <<<"$out"; then
+	die "the system's libibverbs was loaded too"
+fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw and hostile pass, plain and under ASan/UBSan"
+echo "c-programs: rdma_rw, memkinds and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
