@@ -544,6 +544,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->vctx.create_qp_ex = rf_create_qp_ex;
 	ctx->vctx.create_cq_ex = rf_create_cq_ex;
 	ctx->vctx.create_srq_ex = rf_create_srq_ex;
+	ctx->vctx.alloc_parent_domain = rf_alloc_parent_domain;
+	ctx->vctx.alloc_td = rf_alloc_td;
+	ctx->vctx.dealloc_td = rf_dealloc_td;
 
 	if ((err = rf_async_start(ctx)))
 		goto fail;

@@ -30,11 +30,66 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 int ibv_dealloc_pd(struct ibv_pd *pd)
 {
 	struct rf_pd *p = to_rpd(pd);
-	int err = rf_destroy(to_rctx(pd->context), "pd", p->handle);
+	int err;
 
-	if (err)
+	if (p->parent) {
+		/* a parent domain owns nothing in the daemon */
+		free(p);
+		return 0;
+	}
+	if ((err = rf_destroy(to_rctx(pd->context), "pd", p->handle)))
 		return err;
 	free(p);
+	return 0;
+}
+
+/* Parent domains and thread domains are library objects. A parent domain
+ * is its PD for every verb (same handle); the buffer allocators it may
+ * carry are never called, because queue memory is the daemon's, mapped from
+ * the mount. A thread domain promises single-threaded use, a hint the
+ * library does not need. */
+struct ibv_pd *rf_alloc_parent_domain(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr)
+{
+	struct rf_pd *pd;
+
+	if (!attr || !attr->pd || attr->pd->context != context ||
+	    (attr->comp_mask & ~(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)) ||
+	    (attr->td && attr->td->context != context) || to_rpd(attr->pd)->parent) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->pd.context = context;
+	pd->handle = to_rpd(attr->pd)->handle;
+	pd->pd.handle = pd->handle;
+	pd->parent = true;
+	return &pd->pd;
+}
+
+struct ibv_td *rf_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr)
+{
+	struct ibv_td *td;
+
+	if (!attr || attr->comp_mask) {
+		errno = EINVAL;
+		return NULL;
+	}
+	td = calloc(1, sizeof(*td));
+	if (!td) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	td->context = context;
+	return td;
+}
+
+int rf_dealloc_td(struct ibv_td *td)
+{
+	free(td);
 	return 0;
 }
 

@@ -99,6 +99,7 @@ struct rf_async_ev {
 struct rf_pd {
 	struct ibv_pd pd;
 	uint32_t handle;
+	bool parent; /* a parent domain: handle is its PD's */
 };
 
 /* A run of the program's pages re-backed by device memory (one hidden MR
@@ -240,6 +241,9 @@ int rf_dealloc_mw(struct ibv_mw *mw);
 int rf_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 struct ibv_qp *rf_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
 struct ibv_cq_ex *rf_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+struct ibv_pd *rf_alloc_parent_domain(struct ibv_context *ctx, struct ibv_parent_domain_init_attr *attr);
+struct ibv_td *rf_alloc_td(struct ibv_context *ctx, struct ibv_td_init_attr *attr);
+int rf_dealloc_td(struct ibv_td *td);
 struct ibv_srq *rf_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
 void rf_qp_ex_init(struct rf_qp *qp, uint64_t ops);
 int rf_encode_recv(struct rf_ring *r, const struct ibv_recv_wr *wr, uint32_t max_sge);
