@@ -430,7 +430,11 @@ func TestSharedMRBacking(t *testing.T) {
 	if got := e.d.mrBytes; got != 64 {
 		t.Fatalf("mrBytes %d after both went, want 64 (src)", got)
 	}
+	if z, err := e.d.RegMR(0, qp.CreateMR{PD: pd, Length: 0, Share: src.Handle}); err != nil || len(z.Mem()) != 0 {
+		t.Fatalf("zero-length shared MR: %v", err)
+	}
 	for _, bad := range []qp.CreateMR{
+		{PD: pd, Length: 0},
 		{PD: pd, Length: 10, Share: 999},
 		{PD: pd, Length: 10, Offset: 4},
 		{PD: pd, Length: 100, Share: src.Handle, Offset: 1},

@@ -129,8 +129,8 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	if req.Access&(qp.AccessRemoteWrite|qp.AccessRemoteAtomic) != 0 && req.Access&qp.AccessLocalWrite == 0 {
 		return nil, errf(op, syscall.EINVAL, "access: remote_write and remote_atomic need local_write")
 	}
-	if req.Length == 0 {
-		return nil, errf(op, syscall.EINVAL, "length: must be at least 1")
+	if req.Length == 0 && req.Share == 0 {
+		return nil, errf(op, syscall.EINVAL, "length: must be at least 1 (0 only with share=H)")
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

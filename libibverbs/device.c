@@ -331,7 +331,7 @@ int rf_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	a.orig_attr = to_rctx(c)->attr;
 	a.comp_mask = 0;
 	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
-	a.max_dm_size = 0;
+	a.max_dm_size = RF_MAX_DM_SIZE;
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
@@ -546,6 +546,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->vctx.create_srq_ex = rf_create_srq_ex;
 	ctx->vctx.alloc_parent_domain = rf_alloc_parent_domain;
 	ctx->vctx.alloc_td = rf_alloc_td;
+	ctx->vctx.alloc_dm = rf_alloc_dm;
+	ctx->vctx.free_dm = rf_free_dm;
+	ctx->vctx.reg_dm_mr = rf_reg_dm_mr;
 	ctx->vctx.dealloc_td = rf_dealloc_td;
 
 	if ((err = rf_async_start(ctx)))

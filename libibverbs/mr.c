@@ -116,7 +116,7 @@ static void round_range(uintptr_t a, size_t length, uintptr_t *base, uintptr_t *
 		}
 }
 
-static uint32_t backing_pd(struct rf_context *ctx, int *err)
+uint32_t rf_backing_pd(struct rf_context *ctx, int *err)
 {
 	/* one hidden PD per context, made on first use; ctx->lock held */
 	if (!ctx->backing_pd) {
@@ -169,7 +169,7 @@ static struct rf_extent *extent_new(struct rf_context *ctx, uintptr_t base, size
 	}
 	x->base = base;
 	x->len = len;
-	uint32_t pd = backing_pd(ctx, err);
+	uint32_t pd = rf_backing_pd(ctx, err);
 	if (!pd)
 		goto fail;
 	snprintf(req, sizeof(req), "pd=%u length=%zu iova=%lu access=local_write", pd, len, (unsigned long)base);
@@ -449,7 +449,7 @@ static int unreg(struct rf_context *ctx, struct rf_mr *m)
 
 	pthread_mutex_lock(&ctx->lock);
 	err = rf_destroy(ctx, "mr", m->handle);
-	if (!err) {
+	if (!err && !m->dm) {
 		ext_unlink(m);
 		extent_put(ctx, m->ext);
 		m->ext = NULL;
@@ -483,7 +483,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 
 	if (!flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED))
 		return IBV_REREG_MR_ERR_INPUT;
-	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length))
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length || m->dm))
 		return IBV_REREG_MR_ERR_INPUT;
 	if ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context))
 		return IBV_REREG_MR_ERR_INPUT;

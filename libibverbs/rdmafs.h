@@ -79,6 +79,7 @@ struct rf_context {
 	struct rf_obj *objs; /* objects that can raise events */
 	struct rf_extent *extents; /* re-backed memory, by address */
 	uint32_t backing_pd; /* the PD of the backing MRs (0: none yet) */
+	size_t dm_bytes;     /* device memory held (ibv_alloc_dm) */
 };
 
 /* Objects that async events name, listed on their context. */
@@ -123,7 +124,11 @@ struct rf_mr {
 	uint64_t iova;
 	struct rf_extent *ext;
 	struct rf_mr *ext_next; /* on ext->mrs */
+	bool dm;                /* registered on device memory (no extent) */
 };
+
+/* Device memory a context may hold (ibv_alloc_dm), as max_dm_size. */
+#define RF_MAX_DM_SIZE (256 << 10)
 
 struct rf_mw {
 	struct ibv_mw mw;
@@ -216,6 +221,12 @@ int rf_parse_gid(const char *s, union ibv_gid *gid);
 int rf_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len);
 int rf_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
 		       struct ibv_device_attr_ex *attr, size_t len);
+
+/* dm.c, mr.c */
+struct ibv_dm *rf_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *attr);
+int rf_free_dm(struct ibv_dm *dm);
+struct ibv_mr *rf_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t offset, size_t length, unsigned int access);
+uint32_t rf_backing_pd(struct rf_context *ctx, int *err);
 
 /* pd.c */
 void rf_dest_gid(struct rf_context *ctx, const struct ibv_ah_attr *ah, char *out, size_t len);

@@ -119,9 +119,6 @@ func ParseCreateMR(s string) (CreateMR, error) {
 		"pd": textInto("pd", &c.PD, textHandle),
 		"length": func(v string) (err error) {
 			c.Length, err = textFull[uint64]("length", v)
-			if err == nil && c.Length == 0 {
-				err = textErr("length", "out of range: 0 < 1")
-			}
 			return
 		},
 		"iova": func(v string) (err error) {
@@ -133,6 +130,11 @@ func ParseCreateMR(s string) (CreateMR, error) {
 		"share":  textInto("share", &c.Share, textHandle),
 		"offset": func(v string) (err error) { c.Offset, err = textFull[uint64]("offset", v); return },
 	}, "pd", "length")
+	if err == nil && c.Length == 0 && c.Share == 0 {
+		// A zero-length MR is only a window on memory that exists (share=H),
+		// as a zero-length registration on device memory is.
+		err = textErr("length", "out of range: 0 < 1 (0 only with share=H)")
+	}
 	if err != nil {
 		return CreateMR{}, err
 	}

@@ -94,6 +94,7 @@ func TestParseReregMR(t *testing.T) {
 		want CreateMR
 	}{
 		{"pd=1 length=8 share=2 offset=4096", CreateMR{PD: 1, Length: 8, Share: 2, Offset: 4096}},
+		{"pd=1 length=0 share=2", CreateMR{PD: 1, Share: 2}},
 	}
 	for _, c := range share {
 		got, err := ParseCreateMR(c.in)
