@@ -2,7 +2,8 @@
 # c-programs.sh: the project's own C programs on the drop-in libibverbs,
 # built once plainly and once with AddressSanitizer and UBSan (against
 # libibverbs/build-asan): examples/c/rdma_rw at sizes that share and cross
-# pages, libibverbs/tests/memkinds (ibv_reg_mr on every kind of memory, with
+# pages, libibverbs/tests/events (completion channels and async events as
+# pollable descriptors), libibverbs/tests/memkinds (ibv_reg_mr on every kind of memory, with
 # two huge pages reserved for the run when the machine has none), and
 # libibverbs/tests/hostile, a program that misuses the verbs and scribbles
 # its rings. Every run must pass; the sanitizers must stay quiet. Also: the
@@ -18,6 +19,7 @@ for v in plain asan; do
 	cc $flags -o "$work/rdma_rw-$v" "$repo/examples/c/rdma_rw.c" -libverbs
 	cc $flags -o "$work/hostile-$v" "$repo/libibverbs/tests/hostile.c" -libverbs
 	cc $flags -o "$work/memkinds-$v" "$repo/libibverbs/tests/memkinds.c" -libverbs
+	cc $flags -o "$work/events-$v" "$repo/libibverbs/tests/events.c" -libverbs
 done
 hp=/proc/sys/vm/nr_hugepages
 hp_was=$(cat $hp 2>/dev/null || echo 0)
@@ -35,6 +37,7 @@ for v in plain asan; do
 			die "rdma_rw -s $s ($v) failed"
 	done
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- "$work/memkinds-$v" || die "memkinds ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/events-$v" || die "events ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
 	ASAN_OPTIONS=detect_leaks=0 RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- \
 		timeout 120 "$work/hostile-$v" "$M" || die "hostile ($v) failed"
@@ -50,4 +53,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, memkinds and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, memkinds and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
