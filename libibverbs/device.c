@@ -253,7 +253,9 @@ static int load_attrs(struct rf_context *ctx)
 	a->hw_ver = kv(text, "hw_ver");
 	a->max_qp = kv(text, "max_qp");
 	a->max_qp_wr = kv(text, "max_qp_wr");
-	a->device_cap_flags = kv(text, "device_cap_flags");
+	/* An SRQ's ring is fixed when it is made (ibv_modify_srq's max_wr is
+	 * EOPNOTSUPP here), whatever the daemon's flags say. */
+	a->device_cap_flags = kv(text, "device_cap_flags") & ~(uint64_t)IBV_DEVICE_SRQ_RESIZE;
 	a->max_sge = kv(text, "max_sge");
 	a->max_sge_rd = kv(text, "max_sge_rd");
 	a->max_cq = kv(text, "max_cq");
