@@ -58,7 +58,12 @@ type QP struct {
 	// Receive side.
 	rqCons *ring.Consumer // nil with an SRQ
 	resp   respState
-	inq    []*packet
+	// Packets received and not yet taken by the engine: requests for the
+	// responder, and responses (ACKs, NAKs, READ responses, atomic
+	// acknowledgements) for the requester. inPeak is the longest either
+	// has been (for tests).
+	reqIn, respIn []*packet
+	inPeak        int
 
 	retryTimer clock.Timer
 	rnrTimer   clock.Timer
@@ -105,6 +110,9 @@ type QPCounters struct {
 	// AcksCoalesced the ACKs it saved because a later ACK of the same run
 	// covered them.
 	AcksSent, AcksCoalesced uint64
+	// QueueOverflows counts packets dropped because the QP's receive
+	// queue was full (also in Dropped).
+	QueueOverflows uint64
 	// ForeignDropped counts packets for this connected QP that came from
 	// a QP other than its peer (on loopback: any other QP of the device)
 	// and were dropped before they could change anything.
@@ -128,6 +136,7 @@ func (c *QPCounters) List() []Counter {
 		{"icrc_errors", c.ICRCErrors},
 		{"acks_sent", c.AcksSent}, {"acks_coalesced", c.AcksCoalesced},
 		{"foreign_packets_dropped", c.ForeignDropped},
+		{"queue_overflows", c.QueueOverflows},
 	}
 }
 
@@ -431,10 +440,7 @@ func (q *QP) resetLocked() {
 		q.rqCons.Reset(q.rq.LoadProducer())
 		q.rqCons.Publish()
 	}
-	for _, p := range q.inq {
-		q.dev.pool.put(p)
-	}
-	q.inq = q.inq[:0]
+	q.dropQueuedLocked()
 	q.attr.QPState = qp.StateReset
 	q.attr.DestQPNum = 0
 	q.attr.QKey = 0
@@ -510,10 +516,8 @@ func (q *QP) Destroy() error {
 // releaseLocked drops the QP's references and queued packets. The rings
 // are unmapped by the engine (engine.retire) or, after it stopped, by Close.
 func (q *QP) releaseLocked() {
-	for _, p := range q.inq {
-		q.dev.pool.put(p)
-	}
-	q.inq = nil
+	q.dropQueuedLocked()
+	q.reqIn, q.respIn = nil, nil
 	q.pd.users--
 	q.sendCQ.users--
 	q.recvCQ.users--

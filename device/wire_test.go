@@ -762,10 +762,10 @@ func (q *QP) debugState() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "qp %d %v req.psn %d comp.psn %d acked %d retryLeft %d rnrLeft %d timer %v fired %v idle %v progress %v needRetry %v waitRNR %v rnrTimer %v rdAtomic %d inMsg %v resp.psn %d inq %d queued %v\n",
+	fmt.Fprintf(&b, "qp %d %v req.psn %d comp.psn %d acked %d retryLeft %d rnrLeft %d timer %v fired %v idle %v progress %v needRetry %v waitRNR %v rnrTimer %v rdAtomic %d inMsg %v resp.psn %d queued in %d/%d reading %v queued %v\n",
 		q.QPN, q.attr.QPState, q.req.psn, q.comp.psn, q.comp.acked, q.comp.retryLeft, q.comp.rnrLeft, q.retryTimer != nil,
 		q.comp.timeoutFired, q.comp.idle, q.comp.progress, q.req.needRetry, q.req.waitRNR, q.rnrTimer != nil,
-		q.req.rdAtomic, q.req.inMsg, q.resp.psn, len(q.inq), q.queued.Load())
+		q.req.rdAtomic, q.req.inMsg, q.resp.psn, len(q.reqIn), len(q.respIn), q.resp.reading, q.queued.Load())
 	fmt.Fprintf(&b, "  sq tail %d reqIdx %d fetched %d; engine idle %v\n", q.sqCons.Tail(), q.reqIdx, q.sqFetched, d.engine.idle())
 	for i := q.sqCons.Tail(); i != q.sqFetched; i++ {
 		w := &q.swq[i&q.sqMask()]
