@@ -231,8 +231,14 @@ type Device struct {
 	engine engine
 	link   link
 	bell   *doorbell // the futex doorbell (doorbell.go)
-	pool   packetPool
-	wire   *wire // the RoCEv2 link, nil without Config.Addr
+	// bellQPs are the device's QPs that can send, which a doorbell wake
+	// looks at (doorbell.go); guarded by bellMu, which orders after
+	// Device.mu. bellScans counts the QPs wakes have looked at.
+	bellMu    sync.Mutex
+	bellQPs   []*QP
+	bellScans atomic.Uint64
+	pool      packetPool
+	wire      *wire // the RoCEv2 link, nil without Config.Addr
 	// wireSelf sends even packets for the device's own GID through the
 	// wire (to its own address) instead of the loopback fast path, with
 	// the GIDs as loopback has them. A test mode: the whole behavioural

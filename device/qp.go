@@ -40,6 +40,7 @@ type QP struct {
 	destroyed bool        // guarded by Device.mu
 	queued    atomic.Bool // in the engine's run queue; set under engine.mu
 	watched   bool        // the engine's spin loop polls the SQ; engine goroutine only
+	bellIdx   int         // index in dev.bellQPs, -1 when not there; guarded by dev.bellMu
 	// sqSeen is the SQ producer index the engine last fetched up to; the
 	// spin loop compares it with the ring's without Device.mu.
 	sqSeen atomic.Uint32
@@ -201,7 +202,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 		return nil, errf(op, syscall.ENOMEM, "no free QPN")
 	}
 	q := &QP{dev: d, QPN: qpn, Owner: owner, Type: req.Type, pd: pd, sendCQ: scq, recvCQ: rcq,
-		srq: srq, SQSigAll: req.SQSigAll}
+		srq: srq, SQSigAll: req.SQSigAll, bellIdx: -1}
 
 	// Send ring: rxe's sizing (ring package doc); the slack of the power of
 	// two is given to the user.
@@ -400,6 +401,7 @@ func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
 		}
 		q.attr.QPState = next
 	}
+	q.syncBellLocked()
 	q.dev.engine.schedule(q)
 }
 
@@ -411,6 +413,7 @@ func (q *QP) enterErrLocked() {
 	}
 	q.attr.QPState = qp.StateErr
 	q.stopTimersLocked()
+	q.syncBellLocked()
 	q.dev.engine.schedule(q)
 }
 
@@ -506,6 +509,7 @@ func (q *QP) Destroy() error {
 	}
 	q.destroyed = true
 	q.gone = true
+	q.syncBellLocked()
 	delete(d.qps, q.QPN)
 	q.releaseLocked()
 	// The engine may be polling the SQ without Device.mu: it unmaps.
