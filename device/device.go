@@ -31,7 +31,11 @@
 // # Locking
 //
 // Device.mu guards every object and all engine state; the engine holds it
-// while it runs a batch, verbs hold it for their duration. Lock order:
+// while it runs a batch of QP turns, verbs hold it for their duration.
+// Every QP turn does a bounded amount of work (run.go: packet budgets, the
+// READ window), and between two turns the engine lets anyone waiting for
+// Device.mu go first (devMutex, engine.go), so a verb waits for at most one
+// turn, whatever another user's QPs are doing. Lock order:
 // Device.mu, then the per-queue producer locks (postMu, pollMu). Timers and
 // doorbells never take Device.mu: they mark a QP runnable under the
 // scheduler's own lock and wake the engine.
@@ -235,8 +239,14 @@ type Device struct {
 	engine engine
 	link   link
 	bell   *doorbell // the futex doorbell (doorbell.go)
-	pool   packetPool
-	wire   *wire // the RoCEv2 link, nil without Config.Addr
+	// bellQPs are the device's QPs that can send, which a doorbell wake
+	// looks at (doorbell.go); guarded by bellMu, which orders after
+	// Device.mu. bellScans counts the QPs wakes have looked at.
+	bellMu    sync.Mutex
+	bellQPs   []*QP
+	bellScans atomic.Uint64
+	pool      packetPool
+	wire      *wire // the RoCEv2 link, nil without Config.Addr
 	// wireSelf sends even packets for the device's own GID through the
 	// wire (to its own address) instead of the loopback fast path, with
 	// the GIDs as loopback has them. A test mode: the whole behavioural
@@ -256,7 +266,7 @@ type Device struct {
 // ends of a connection on two devices and the packets between them cross
 // the kernel as RoCEv2.
 type objects struct {
-	mu   sync.Mutex
+	mu   devMutex
 	pds  table[PD]
 	mrs  table[MR]
 	mws  table[MW]

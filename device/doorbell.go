@@ -11,11 +11,19 @@ import (
 // system call of about a microsecond that never enters FUSE. A goroutine
 // sleeps on the word in FUTEX_WAIT and, woken, schedules every QP with
 // unfetched send work; with nobody ringing it sleeps and costs nothing.
+//
+// The word is shared by every user of the device (the page is 0666), so a
+// wake must be cheap for everyone else: it looks only at the QPs that can
+// send (bellQPs: the device's QPs in RTS, SQD, SQE or ERR, the states in
+// which the engine does anything with a posted send WQE; a QP reaching one
+// of them is run by the modify anyway), reads only their rings' atomics,
+// and takes the doorbell's own lock, never Device.mu. A wake with nothing
+// posted costs two atomic loads per such QP and delays nobody's verbs.
 type doorbell struct {
 	region *ring.Region
 	r      *ring.Ring
 	done   chan struct{}
-	closed bool // guarded by Device.mu
+	closed bool // guarded by Device.bellMu
 }
 
 func (d *Device) startDoorbell() error {
@@ -43,28 +51,55 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		// makes the wait below return at once, so no ring is lost between
 		// a scan and the sleep. stopDoorbell sets closed before it rings.
 		seq := b.r.EventSeq()
-		d.mu.Lock()
+		d.bellMu.Lock()
 		if b.closed {
-			d.mu.Unlock()
+			d.bellMu.Unlock()
 			return
 		}
-		for _, q := range d.qps {
-			if q.dev == d && !q.destroyed && q.newSendWork() {
+		for _, q := range d.bellQPs {
+			if q.newSendWork() {
 				d.engine.schedule(q)
 			}
 		}
-		d.mu.Unlock()
+		d.bellScans.Add(uint64(len(d.bellQPs)))
+		d.bellMu.Unlock()
 		b.r.WaitEvent(seq, -1)
 		d.Counters.Doorbells.Add(1)
 	}
 }
 
+// syncBellLocked puts q in its device's bellQPs while its state can send
+// and it lives, and takes it out otherwise. Called wherever the state
+// changes and at destroy; a destroyed QP is out before its rings are
+// unmapped, so the doorbell never reads them afterwards.
+func (q *QP) syncBellLocked() {
+	d := q.dev
+	want := !q.destroyed && q.attr.QPState.CanPostSend()
+	if want == (q.bellIdx >= 0) {
+		return
+	}
+	d.bellMu.Lock()
+	defer d.bellMu.Unlock()
+	if want {
+		q.bellIdx = len(d.bellQPs)
+		d.bellQPs = append(d.bellQPs, q)
+		return
+	}
+	last := len(d.bellQPs) - 1
+	moved := d.bellQPs[last]
+	d.bellQPs[q.bellIdx] = moved
+	moved.bellIdx = q.bellIdx
+	d.bellQPs[last] = nil
+	d.bellQPs = d.bellQPs[:last]
+	q.bellIdx = -1
+}
+
 // stopDoorbell ends the loop (after the engine stopped) and unmaps.
 func (d *Device) stopDoorbell() {
 	b := d.bell
-	d.mu.Lock()
+	d.bellMu.Lock()
 	b.closed = true
-	d.mu.Unlock()
+	d.bellMu.Unlock()
 	b.r.BumpEvent()
 	b.r.WakeEventWaiters()
 	<-b.done

@@ -178,3 +178,80 @@ func waitParked(t testing.TB, e *env, q *QP) {
 		time.Sleep(10 * time.Microsecond)
 	}
 }
+
+// The doorbell is every user's (MOUNT/doorbell is 0666), so a wake is
+// cheap for the others: it looks only at the QPs that can send, not at
+// every QP of the device, and never takes Device.mu, so it does not wait
+// for, or hold up, anyone's verbs.
+func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.SpinIdle = -1 })
+	cq := e.cq(16)
+	for i := 0; i < 100; i++ {
+		q := e.qp(qpOpts{scq: cq, rcq: cq, cap: qp.Cap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if i%2 == 0 {
+			e.modify(q, "qp_state=INIT pkey_index=0 port_num=1 qp_access_flags=remote_write")
+		}
+	}
+	a, b, acq, _ := e.pair(qp.TypeRC)
+	src := e.mr(64, qp.AccessLocalWrite)
+	dst := e.mr(64, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+	d := a.dev
+	d.bellMu.Lock()
+	n := len(d.bellQPs)
+	d.bellMu.Unlock()
+	want := 2 // a and b
+	if e.twin != nil {
+		want = 1 // b is on the twin
+	}
+	if n != want {
+		t.Fatalf("%d QPs in the doorbell's set, want %d", n, want)
+	}
+	bell, err := ring.Attach(d.Doorbell().Bytes(), ring.KindDoorbell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitScan := func(after uint64) bool {
+		deadline := time.Now().Add(2 * time.Second)
+		for d.bellScans.Load() == after {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		return true
+	}
+	// Empty wakes: each looks at the sending QPs only.
+	wakes0, scans0 := d.Counters.Doorbells.Load(), d.bellScans.Load()
+	for i := 0; i < 20; i++ {
+		s := d.bellScans.Load()
+		bell.BumpEvent()
+		bell.WakeEventWaiters()
+		if !waitScan(s) {
+			t.Fatal("the doorbell did not wake")
+		}
+	}
+	wakes, scans := d.Counters.Doorbells.Load()-wakes0, d.bellScans.Load()-scans0
+	t.Logf("%d wakes looked at %d QPs (102 QPs on the device, %d of them can send)", wakes, scans, n)
+	if wakes == 0 || scans > wakes*uint64(n) {
+		t.Fatalf("%d wakes looked at %d QPs; %d can send", wakes, scans, n)
+	}
+	// A wake while somebody holds Device.mu still schedules the posted QP.
+	waitParked(t, e, a)
+	w := qp.SendWR{WRID: 7, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
+		SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
+	d.mu.Lock()
+	p := ring.NewProducer(a.sq)
+	ring.EncodeSendWQE(p.Next(), &w)
+	p.Advance()
+	p.Publish()
+	s := d.bellScans.Load()
+	bell.BumpEvent()
+	bell.WakeEventWaiters()
+	ok := waitScan(s)
+	d.mu.Unlock()
+	if !ok {
+		t.Fatal("the doorbell waited for Device.mu")
+	}
+	waitWC(t, e, acq, sendWC(7, "success", "rdma_write", a, 8))
+	_ = b
+}

@@ -3,6 +3,7 @@ package device
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,6 +42,45 @@ type engine struct {
 	// batch takes (one per ACK); guarded by Device.mu, valid while nowOK.
 	now   time.Time
 	nowOK bool
+}
+
+// maxHold is how long the engine keeps Device.mu across the QPs of a batch
+// before it lets go of it once, even if nobody was seen waiting.
+const maxHold = time.Millisecond
+
+// devMutex is Device.mu: a sync.Mutex that knows whether anyone waits for
+// it, so that the engine, which holds it for a batch of QP turns, can let
+// a waiting verb in between two turns instead of after the batch. (A plain
+// Mutex hands itself over only after a waiter has starved for a
+// millisecond; until then the engine's next Lock wins.)
+type devMutex struct {
+	m       sync.Mutex
+	waiting atomic.Int32
+}
+
+func (m *devMutex) Lock() {
+	if m.m.TryLock() {
+		return
+	}
+	m.waiting.Add(1)
+	m.m.Lock()
+	m.waiting.Add(-1)
+}
+
+func (m *devMutex) Unlock() { m.m.Unlock() }
+
+// contended reports whether some goroutine waits in Lock.
+func (m *devMutex) contended() bool { return m.waiting.Load() > 0 }
+
+// yield lets the goroutines waiting now take the lock before the caller
+// takes it again (for a bounded number of scheduling rounds: a waiter that
+// is slow to run does not hold up the engine for long).
+func (m *devMutex) yield() {
+	m.m.Unlock()
+	for i := 0; i < 64 && m.waiting.Load() > 0; i++ {
+		runtime.Gosched()
+	}
+	m.m.Lock()
 }
 
 // nowLocked is the time, read at most once per engine batch.
@@ -139,10 +179,19 @@ func (e *engine) runBatches() {
 		d.Counters.EngineRuns.Add(1)
 		d.mu.Lock()
 		e.nowOK = false
+		held := time.Now()
 		for _, q := range batch {
 			if !q.destroyed {
 				q.runLocked()
 				e.watch(q)
+			}
+			if d.mu.contended() || time.Since(held) > maxHold {
+				// Someone waits for the device (a verb, a timer, the
+				// wire): it goes first. A QP turn is bounded (run.go),
+				// so the wait is one turn, not a batch.
+				e.nowOK = false
+				d.mu.yield()
+				held = time.Now()
 			}
 		}
 		e.nowOK = false

@@ -172,7 +172,7 @@ func TestMRDeregWithPacketsInFlight(t *testing.T) {
 	e.postRaw(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey))
 	e.d.mu.Lock()
 	a.runLocked() // packets aliasing src now wait in b's queue
-	queued := len(b.inq)
+	queued := len(b.reqIn)
 	e.d.mu.Unlock()
 	if queued != 3 {
 		t.Fatalf("%d packets queued, want 3", queued)

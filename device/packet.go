@@ -159,10 +159,22 @@ type packet struct {
 }
 
 // packetPool is a free list of packets. It is used only under Device.mu,
-// so it needs no lock of its own.
+// so it needs no lock of its own. It keeps at most maxPooledPackets (the
+// rest go to the garbage collector), so a burst leaves no lasting trace in
+// the heap: what a large message had in flight is not kept for ever.
 type packetPool struct {
 	free *packet
+	n    int
 }
+
+// maxPooledPackets bounds the pool: enough for every packet the engine has
+// in flight in a busy turn (the READ window, the unacknowledged PSNs of a
+// few QPs), a few MiB of buffers at most.
+const maxPooledPackets = 512
+
+// maxPooledBuf is the largest buffer a pooled packet keeps (a 4096-byte
+// MTU's payload and some).
+const maxPooledBuf = 8192
 
 func (pp *packetPool) get() *packet {
 	p := pp.free
@@ -170,15 +182,20 @@ func (pp *packetPool) get() *packet {
 		return &packet{}
 	}
 	pp.free = p.next
+	pp.n--
 	buf := p.buf
 	*p = packet{buf: buf[:0]}
 	return p
 }
 
 func (pp *packetPool) put(p *packet) {
+	if pp.n >= maxPooledPackets || cap(p.buf) > maxPooledBuf {
+		return
+	}
 	p.payload, p.mr = nil, nil
 	p.next = pp.free
 	pp.free = p
+	pp.n++
 }
 
 // own copies an aliased payload into the packet's own storage.
@@ -195,10 +212,12 @@ func (p *packet) own() {
 // copy, before mr's memory goes away.
 func (d *Device) detachPacketsLocked(mr *MR) {
 	for _, q := range d.qps {
-		for _, p := range q.inq {
-			// runLocked clears the slots of packets it has taken.
-			if p != nil && p.mr == mr {
-				p.own()
+		for _, in := range [][]*packet{q.reqIn, q.respIn} {
+			for _, p := range in {
+				// runLocked clears the slots of packets it has taken.
+				if p != nil && p.mr == mr {
+					p.own()
+				}
 			}
 		}
 	}
@@ -237,9 +256,31 @@ func (d *Device) receiveLocked(p *packet) {
 		d.pool.put(p)
 		return
 	}
-	q.inq = append(q.inq, p)
+	in := &q.respIn
+	if opInfo(p.opcode)&ofRequest != 0 {
+		in = &q.reqIn
+	}
+	if len(*in) >= maxQueuedPackets {
+		// The QP's receive queue is full (a NIC's receive ring
+		// overflowing): dropped, and RC recovers it by retransmission.
+		q.Counters.Dropped++
+		q.Counters.QueueOverflows++
+		d.Counters.DroppedPackets.Add(1)
+		d.pool.put(p)
+		d.engine.schedule(q)
+		return
+	}
+	*in = append(*in, p)
+	q.inPeak = max(q.inPeak, len(*in))
 	d.engine.schedule(q)
 }
+
+// maxQueuedPackets bounds each of a QP's two receive queues (requests for
+// its responder, responses for its requester). The engine takes at most a
+// turn's budget from each per run; a sender that outruns it (many UD
+// senders to one QP, a peer device faster than this one) loses packets
+// here instead of growing the daemon.
+const maxQueuedPackets = 4096
 
 // fromPeerLocked reports whether p, addressed to the connected (RC or UC)
 // QP q from q's peer GID, comes from the QP q is connected to.

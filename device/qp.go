@@ -40,6 +40,7 @@ type QP struct {
 	destroyed bool        // guarded by Device.mu
 	queued    atomic.Bool // in the engine's run queue; set under engine.mu
 	watched   bool        // the engine's spin loop polls the SQ; engine goroutine only
+	bellIdx   int         // index in dev.bellQPs, -1 when not there; guarded by dev.bellMu
 	// sqSeen is the SQ producer index the engine last fetched up to; the
 	// spin loop compares it with the ring's without Device.mu.
 	sqSeen atomic.Uint32
@@ -58,7 +59,12 @@ type QP struct {
 	// Receive side.
 	rqCons *ring.Consumer // nil with an SRQ
 	resp   respState
-	inq    []*packet
+	// Packets received and not yet taken by the engine: requests for the
+	// responder, and responses (ACKs, NAKs, READ responses, atomic
+	// acknowledgements) for the requester. inPeak is the longest either
+	// has been (for tests).
+	reqIn, respIn []*packet
+	inPeak        int
 
 	retryTimer clock.Timer
 	rnrTimer   clock.Timer
@@ -105,6 +111,9 @@ type QPCounters struct {
 	// AcksCoalesced the ACKs it saved because a later ACK of the same run
 	// covered them.
 	AcksSent, AcksCoalesced uint64
+	// QueueOverflows counts packets dropped because the QP's receive
+	// queue was full (also in Dropped).
+	QueueOverflows uint64
 	// ForeignDropped counts packets for this connected QP that came from
 	// a QP other than its peer (on loopback: any other QP of the device)
 	// and were dropped before they could change anything.
@@ -128,6 +137,7 @@ func (c *QPCounters) List() []Counter {
 		{"icrc_errors", c.ICRCErrors},
 		{"acks_sent", c.AcksSent}, {"acks_coalesced", c.AcksCoalesced},
 		{"foreign_packets_dropped", c.ForeignDropped},
+		{"queue_overflows", c.QueueOverflows},
 	}
 }
 
@@ -195,7 +205,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 		return nil, errf(op, syscall.ENOMEM, "no free QPN")
 	}
 	q := &QP{dev: d, QPN: qpn, Owner: owner, Type: req.Type, pd: pd, sendCQ: scq, recvCQ: rcq,
-		srq: srq, SQSigAll: req.SQSigAll}
+		srq: srq, SQSigAll: req.SQSigAll, bellIdx: -1}
 
 	// Send ring: rxe's sizing (ring package doc); the slack of the power of
 	// two is given to the user.
@@ -394,6 +404,7 @@ func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
 		}
 		q.attr.QPState = next
 	}
+	q.syncBellLocked()
 	q.dev.engine.schedule(q)
 }
 
@@ -405,6 +416,7 @@ func (q *QP) enterErrLocked() {
 	}
 	q.attr.QPState = qp.StateErr
 	q.stopTimersLocked()
+	q.syncBellLocked()
 	q.dev.engine.schedule(q)
 }
 
@@ -434,10 +446,7 @@ func (q *QP) resetLocked() {
 		q.rqCons.Reset(q.rq.LoadProducer())
 		q.rqCons.Publish()
 	}
-	for _, p := range q.inq {
-		q.dev.pool.put(p)
-	}
-	q.inq = q.inq[:0]
+	q.dropQueuedLocked()
 	q.attr.QPState = qp.StateReset
 	q.attr.DestQPNum = 0
 	q.attr.QKey = 0
@@ -503,6 +512,7 @@ func (q *QP) Destroy() error {
 	}
 	q.destroyed = true
 	q.gone = true
+	q.syncBellLocked()
 	delete(d.qps, q.QPN)
 	q.releaseLocked()
 	// The engine may be polling the SQ without Device.mu: it unmaps.
@@ -513,10 +523,8 @@ func (q *QP) Destroy() error {
 // releaseLocked drops the QP's references and queued packets. The rings
 // are unmapped by the engine (engine.retire) or, after it stopped, by Close.
 func (q *QP) releaseLocked() {
-	for _, p := range q.inq {
-		q.dev.pool.put(p)
-	}
-	q.inq = nil
+	q.dropQueuedLocked()
+	q.reqIn, q.respIn = nil, nil
 	q.pd.users--
 	q.sendCQ.users--
 	q.recvCQ.users--

@@ -27,6 +27,14 @@ type respState struct {
 	// Saved READ and atomic requests, replayed for duplicates.
 	res     []respResource
 	resNext int
+	// The READ being answered: its resource and the PSN of the next
+	// response packet. Its packets go out a few per turn (readStepLocked),
+	// never a whole message at once; later requests wait until it is
+	// done, except a retried READ that goes back before readNext, which
+	// replaces it (replacesReplyLocked).
+	reading  bool
+	readRes  respResource
+	readNext qp.PSN
 	// ACK coalescing. ACKs are cumulative, so while more packets wait in
 	// this run of the QP (moreQueued, set by runLocked) an ACK is only
 	// noted (ackDue, ackPSN); the next response of any kind sends it
@@ -452,49 +460,147 @@ func (q *QP) respReadLocked(p *packet) {
 	q.saveResourceLocked(r)
 	q.resp.msn++ // C9-148: the MSN counts the READ when it is accepted
 	q.resp.psn = r.lastPSN.Add(1)
-	q.readReplyLocked(&r, p.psn)
+	q.startReadReplyLocked(&r, p.psn)
 }
 
-// readReplyLocked sends the READ response packets of r from PSN from on.
-func (q *QP) readReplyLocked(r *respResource, from qp.PSN) {
+// startReadReplyLocked makes r, from PSN from on, the READ being answered;
+// responderTurnLocked sends its packets.
+func (q *QP) startReadReplyLocked(r *respResource, from qp.PSN) {
+	q.resp.reading = true
+	q.resp.readRes = *r
+	q.resp.readNext = from
+}
+
+// Loopback's READ window: a responder whose requester is on the same
+// device sends a READ response packet only while fewer than readWindow
+// responses wait in the requester's queue. The requester runs in the same
+// engine and drains them, so the window costs no throughput and the
+// packets of a message never pile up (the IBA leaves READ responses
+// without flow control; hardware paces them by the link).
+const readWindow = 64
+
+// responderTurnLocked is the responder's share of a turn: it continues the
+// READ being answered and takes queued requests, at most respondBudget
+// packets in and out together. It reports whether work is left.
+func (q *QP) responderTurnLocked() bool {
+	budget := respondBudget
+	i := 0
+	for budget > 0 {
+		// A duplicate READ that goes back to or before the PSN being
+		// answered is taken even while a READ is being answered (it
+		// replaces it); other requests wait until the answer is out.
+		if i < len(q.reqIn) && (!q.resp.reading || q.replacesReplyLocked(q.reqIn[i])) {
+			p := q.reqIn[i]
+			q.reqIn[i] = nil
+			i++
+			q.resp.moreQueued = i < len(q.reqIn)
+			q.respondLocked(p)
+			budget--
+			continue
+		}
+		if !q.resp.reading {
+			break
+		}
+		left := q.readStepLocked(budget)
+		if left == budget && q.resp.reading {
+			break // the requester's queue is full
+		}
+		budget = left
+	}
+	q.resp.moreQueued = false
+	q.reqIn = shiftQueue(q.reqIn, i)
+	return len(q.reqIn) > 0 || q.resp.reading
+}
+
+// replacesReplyLocked reports whether p, arriving while a READ is being
+// answered, replaces that answer: a READ request for a PSN already
+// executed (a retry) at or before the next response PSN. The requester
+// has gone back to it and wants everything from there, so what is being
+// sent now is of no use to it. A duplicate for a later PSN (the retry's
+// next READ) waits its turn like any request; answering it now would skip
+// the responses the requester is waiting for.
+func (q *QP) replacesReplyLocked(p *packet) bool {
+	return p.opcode&opMask == opReadRequest && p.psn.Sub(q.resp.psn) < 0 && p.psn.Sub(q.resp.readNext) <= 0
+}
+
+// readStepLocked sends READ response packets of the READ being answered,
+// at most budget of them and, on loopback, as the requester's queue has
+// room; it returns the budget left. The data is read from the MR packet by
+// packet, as it goes out.
+func (q *QP) readStepLocked(budget int) int {
 	d := q.dev
+	if !q.attr.QPState.ProcessRecv() {
+		q.resp.reading = false
+		return budget
+	}
+	var peer *QP
+	if s := d.qps[q.attr.DestQPNum]; s != nil && s.dev == d && !s.destroyed {
+		peer = s
+	}
+	r := &q.resp.readRes
 	mtu := uint64(q.mtu())
 	n := npkts(uint64(r.length), int(mtu))
-	for i := uint32(from.Sub(r.firstPSN)); i < n; i++ {
-		off := uint64(i) * mtu
-		size := min(mtu, uint64(r.length)-min(off, uint64(r.length)))
-		var src []byte
-		if size > 0 {
-			var f keyFault
-			src, _, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
-			if f != faultNone {
-				// The MR went away mid-read (rxe_recheck_mr).
-				q.nakLocked(r.firstPSN.Add(i), aethNAKRemAccess, qp.WCRemAccessErr)
-				return
-			}
+	for budget > 0 && q.resp.reading {
+		if peer != nil && len(peer.respIn) >= readWindow {
+			break // the requester has not taken the last ones yet
 		}
-		rp := d.pool.get()
-		switch {
-		case n == 1:
-			rp.opcode = transRC | opReadResponseOnly
-		case i == 0:
-			rp.opcode = transRC | opReadResponseFirst
-		case i == n-1:
-			rp.opcode = transRC | opReadResponseLast
-		default:
-			rp.opcode = transRC | opReadResponseMiddle
+		i := uint32(q.resp.readNext.Sub(r.firstPSN))
+		if i >= n {
+			q.resp.reading = false
+			break
 		}
-		rp.psn = r.firstPSN.Add(i)
-		rp.syndrome = q.creditCodeLocked()
-		rp.msn = q.resp.msn & 0xFFFFFF
-		// The data is copied now, not aliased: the responder goes on to
-		// execute later requests (a WRITE to the same bytes) before the
-		// requester takes this packet, and a READ must return the memory
-		// as it was when the READ executed (rxe copies into the skb).
-		rp.buf = append(rp.buf[:0], src...)
-		rp.payload = rp.buf
-		q.xmitResponseLocked(rp)
+		if !q.readReplyPacketLocked(r, i, n, mtu) {
+			q.resp.reading = false // NAKed; the QP is in ERR
+			break
+		}
+		budget--
+		q.resp.readNext = q.resp.readNext.Add(1)
+		if i+1 == n {
+			q.resp.reading = false
+		}
 	}
+	return budget
+}
+
+// readReplyPacketLocked sends response packet i of the n of READ r. It
+// returns false if the MR went away (the READ is NAKed).
+func (q *QP) readReplyPacketLocked(r *respResource, i, n uint32, mtu uint64) bool {
+	d := q.dev
+	off := uint64(i) * mtu
+	size := min(mtu, uint64(r.length)-min(off, uint64(r.length)))
+	var src []byte
+	if size > 0 {
+		var f keyFault
+		src, _, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
+		if f != faultNone {
+			// The MR went away mid-read (rxe_recheck_mr).
+			q.nakLocked(r.firstPSN.Add(i), aethNAKRemAccess, qp.WCRemAccessErr)
+			return false
+		}
+	}
+	rp := d.pool.get()
+	switch {
+	case n == 1:
+		rp.opcode = transRC | opReadResponseOnly
+	case i == 0:
+		rp.opcode = transRC | opReadResponseFirst
+	case i == n-1:
+		rp.opcode = transRC | opReadResponseLast
+	default:
+		rp.opcode = transRC | opReadResponseMiddle
+	}
+	rp.psn = r.firstPSN.Add(i)
+	rp.syndrome = q.creditCodeLocked()
+	rp.msn = q.resp.msn & 0xFFFFFF
+	// The data is copied as the packet goes out, not aliased: once the
+	// READ's last packet is sent the responder goes on to later requests
+	// (a WRITE to the same bytes) before the requester takes the packet,
+	// and a READ must not return what a later request wrote (rxe copies
+	// into the skb). Requests behind the READ wait until it is answered.
+	rp.buf = append(rp.buf[:0], src...)
+	rp.payload = rp.buf
+	q.xmitResponseLocked(rp)
+	return true
 }
 
 func (q *QP) respAtomicLocked(p *packet) {
@@ -557,7 +663,10 @@ func (q *QP) duplicateLocked(p *packet, flags opFlags) {
 			if r.atomic {
 				q.atomicAckLocked(r.firstPSN, r.orig)
 			} else {
-				q.readReplyLocked(r, p.psn)
+				// Replayed from the PSN asked for, in place of any READ
+				// being answered: the requester went back to it, and
+				// one reply at a time is all a flood of duplicates gets.
+				q.startReadReplyLocked(r, p.psn)
 			}
 			return
 		}

@@ -6,39 +6,46 @@ import (
 	"rdmafs/qp"
 )
 
+// Budgets of one turn of a QP, in packets: so that one QP's large message
+// (a READ of gigabytes, a burst of responses) takes the engine, and
+// Device.mu, for a bounded time, after which the other QPs and the verbs
+// waiting for the lock get their turn and the QP is scheduled again.
+const (
+	responseBudget = 256 // responses the requester takes per turn
+	respondBudget  = 256 // requests taken plus READ response packets sent per turn
+)
+
 // runLocked is one turn of the engine for q: received packets, timers, the
-// requester, completions, flushing and the SQD drain, in that order.
+// requester, completions, flushing and the SQD drain, in that order. Each
+// part does a bounded amount of work; a QP with work left is scheduled
+// again.
 func (q *QP) runLocked() {
 	// What the client published before this run is handled now or, if the
 	// state forbids it, when a modify reschedules the QP; the spin loop
 	// looks only for what comes after.
 	q.sqSeen.Store(q.sq.LoadProducer())
 	if q.attr.QPState == qp.StateReset {
-		for _, p := range q.inq {
-			q.dev.pool.put(p)
-		}
-		q.inq = q.inq[:0]
+		q.dropQueuedLocked()
 		return
 	}
-	// Packets that arrive while we work are appended; take them all.
-	for i := 0; i < len(q.inq); i++ {
-		p := q.inq[i]
-		q.inq[i] = nil
-		if opInfo(p.opcode)&ofRequest != 0 {
-			q.resp.moreQueued = i+1 < len(q.inq)
-			q.respondLocked(p)
-		} else {
-			q.completeResponseLocked(p)
-		}
+	more := false
+	// Responses for the requester. Packets that arrive while we work
+	// (a QP connected to itself) are appended and wait for the next turn.
+	n := min(len(q.respIn), responseBudget)
+	for i := 0; i < n; i++ {
+		p := q.respIn[i]
+		q.respIn[i] = nil
+		q.completeResponseLocked(p)
 	}
-	q.inq = q.inq[:0]
-	q.resp.moreQueued = false
+	q.respIn = shiftQueue(q.respIn, n)
+	more = more || len(q.respIn) > 0
+	more = q.responderTurnLocked() || more
 	q.flushAckLocked()
 	if q.comp.timeoutFired {
 		q.timeoutLocked()
 	}
 	q.retireLocked()
-	more := q.requesterLocked()
+	more = q.requesterLocked() || more
 	q.retireLocked()
 	if q.attr.QPState.FlushSend() {
 		q.flushSendLocked()
@@ -53,6 +60,31 @@ func (q *QP) runLocked() {
 	if more {
 		q.dev.engine.schedule(q)
 	}
+}
+
+// shiftQueue drops the first n packets of a receive queue (already taken)
+// and keeps the rest at the front of the same array.
+func shiftQueue(in []*packet, n int) []*packet {
+	if n == 0 {
+		return in
+	}
+	m := copy(in, in[n:])
+	clear(in[m:])
+	return in[:m]
+}
+
+// dropQueuedLocked discards every packet waiting in q's receive queues.
+func (q *QP) dropQueuedLocked() {
+	for _, in := range [][]*packet{q.reqIn, q.respIn} {
+		for _, p := range in {
+			if p != nil {
+				q.dev.pool.put(p)
+			}
+		}
+	}
+	clear(q.reqIn)
+	clear(q.respIn)
+	q.reqIn, q.respIn = q.reqIn[:0], q.respIn[:0]
 }
 
 // flushSendLocked completes every outstanding send WQE, fetched or still in

@@ -19,6 +19,7 @@ import (
 
 	"rdmafs/clock"
 	"rdmafs/qp"
+	"rdmafs/ring"
 	"rdmafs/roce"
 )
 
@@ -631,7 +632,12 @@ func BenchmarkWireSendLatency(b *testing.B) { benchPingPong(b, true) }
 // BenchmarkSendLatency is the same ping-pong on one device (loopback).
 func BenchmarkSendLatency(b *testing.B) { benchPingPong(b, false) }
 
-func benchPingPong(b *testing.B, wire bool) {
+// BenchmarkSendLatencyDoorbellFlood is the loopback ping-pong while
+// another user, with 500 QPs of its own in RTS, rings the device's
+// doorbell as fast as it can (issue 13, finding 9).
+func BenchmarkSendLatencyDoorbellFlood(b *testing.B) { benchPingPong(b, false, 500) }
+
+func benchPingPong(b *testing.B, wire bool, flood ...int) {
 	var ea, eb *env
 	var qa, qb *QP
 	var acq, bcq *CQ
@@ -642,6 +648,32 @@ func benchPingPong(b *testing.B, wire bool) {
 		ea = newEnv(b, func(c *Config) { c.Clock = clock.Real{} })
 		eb = ea
 		qa, qb, acq, bcq = ea.pair(qp.TypeRC)
+	}
+	if len(flood) > 0 {
+		cq := ea.cq(16)
+		for i := 0; i < flood[0]; i++ {
+			q := ea.qp(qpOpts{scq: cq, rcq: cq, cap: qp.Cap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			ea.connect(q, q.QPN, "")
+		}
+		bell, err := ring.Attach(ea.d.Doorbell().Bytes(), ring.KindDoorbell)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				bell.BumpEvent()
+				bell.WakeEventWaiters()
+			}
+		}()
+		b.Cleanup(func() { close(stop); <-done })
 	}
 	ma, mb := ea.mr(64, qp.AccessLocalWrite), eb.mr(64, qp.AccessLocalWrite)
 	send := func(mr *MR) qp.SendWR {
@@ -762,10 +794,10 @@ func (q *QP) debugState() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "qp %d %v req.psn %d comp.psn %d acked %d retryLeft %d rnrLeft %d timer %v fired %v idle %v progress %v needRetry %v waitRNR %v rnrTimer %v rdAtomic %d inMsg %v resp.psn %d inq %d queued %v\n",
+	fmt.Fprintf(&b, "qp %d %v req.psn %d comp.psn %d acked %d retryLeft %d rnrLeft %d timer %v fired %v idle %v progress %v needRetry %v waitRNR %v rnrTimer %v rdAtomic %d inMsg %v resp.psn %d queued in %d/%d reading %v queued %v\n",
 		q.QPN, q.attr.QPState, q.req.psn, q.comp.psn, q.comp.acked, q.comp.retryLeft, q.comp.rnrLeft, q.retryTimer != nil,
 		q.comp.timeoutFired, q.comp.idle, q.comp.progress, q.req.needRetry, q.req.waitRNR, q.rnrTimer != nil,
-		q.req.rdAtomic, q.req.inMsg, q.resp.psn, len(q.inq), q.queued.Load())
+		q.req.rdAtomic, q.req.inMsg, q.resp.psn, len(q.reqIn), len(q.respIn), q.resp.reading, q.queued.Load())
 	fmt.Fprintf(&b, "  sq tail %d reqIdx %d fetched %d; engine idle %v\n", q.sqCons.Tail(), q.reqIdx, q.sqFetched, d.engine.idle())
 	for i := q.sqCons.Tail(); i != q.sqFetched; i++ {
 		w := &q.swq[i&q.sqMask()]
