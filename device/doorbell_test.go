@@ -230,10 +230,14 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 			t.Fatal("the doorbell did not wake")
 		}
 	}
+	// Bound the scans by the 20 bumps made, not by the wakes counted: two
+	// bumps can be taken by one counted wake while each still gets a scan
+	// of its own (seen: 19 wakes, 40 scans).
+	const bumps = 20
 	wakes, scans := d.Counters.Doorbells.Load()-wakes0, d.bellScans.Load()-scans0
-	t.Logf("%d wakes looked at %d QPs (102 QPs on the device, %d of them can send)", wakes, scans, n)
-	if wakes == 0 || scans > wakes*uint64(n) {
-		t.Fatalf("%d wakes looked at %d QPs; %d can send", wakes, scans, n)
+	t.Logf("%d bumps, %d wakes looked at %d QPs (102 QPs on the device, %d of them can send)", bumps, wakes, scans, n)
+	if wakes == 0 || scans > bumps*uint64(n) {
+		t.Fatalf("%d bumps (%d wakes) looked at %d QPs; %d can send", bumps, wakes, scans, n)
 	}
 	// A wake while somebody holds Device.mu still schedules the posted QP.
 	waitParked(t, e, a)
