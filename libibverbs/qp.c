@@ -238,6 +238,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	pthread_mutex_unlock(&qp->mutex);
 	rf_ring_unmap(&q->sq);
 	rf_ring_unmap(&q->rq);
+	free(q->wr_sge);
 	free(q);
 	return 0;
 }
