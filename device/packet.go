@@ -275,6 +275,9 @@ func (d *Device) receiveLocked(p *packet) {
 	d.engine.schedule(q)
 }
 
+// queuedLocked is the longer of q's two receive queues.
+func (q *QP) queuedLocked() int { return max(len(q.reqIn), len(q.respIn)) }
+
 // maxQueuedPackets bounds each of a QP's two receive queues (requests for
 // its responder, responses for its requester). The engine takes at most a
 // turn's budget from each per run; a sender that outruns it (many UD
@@ -300,7 +303,13 @@ const maxQueuedPackets = 4096
 // the PSN and an rkey still gets in (RELIABILITY.md).
 func (q *QP) fromPeerLocked(p *packet) bool {
 	if !p.local {
-		return q.dev.cfg.AnySourcePort || p.srcPort == udpSourcePort(q.attr.DestQPNum)
+		// The peer is rdmafs or an older rxe (a hash of its QPN), or a
+		// Linux 5.17+ rxe (from the flow label, which both ends of a
+		// connection set alike, or from the two QPNs).
+		peer := q.attr.DestQPNum
+		return q.dev.cfg.AnySourcePort || p.srcPort == udpSourcePort(peer) ||
+			p.srcPort == flowSourcePort(q.attr.AH.FlowLabel, peer, q.QPN) ||
+			p.srcPort == flowSourcePort(0, peer, q.QPN)
 	}
 	if p.srcQPN != q.attr.DestQPNum {
 		return false

@@ -214,6 +214,24 @@ func udpSourcePort(qpn uint32) uint16 {
 	return 0xC000 | uint16((qpn*0x61C88647)>>18)&0x3FFF
 }
 
+// flowSourcePort is the port Linux's RoCE drivers derive from a connection
+// since 5.17 (rdma_get_udp_sport): rxe sends every packet of a QP whose
+// address has a GRH (every RoCE QP) from it, computed from the flow label
+// of that QP's address, or when that is 0 from a flow label made of the two
+// QPNs (their product, folded twice), whose low 14 bits, folded with the
+// high 6, go above 0xC000. The product makes it the same from either end.
+func flowSourcePort(flowLabel, qpnA, qpnB uint32) uint16 {
+	fl := flowLabel & 0xFFFFF
+	if fl == 0 {
+		v := uint64(qpnA) * uint64(qpnB)
+		v ^= v >> 20
+		v ^= v >> 40
+		fl = uint32(v) & 0xFFFFF
+	}
+	low := fl&0x3FFF ^ fl&0xFC000>>14
+	return 0xC000 | uint16(low)
+}
+
 // peerAddrLocked reports whether a is the address of a device sharing d's
 // objects (d itself included): a datagram between them is counted in flight
 // until it arrives (Quiesce).
@@ -389,7 +407,9 @@ func (w *wire) recvLoop() {
 			n++
 		}
 		w.verify(bufs[:n], lens[:n], pkts[:n], ok[:n], bad[:n])
-		w.deliver(bufs[:n], lens[:n], pkts[:n], ok[:n], bad[:n])
+		if full := w.deliver(bufs[:n], lens[:n], pkts[:n], ok[:n], bad[:n]); full != nil {
+			w.backOff(full)
+		}
 		// deliver woke the engine goroutine onto this P; blocking in
 		// read now would keep it there until sysmon takes the P back
 		// (up to milliseconds). Let it run first.
@@ -425,12 +445,12 @@ func (w *wire) verify(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool, 
 
 // deliver hands the good datagrams to the receive path under one hold of
 // Device.mu, and counts ICRC errors against the QP they name, if any.
-func (w *wire) deliver(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool, bad []uint32) {
+func (w *wire) deliver(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool, bad []uint32) (full *QP) {
 	d := w.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return
+		return nil
 	}
 	capture := d.capture.on.Load()
 	for i := range bufs {
@@ -465,5 +485,37 @@ func (w *wire) deliver(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool,
 		if self || d.peerAddrLocked([4]byte(b[12:16])) {
 			d.peerRecv.Add(1)
 		}
+		if q := d.qps[pkts[i].DestQP]; q != nil && q.queuedLocked() >= wireHighWater {
+			full = q
+		}
+	}
+	return full
+}
+
+// wireHighWater is the queue length (of one of a QP's two receive queues)
+// at which the receive loop stops reading the socket until the engine has
+// taken the queue down again: a sender that outruns the engine then waits
+// in the socket's buffer (32 MiB) instead of losing packets at the QP
+// queue's cap, which for UC would lose whole messages.
+const wireHighWater = maxQueuedPackets / 2
+
+// backOff waits, at most wireBackOffMax, until q's receive queues are below
+// the high-water mark again (or q is gone, or the wire closes).
+func (w *wire) backOff(q *QP) {
+	d := w.d
+	deadline := time.Now().Add(wireBackOffMax)
+	for !w.closing.Load() && time.Now().Before(deadline) {
+		d.mu.Lock()
+		busy := !q.destroyed && q.queuedLocked() >= wireHighWater/2
+		d.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(20 * time.Microsecond)
 	}
 }
+
+// wireBackOffMax bounds one wait for a QP that is not drained (a QP in
+// RESET, say, which takes nothing): the loop goes on reading, and the
+// queue's cap drops what does not fit, as before.
+const wireBackOffMax = 50 * time.Millisecond
