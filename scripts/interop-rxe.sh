@@ -35,15 +35,12 @@
 #    no -m and uses rxe's active_mtu, 1024 on this link). perftest itself
 #    settles on the smaller MTU of the two sides (a run of case 7 without -m
 #    also sent 1024-byte packets); -m keeps the cases independent of that.
-#  - rdmafs's wire source check (device/packet.go, fromPeerLocked) expects
-#    rxe to send a QP's packets from UDP port 0xC000 + hash_32(own QPN, 14).
-#    The guest's kernel (6.1) does that only until the QP gets its address
-#    vector: rxe_modify_qp then sets src_port = rdma_get_udp_sport(flow
-#    label, own QPN, dest QPN), which for flow label 0 hashes lqpn*rqpn
-#    (e.g. QPN 0x11 -> 0x10 sends from 0xC110, where rdmafs expects 0xDF94).
-#    Without --any-source-port rdmafs drops every packet of rxe's connected
-#    QPs (foreign_packets_dropped) and no RC case can pass. So the mounts use
-#    it; RDMAFS_MOUNT_FLAGS= (empty) runs without it to show the failure.
+#  - rdmafs holds a connected QP to its peer's UDP source port. The guest's
+#    kernel (6.1) sends a QP's packets from rdma_get_udp_sport(flow label,
+#    own QPN, dest QPN) once the QP has its address (QPN 0x11 -> 0x10 sends
+#    from 0xC110), not from the QPN hash older kernels and rdmafs use; the
+#    check takes both (device/wire.go, flowSourcePort). RDMAFS_MOUNT_FLAGS
+#    adds mount flags (e.g. --any-source-port, to compare).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -54,7 +51,7 @@ MTU=${3:-1024}
 PERF_ITERS=${4:-$ITERS}
 PERF_MTU=1024 # the guest's perftest path MTU: rxe's active_mtu (see above)
 CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12}
-MOUNT_FLAGS=${RDMAFS_MOUNT_FLAGS---any-source-port}
+MOUNT_FLAGS=${RDMAFS_MOUNT_FLAGS:-}
 NS=rxepeer
 GUEST_LOG=/tmp/rxe/a.log
 work=$(mktemp -d /tmp/rdmafs-interop.XXXXXX)
