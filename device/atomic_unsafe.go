@@ -30,3 +30,7 @@ func atomicCompareSwap(b []byte, compare, swap uint64) uint64 {
 func atomicFetchAdd(b []byte, add uint64) uint64 {
 	return atomic.AddUint64(word(b), add) - add
 }
+
+// atomicStore is ATOMIC WRITE's store: one aligned 8-byte store, so that a
+// concurrent reader sees the whole old or the whole new word.
+func atomicStore(b []byte, v uint64) { atomic.StoreUint64(word(b), v) }

@@ -217,6 +217,10 @@ func (q *QP) failWQELocked(w *sendWQE, s qp.WCStatus) {
 
 func (q *QP) handleReadResponseLocked(p *packet) {
 	w := q.wqeAtLocked(p.psn)
+	if w != nil && w.info.AtomicWrite {
+		q.handleAtomicWriteResponseLocked(p)
+		return
+	}
 	if w == nil || !w.info.Read || p.psn != q.comp.psn {
 		// Out of order or duplicate: rxe drops it and lets the retry
 		// timer or a later response sort it out.
@@ -237,6 +241,21 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 		w.state, w.status = wqeDone, qp.WCSuccess
 		q.ackPendingLocked()
 	}
+	q.armRetryLocked()
+}
+
+// handleAtomicWriteResponseLocked takes the answer to an ATOMIC WRITE: an
+// RDMA READ RESPONSE ONLY without data (IBA A19, as rxe answers it). It
+// carries no result, so it acknowledges like an ACK of its PSN: the ATOMIC
+// WRITE completes, and so does everything before it but an unanswered READ
+// or atomic (ackThroughLocked). A plain ACK that covers the PSN completes
+// an ATOMIC WRITE the same way (rxe's requester takes either).
+func (q *QP) handleAtomicWriteResponseLocked(p *packet) {
+	if p.opcode&opMask != opReadResponseOnly || len(p.payload) != 0 || p.syndrome&aethTypeMask != aethACK {
+		q.dropLocked(&packet{})
+		return
+	}
+	q.ackThroughLocked(p.psn)
 	q.armRetryLocked()
 }
 

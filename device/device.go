@@ -434,42 +434,49 @@ const (
 	capSRQResize     = 1 << 13
 	capMemWindow     = 1 << 17
 	capMemWindowType = 1 << 23 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
+
+	// capAtomicWrite is IB_UVERBS_DEVICE_ATOMIC_WRITE of the kernel's
+	// ib_user_verbs.h, in device_cap_flags_ex only (rxe sets it too).
+	capAtomicWrite = 1 << 40
 )
+
+const deviceCaps = capBadPKeyCntr | capRCRNRNakGen | capSRQResize | capMemWindow | capMemWindowType
 
 // Attr is ibv_query_device.
 func (d *Device) Attr() DeviceAttr {
 	c := &d.cfg
 	return DeviceAttr{
-		FwVer:           "rdmafs 0.1",
-		NodeGUID:        c.NodeGUID,
-		SysImageGUID:    c.NodeGUID,
-		MaxMRSize:       c.MaxMRSize,
-		PageSizeCap:     4096,
-		VendorID:        0xFFFFFF,
-		VendorPartID:    0x5244, // "RD"
-		MaxQP:           c.MaxQP,
-		MaxQPWR:         c.MaxQPWR,
-		DeviceCapFlags:  capBadPKeyCntr | capRCRNRNakGen | capSRQResize | capMemWindow | capMemWindowType,
-		MaxSGE:          c.MaxSGE,
-		MaxSGERd:        c.MaxSGE,
-		MaxCQ:           c.MaxCQ,
-		MaxCQE:          c.MaxCQE,
-		MaxMR:           c.MaxMR,
-		MaxPD:           c.MaxPD,
-		MaxQPRdAtom:     uint32(c.MaxQPRdAtom),
-		MaxResRdAtom:    uint32(c.MaxQPRdAtom) * c.MaxQP,
-		MaxQPInitRdAtom: uint32(c.MaxQPInitRdAtom),
-		AtomicCap:       "hca", // IBV_ATOMIC_HCA: atomics are atomic within this device
-		MaxMW:           c.MaxMW,
-		MaxAH:           c.MaxAH,
-		MaxSRQ:          c.MaxSRQ,
-		MaxSRQWR:        c.MaxSRQWR,
-		MaxSRQSGE:       c.MaxSRQSGE,
-		MaxPKeys:        1,
-		LocalCAAckDelay: 15,
-		PhysPortCnt:     1,
-		MaxInlineData:   c.MaxInlineData,
-		MaxTotalMRBytes: c.MaxTotalMRBytes,
+		FwVer:            "rdmafs 0.1",
+		NodeGUID:         c.NodeGUID,
+		SysImageGUID:     c.NodeGUID,
+		MaxMRSize:        c.MaxMRSize,
+		PageSizeCap:      4096,
+		VendorID:         0xFFFFFF,
+		VendorPartID:     0x5244, // "RD"
+		MaxQP:            c.MaxQP,
+		MaxQPWR:          c.MaxQPWR,
+		DeviceCapFlags:   deviceCaps,
+		DeviceCapFlagsEx: deviceCaps | capAtomicWrite,
+		MaxSGE:           c.MaxSGE,
+		MaxSGERd:         c.MaxSGE,
+		MaxCQ:            c.MaxCQ,
+		MaxCQE:           c.MaxCQE,
+		MaxMR:            c.MaxMR,
+		MaxPD:            c.MaxPD,
+		MaxQPRdAtom:      uint32(c.MaxQPRdAtom),
+		MaxResRdAtom:     uint32(c.MaxQPRdAtom) * c.MaxQP,
+		MaxQPInitRdAtom:  uint32(c.MaxQPInitRdAtom),
+		AtomicCap:        "hca", // IBV_ATOMIC_HCA: atomics are atomic within this device
+		MaxMW:            c.MaxMW,
+		MaxAH:            c.MaxAH,
+		MaxSRQ:           c.MaxSRQ,
+		MaxSRQWR:         c.MaxSRQWR,
+		MaxSRQSGE:        c.MaxSRQSGE,
+		MaxPKeys:         1,
+		LocalCAAckDelay:  15,
+		PhysPortCnt:      1,
+		MaxInlineData:    c.MaxInlineData,
+		MaxTotalMRBytes:  c.MaxTotalMRBytes,
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // TestDataIntegrityRandomMix drives a seeded random mix of SEND, WRITE,
-// WRITE_WITH_IMM, READ and atomics of random sizes and SGLs through an RC
+// WRITE_WITH_IMM, READ, atomics and ATOMIC WRITE of random sizes and SGLs through an RC
 // pair (and SEND/WRITE through a UC pair), and checks every byte against a
 // model of the responder's memory kept here, and every completion.
 //
@@ -508,6 +508,19 @@ func (g *integ) opRead() bool {
 func (g *integ) opAtomic() bool {
 	if len(g.sends) >= 60 {
 		return false
+	}
+	if g.rng.IntN(4) == 0 {
+		// ATOMIC WRITE: a word of the atomic area, which the atomics of
+		// this and later batches read back (a duplicate stored again
+		// after one of them would show there and in the model).
+		va := uint64(g.rng.IntN(atomicArea/8)) * 8
+		id := g.next()
+		wr := qp.SendWR{WRID: id, Opcode: qp.WRAtomicWrite, SendFlags: qp.SendSignaled, RemoteAddr: va, RKey: g.rem.RKey,
+			CompareAdd: g.rng.Uint64()}
+		g.sends = append(g.sends, wr)
+		g.wantA = append(g.wantA, sendWC(id, "success", "atomic_write", g.a, 8))
+		binary.LittleEndian.PutUint64(g.model[va:], wr.CompareAdd)
+		return true
 	}
 	sgl, spans, ok := g.dstSGL(g.dst, &g.dstNext, 8, 0)
 	if !ok {

@@ -34,6 +34,7 @@ const (
 	opFetchAdd           = 0x14
 	opSendLastInv        = 0x16
 	opSendOnlyInv        = 0x17
+	opAtomicWrite        = 0x1D // IBA 1.5 (Memory Placement Extensions): RETH + 8 bytes
 	opMask               = 0x1F
 	transMask            = 0xE0
 )
@@ -57,7 +58,8 @@ const (
 	ofRETH
 	ofAETH
 	ofPayload
-	ofRWR // consumes a receive WQE
+	ofRWR         // consumes a receive WQE
+	ofAtomicWrite // ATOMIC WRITE: an 8-byte payload stored as one word
 )
 
 const ofOnly = ofFirst | ofLast
@@ -86,6 +88,7 @@ var opTable = [32]opFlags{
 	opFetchAdd:           ofRequest | ofAtomic | ofOnly,
 	opSendLastInv:        ofRequest | ofSend | ofLast | ofPayload | ofInv,
 	opSendOnlyInv:        ofRequest | ofSend | ofOnly | ofPayload | ofInv | ofRWR,
+	opAtomicWrite:        ofRequest | ofAtomicWrite | ofOnly | ofPayload | ofRETH,
 }
 
 func opInfo(opcode uint8) opFlags { return opTable[opcode&opMask] }

@@ -134,7 +134,9 @@ func (q *QP) checkWQELocked(w *sendWQE) {
 		}
 		return
 	}
-	if w.wr.SendFlags&qp.SendInline != 0 {
+	if info.AtomicWrite {
+		w.length = 8 // compare_add; byte_len of the completion, as rxe's
+	} else if w.wr.SendFlags&qp.SendInline != 0 {
 		w.length = uint64(len(w.wr.InlineData))
 	} else {
 		w.length, _ = sglLength(w.wr.SGL)
@@ -221,7 +223,7 @@ func (q *QP) requesterLocked() bool {
 			} else {
 				w.lastPSN = w.firstPSN.Add(npkts(w.length, mtu) - 1)
 			}
-			if w.info.Read || w.info.Atomic {
+			if w.info.RdAtomic() {
 				w.rdAtomic = true
 				q.req.rdAtomic--
 			}
@@ -249,7 +251,8 @@ func (q *QP) requesterLocked() bool {
 
 // mayStartLocked applies fences and initiator limits (rxe_wqe_is_fenced,
 // check_init_depth): LOCAL_INV waits for every earlier WQE; a fenced WQE
-// waits for earlier READs and atomics; READs and atomics need a free slot.
+// waits for earlier READs and atomics; READs, atomics and ATOMIC WRITEs
+// need a free slot.
 func (q *QP) mayStartLocked(w *sendWQE) bool {
 	if w.wr.Opcode == qp.WRLocalInv && q.sqCons.Tail() != q.reqIdx {
 		return false
@@ -257,7 +260,7 @@ func (q *QP) mayStartLocked(w *sendWQE) bool {
 	if w.wr.SendFlags&qp.SendFence != 0 && q.req.rdAtomic < int(q.attr.MaxRdAtomic) {
 		return false
 	}
-	if (w.info.Read || w.info.Atomic) && q.req.rdAtomic <= 0 {
+	if w.info.RdAtomic() && q.req.rdAtomic <= 0 {
 		return false
 	}
 	return true
@@ -300,6 +303,17 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 		p.va, p.rkey = w.wr.RemoteAddr, w.wr.RKey
 		p.ackReq = true
 		q.req.psn = q.req.psn.Add(1)
+		w.state = wqePending
+	case w.info.AtomicWrite:
+		// RETH for the target and the 8 bytes as the payload, in the
+		// order the WQE's compare_add holds them (ring/doc.go).
+		p.opcode = trans | opAtomicWrite
+		p.va, p.rkey, p.dlen = w.wr.RemoteAddr, w.wr.RKey, 8
+		p.buf = binary.LittleEndian.AppendUint64(p.buf[:0], w.wr.CompareAdd)
+		p.payload = p.buf
+		p.ackReq = true
+		q.req.psn = q.req.psn.Add(1)
+		w.sent = w.length
 		w.state = wqePending
 	default: // SEND and WRITE families carry payload
 		n := int(min(w.length-w.sent, uint64(mtu)))
@@ -420,8 +434,8 @@ func (q *QP) rewindLocked() {
 		if d := psn.Sub(w.firstPSN); d > 0 {
 			off = uint64(d) * uint64(mtu)
 		}
-		if w.info.Atomic {
-			off = 0
+		if w.info.Atomic || w.info.AtomicWrite {
+			off = 0 // one packet, sent again whole
 		}
 		w.sent = min(off, w.length)
 		w.state = wqeSending

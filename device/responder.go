@@ -45,17 +45,18 @@ type respState struct {
 	ackPSN     qp.PSN
 }
 
-// respResource remembers a READ or atomic request (one per
+// respResource remembers a READ, atomic or ATOMIC WRITE request (one per
 // max_dest_rd_atomic) so a duplicate is answered without executing again.
 type respResource struct {
-	used     bool
-	atomic   bool
-	firstPSN qp.PSN
-	lastPSN  qp.PSN
-	va       uint64
-	rkey     uint32
-	length   uint32
-	orig     uint64
+	used        bool
+	atomic      bool
+	atomicWrite bool
+	firstPSN    qp.PSN
+	lastPSN     qp.PSN
+	va          uint64
+	rkey        uint32
+	length      uint32
+	orig        uint64
 }
 
 // respondLocked executes one request packet against this QP
@@ -215,6 +216,8 @@ func (q *QP) respondRCLocked(p *packet) {
 		q.respReadLocked(p)
 	case flags&ofAtomic != 0:
 		q.respAtomicLocked(p)
+	case flags&ofAtomicWrite != 0:
+		q.respAtomicWriteLocked(p)
 	}
 }
 
@@ -645,16 +648,66 @@ func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
 	q.xmitResponseLocked(r)
 }
 
+// respAtomicWriteLocked executes an ATOMIC WRITE (IBA 1.5, A19; rxe's
+// atomic_write_reply): the 8-byte payload is stored at the RETH's address
+// as one aligned word, so that a client reading the word through its own
+// mapping sees the old value or the new one, never a mix. It needs remote
+// write access on the QP and the MR, as rxe checks it, and a responder
+// resource (max_dest_rd_atomic), and it is answered with an RDMA READ
+// RESPONSE ONLY without data, which the requester takes as its ACK.
+func (q *QP) respAtomicWriteLocked(p *packet) {
+	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 || q.attr.MaxDestRdAtomic == 0 {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	if p.dlen != 8 || len(p.payload) != 8 || p.va&7 != 0 {
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	b, f := q.dev.rkeyLocked(q, p.rkey, p.va, 8, qp.AccessRemoteWrite)
+	if f != faultNone {
+		q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+		return
+	}
+	if !aligned8(b) {
+		// The MR's iova and its memory disagree modulo 8.
+		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		return
+	}
+	// The payload's bytes land as they came: read in host order, stored
+	// in host order (ring/doc.go).
+	atomicStore(b, binary.NativeEndian.Uint64(p.payload))
+	q.saveResourceLocked(respResource{atomicWrite: true, firstPSN: p.psn, lastPSN: p.psn})
+	q.resp.msn++
+	q.resp.psn = q.resp.psn.Add(1)
+	q.atomicWriteAckLocked(p.psn)
+}
+
+// atomicWriteAckLocked answers an ATOMIC WRITE: RDMA READ RESPONSE ONLY
+// with an AETH and no payload.
+func (q *QP) atomicWriteAckLocked(psn qp.PSN) {
+	r := q.dev.pool.get()
+	r.opcode = transRC | opReadResponseOnly
+	r.psn = psn
+	r.syndrome = q.creditCodeLocked()
+	r.msn = q.resp.msn & 0xFFFFFF
+	q.xmitResponseLocked(r)
+}
+
 // duplicateLocked answers a request whose PSN was already executed: SEND
 // and WRITE are acknowledged again, READ is replayed from its saved
 // resource (re-reading memory), an atomic's saved result is sent again
-// without executing it twice (IBA 9.9.3; rxe's duplicate_request).
+// without executing it twice (IBA 9.9.3; rxe's duplicate_request). An
+// ATOMIC WRITE is not executed again either: its answer is sent again from
+// its resource, or, once the resource has been reused, it is acknowledged
+// again like a WRITE (rxe drops it then, a class D error, and leaves the
+// requester to retry).
 func (q *QP) duplicateLocked(p *packet, flags opFlags) {
 	d := q.dev
 	q.Counters.DuplicateReqs++
 	d.Counters.DuplicateReqs.Add(1)
 	switch {
-	case flags&(ofRead|ofAtomic) != 0:
+	case flags&(ofRead|ofAtomic|ofAtomicWrite) != 0:
 		for i := range q.resp.res {
 			r := &q.resp.res[i]
 			if !r.used || p.psn.Sub(r.firstPSN) < 0 || r.lastPSN.Sub(p.psn) < 0 {
@@ -662,12 +715,18 @@ func (q *QP) duplicateLocked(p *packet, flags opFlags) {
 			}
 			if r.atomic {
 				q.atomicAckLocked(r.firstPSN, r.orig)
+			} else if r.atomicWrite {
+				q.atomicWriteAckLocked(r.firstPSN)
 			} else {
 				// Replayed from the PSN asked for, in place of any READ
 				// being answered: the requester went back to it, and
 				// one reply at a time is all a flood of duplicates gets.
 				q.startReadReplyLocked(r, p.psn)
 			}
+			return
+		}
+		if flags&ofAtomicWrite != 0 {
+			q.sendAckLocked(q.resp.psn.Add(^uint32(0)), aethACK)
 			return
 		}
 		q.Counters.Dropped++

@@ -204,11 +204,13 @@ func TestWireRCOps(t *testing.T) {
 				fmt.Sprintf("opcode=rdma_write_with_imm wr_id=3 send_flags=signaled imm_data=77 sge=%d:100:3000 remote_addr=25384 rkey=%d", src.LKey, dst.RKey),
 				fmt.Sprintf("opcode=rdma_read wr_id=4 send_flags=signaled sge=%d:0:12000 remote_addr=32768 rkey=%d", res.LKey, dst.RKey),
 				fmt.Sprintf("opcode=atomic_fetch_and_add wr_id=5 send_flags=signaled sge=%d:20000:8 remote_addr=48000 rkey=%d compare_add=5", res.LKey, dst.RKey),
-				fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=6 send_flags=signaled sge=%d:20008:8 remote_addr=48000 rkey=%d compare_add=1005 swap=42", res.LKey, dst.RKey))
+				fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=6 send_flags=signaled sge=%d:20008:8 remote_addr=48000 rkey=%d compare_add=1005 swap=42", res.LKey, dst.RKey),
+				fmt.Sprintf("opcode=atomic_write wr_id=7 send_flags=signaled remote_addr=48008 rkey=%d compare_add=0x1122334455667788", dst.RKey))
 			wexpect(t, acq, envs,
 				sendWC(1, "success", "send", a, 10000), sendWC(2, "success", "rdma_write", a, 9000),
 				sendWC(3, "success", "rdma_write", a, 3000), sendWC(4, "success", "rdma_read", a, 12000),
-				sendWC(5, "success", "fetch_add", a, 8), sendWC(6, "success", "comp_swap", a, 8))
+				sendWC(5, "success", "fetch_add", a, 8), sendWC(6, "success", "comp_swap", a, 8),
+				sendWC(7, "success", "atomic_write", a, 8))
 			wexpect(t, bcq, envs, recvWC(9, "success", "recv", b, 10000, a, ""),
 				fmt.Sprintf("wr_id=10 status=success opcode=recv_rdma_with_imm qp_num=%d byte_len=3000 imm_data=77 src_qp=%d wc_flags=with_imm", b.QPN, a.QPN))
 			want := append(append([]byte(nil), src.Mem()[:5000]...), src.Mem()[6000:11000]...)
@@ -219,6 +221,7 @@ func TestWireRCOps(t *testing.T) {
 			if o1, o2, v := binary.LittleEndian.Uint64(res.Mem()[20000:]), binary.LittleEndian.Uint64(res.Mem()[20008:]), binary.LittleEndian.Uint64(dst.Mem()[48000:]); o1 != 1000 || o2 != 1005 || v != 42 {
 				t.Fatalf("atomics: %d %d, memory %d", o1, o2, v)
 			}
+			sameBytes(t, dst.Mem()[48008:48016], []byte{0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11})
 			ea.healthy(a)
 			eb.healthy(b)
 			for _, e := range envs {
@@ -437,9 +440,11 @@ func TestWireCapture(t *testing.T) {
 		fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey),
 		fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey),
 		fmt.Sprintf("opcode=rdma_read wr_id=3 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey),
-		fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=4 send_flags=signaled sge=%d:0:8 remote_addr=8 rkey=%d compare_add=0 swap=1", src.LKey, dst.RKey))
+		fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=4 send_flags=signaled sge=%d:0:8 remote_addr=8 rkey=%d compare_add=0 swap=1", src.LKey, dst.RKey),
+		fmt.Sprintf("opcode=atomic_write wr_id=7 send_flags=signaled remote_addr=16 rkey=%d compare_add=3", dst.RKey))
 	wexpect(t, acq, envs, sendWC(1, "success", "send", a, 3000), sendWC(2, "success", "rdma_write", a, 100),
-		sendWC(3, "success", "rdma_read", a, 100), sendWC(4, "success", "comp_swap", a, 8))
+		sendWC(3, "success", "rdma_read", a, 100), sendWC(4, "success", "comp_swap", a, 8),
+		sendWC(7, "success", "atomic_write", a, 8))
 	wexpect(t, bcq, envs, recvWC(9, "success", "recv", b, 3000, a, ""))
 	// And a loopback pair on device a.
 	la, lb, lacq, lbcq := ea.pair(qp.TypeUC)
@@ -451,8 +456,10 @@ func TestWireCapture(t *testing.T) {
 	ops := captureOpcodes(t, readCapture(t, c), roce.CheckIPv4)
 	want := map[roce.Opcode]int{
 		transRC | opSendFirst: 1, transRC | opSendMiddle: 1, transRC | opSendLast: 1,
-		transRC | opWriteOnly: 1, transRC | opReadRequest: 1, transRC | opReadResponseOnly: 1,
-		transRC | opCompareSwap: 1, transRC | opAtomicAcknowledge: 1, transUC | opSendOnly: 1,
+		// Two READ RESPONSE ONLYs: the READ's and the ATOMIC WRITE's answers.
+		transRC | opWriteOnly: 1, transRC | opReadRequest: 1, transRC | opReadResponseOnly: 2,
+		transRC | opCompareSwap: 1, transRC | opAtomicAcknowledge: 1, transRC | opAtomicWrite: 1,
+		transUC | opSendOnly: 1,
 	}
 	for op, n := range want {
 		if ops[op] != n {

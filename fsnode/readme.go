@@ -87,7 +87,8 @@ qp/N/
   post_send  one work request a line; a write of several lines posts them in
              order and stops at the first bad one (the earlier ones stay posted):
                opcode=send|send_with_imm|send_with_inv|rdma_write|rdma_write_with_imm|
-                      rdma_read|atomic_cmp_and_swp|atomic_fetch_and_add|local_inv|bind_mw
+                      rdma_read|atomic_cmp_and_swp|atomic_fetch_and_add|local_inv|bind_mw|
+                      atomic_write (RC; compare_add=N is the 8 bytes, little-endian, no sge)
                wr_id=N sge=LKEY:ADDR:LENGTH (repeatable; ADDR in the MR's iova space)
                send_flags=signaled,fence,solicited,inline imm_data=N invalidate_rkey=N
                remote_addr=N rkey=N compare_add=N swap=N ah=H remote_qpn=N

@@ -115,6 +115,7 @@ func (t *tree) deviceText() string {
 	kv("max_qp", a.MaxQP)
 	kv("max_qp_wr", a.MaxQPWR)
 	kv("device_cap_flags", a.DeviceCapFlags)
+	kv("device_cap_flags_ex", a.DeviceCapFlagsEx)
 	kv("max_sge", a.MaxSGE)
 	kv("max_sge_rd", a.MaxSGERd)
 	kv("max_cq", a.MaxCQ)

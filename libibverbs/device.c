@@ -256,6 +256,9 @@ static int load_attrs(struct rf_context *ctx)
 	/* An SRQ's ring is fixed when it is made (ibv_modify_srq's max_wr is
 	 * EOPNOTSUPP here), whatever the daemon's flags say. */
 	a->device_cap_flags = kv(text, "device_cap_flags") & ~(uint64_t)IBV_DEVICE_SRQ_RESIZE;
+	/* The bits past 31 are the kernel's IB_UVERBS_DEVICE_* (ATOMIC_WRITE
+	 * is 1 << 40), which libibverbs passes through as they are. */
+	ctx->cap_flags_ex = (kv(text, "device_cap_flags_ex") | a->device_cap_flags) & ~(uint64_t)IBV_DEVICE_SRQ_RESIZE;
 	a->max_sge = kv(text, "max_sge");
 	a->max_sge_rd = kv(text, "max_sge_rd");
 	a->max_cq = kv(text, "max_cq");
@@ -334,7 +337,7 @@ int rf_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	a.comp_mask = 0;
 	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
 	a.max_dm_size = RF_MAX_DM_SIZE;
-	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	a.device_cap_flags_ex = to_rctx(c)->cap_flags_ex;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }

@@ -96,7 +96,8 @@ static const char *type_name(enum ibv_qp_type t)
 #define RF_QP_EX_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
 		      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | \
 		      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
-		      IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV)
+		      IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV | \
+		      IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *init)
 {
@@ -238,7 +239,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	pthread_mutex_unlock(&qp->mutex);
 	rf_ring_unmap(&q->sq);
 	rf_ring_unmap(&q->rq);
-	free(q->wr_sge);
+	free(q->wr_sge); /* the ibv_wr_* builder's SGE list */
 	free(q);
 	return 0;
 }
@@ -414,6 +415,8 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 	size_t room = q->sq.slot_size - RDMAFS_SEND_HEADER_SIZE;
 	uint8_t *body = s + RDMAFS_SEND_HEADER_SIZE;
 	int nsge = 0, ilen = 0;
+	uint8_t aw[8];
+	bool atomic_write = false;
 
 	if (wr->num_sge < 0)
 		return EINVAL;
@@ -447,6 +450,22 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		cadd = wr->wr.atomic.compare_add;
 		swap = wr->wr.atomic.swap;
 		break;
+	case IBV_WR_ATOMIC_WRITE:
+		/* IBA 1.5's ATOMIC WRITE, RC only, to an aligned word named by
+		 * wr.rdma (as rxe takes it). ibv_send_wr has no field for its 8
+		 * bytes: they are those of its one 8-byte SGE, read now, as
+		 * inline data is (the lkey is not used), and travel in the
+		 * WQE's compare_add (ring/doc.go). ibv_wr_atomic_write comes
+		 * here with its bytes as that SGE. */
+		if (t != IBV_QPT_RC || wr->num_sge != 1 || wr->sg_list[0].length != 8 ||
+		    (wr->wr.rdma.remote_addr & 7))
+			return EINVAL;
+		raddr = wr->wr.rdma.remote_addr;
+		rkey = wr->wr.rdma.rkey;
+		memcpy(aw, (const void *)(uintptr_t)wr->sg_list[0].addr, sizeof(aw));
+		atomic_write = true;
+		flags &= ~IBV_SEND_INLINE;
+		break;
 	case IBV_WR_SEND_WITH_INV:
 		if (t == IBV_QPT_UD)
 			return EINVAL;
@@ -476,7 +495,9 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		rqpn = wr->wr.ud.remote_qpn;
 		rqkey = wr->wr.ud.remote_qkey;
 	}
-	if (flags & IBV_SEND_INLINE) {
+	if (atomic_write) {
+		/* no SGEs, no inline data: the bytes are in the header */
+	} else if (flags & IBV_SEND_INLINE) {
 		size_t total = 0;
 		for (int i = 0; i < wr->num_sge; i++)
 			total += wr->sg_list[i].length;
@@ -506,6 +527,8 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 	rf_put32(s, RDMAFS_SEND_OFF_R_KEY, rkey);
 	rf_put64(s, RDMAFS_SEND_OFF_REMOTE_ADDR, raddr);
 	rf_put64(s, RDMAFS_SEND_OFF_COMPARE_ADD, cadd);
+	if (atomic_write)
+		memcpy(s + RDMAFS_SEND_OFF_COMPARE_ADD, aw, sizeof(aw)); /* in memory order */
 	rf_put64(s, RDMAFS_SEND_OFF_SWAP, swap);
 	rf_put32(s, RDMAFS_SEND_OFF_AH, ah);
 	rf_put32(s, RDMAFS_SEND_OFF_REMOTE_QPN, rqpn);

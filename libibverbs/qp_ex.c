@@ -169,13 +169,6 @@ static void x_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 	x_unsupported(to_rqpx(x));
 }
 
-static void x_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *data)
-{
-	(void)rkey, (void)addr, (void)data;
-	flush(to_rqpx(x));
-	x_unsupported(to_rqpx(x));
-}
-
 static void x_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
 {
 	struct rf_qp *q = to_rqpx(x);
@@ -249,6 +242,26 @@ static void x_set_inline_data_list(struct ibv_qp_ex *x, size_t n, const struct i
 	q->wr.sg_list = s;
 	q->wr.num_sge = n;
 	q->wr.send_flags |= IBV_SEND_INLINE;
+}
+
+/* The 8 bytes are copied at the call, so the caller's buffer need not live
+ * until wr_complete; the WR then carries them as one 8-byte SGE, which is
+ * how rf_encode_send takes an ATOMIC WRITE from ibv_post_send too. */
+static void x_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *data)
+{
+	struct rf_qp *q = to_rqpx(x);
+	struct ibv_send_wr *wr = begin(x, IBV_WR_ATOMIC_WRITE);
+	struct ibv_sge *s;
+
+	wr->wr.rdma.rkey = rkey;
+	wr->wr.rdma.remote_addr = addr;
+	s = sges(q, 1);
+	if (!s)
+		return;
+	memcpy(q->wr_atomic, data, sizeof(q->wr_atomic));
+	s[0] = (struct ibv_sge){.addr = (uintptr_t)q->wr_atomic, .length = sizeof(q->wr_atomic)};
+	wr->sg_list = s;
+	wr->num_sge = 1;
 }
 
 void rf_qp_ex_init(struct rf_qp *q, uint64_t ops)

@@ -70,7 +70,7 @@
 #define RDMAFS_SEND_OFF_IMM          16 /* ring.SendOffImm: u32 imm_data | invalidate_rkey | BIND_MW mw */
 #define RDMAFS_SEND_OFF_R_KEY        20 /* ring.SendOffRKey: u32 rkey | BIND_MW new rkey */
 #define RDMAFS_SEND_OFF_REMOTE_ADDR  24 /* ring.SendOffRemoteAddr: u64 remote_addr | BIND_MW bind_addr */
-#define RDMAFS_SEND_OFF_COMPARE_ADD  32 /* ring.SendOffCompareAdd: u64 compare_add | BIND_MW bind_length */
+#define RDMAFS_SEND_OFF_COMPARE_ADD  32 /* ring.SendOffCompareAdd: u64 compare_add | BIND_MW bind_length | ATOMIC_WRITE data (memory order) */
 #define RDMAFS_SEND_OFF_SWAP         40 /* ring.SendOffSwap: u64 swap | BIND_MW bind_lkey (low 32), bind_access (high 32) */
 #define RDMAFS_SEND_OFF_AH           48 /* ring.SendOffAH: u32 */
 #define RDMAFS_SEND_OFF_REMOTE_QPN   52 /* ring.SendOffRemoteQPN: u32 */

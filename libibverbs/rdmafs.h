@@ -62,6 +62,7 @@ struct rf_context {
 	int mount_fd;  /* O_PATH of the mount root, for *at() calls */
 	struct rf_ring bell; /* MOUNT/doorbell (futex), bell.base NULL if absent */
 	struct ibv_device_attr attr;
+	uint64_t cap_flags_ex; /* device_cap_flags_ex (IB_UVERBS_DEVICE_* bits) */
 	struct rf_port port;
 	uint32_t max_inline;
 
@@ -187,6 +188,7 @@ struct rf_qp {
 	struct ibv_send_wr wr;
 	struct ibv_sge *wr_sge;
 	size_t wr_sge_cap;
+	uint8_t wr_atomic[8]; /* ibv_wr_atomic_write's bytes, copied at the call */
 	unsigned int async_delivered;
 };
 

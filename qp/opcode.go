@@ -12,6 +12,9 @@ type OpInfo struct {
 	Imm    bool  // carries imm_data
 	Inv    bool  // carries invalidate_rkey (remote for SEND_WITH_INV, local for LOCAL_INV)
 	Local  bool  // LOCAL_INV, BIND_MW: executed on the local device, no packet
+	// AtomicWrite is ATOMIC WRITE: the 8 bytes of compare_add stored at
+	// remote_addr as one atomic word. No SGEs; the response carries no data.
+	AtomicWrite bool
 	// SGEAccess is the access the local SGEs need: LOCAL_WRITE where the
 	// device writes into them (READ and atomics).
 	SGEAccess Access
@@ -21,6 +24,13 @@ type OpInfo struct {
 // ConsumesRWQE reports whether the operation takes a receive WQE at the
 // responder: the SEND family and RDMA WRITE with immediate.
 func (o OpInfo) ConsumesRWQE() bool { return o.Send || (o.Write && o.Imm) }
+
+// RdAtomic reports whether the operation is one the responder answers with
+// a response of its own and keeps a responder resource for (READ, the
+// atomics, ATOMIC WRITE), so that it takes one of the requester's
+// max_rd_atomic slots and needs max_dest_rd_atomic at the responder (rxe's
+// check_init_depth and check_resource).
+func (o OpInfo) RdAtomic() bool { return o.Read || o.Atomic || o.AtomicWrite }
 
 // DataOut reports whether the operation carries payload from the local SGEs
 // (or inline data) to the wire: the SEND and WRITE families.
@@ -48,6 +58,7 @@ var opTable = [numWROpcodes]OpInfo{
 	WRLocalInv:          {Types: onRCUC, Inv: true, Local: true, WC: WCLocalInv},
 	WRBindMW:            {Types: onRCUC, Local: true, WC: WCBindMW},
 	WRSendWithInv:       {Types: onRC, Send: true, Inv: true, WC: WCSend},
+	WRAtomicWrite:       {Types: onRC, Remote: true, AtomicWrite: true, WC: WCAtomicWrite},
 }
 
 // Info returns the table row of o; false for an opcode rdmafs does not know.

@@ -66,13 +66,23 @@ func ValidateSendWR(t Type, wr *SendWR, c SendCaps) error {
 			return errorf("imm_data", "bind_mw takes no immediate data")
 		}
 	}
-	if (info.Read || info.Atomic) && c.MaxRdAtomic == 0 {
+	if info.RdAtomic() && c.MaxRdAtomic == 0 {
 		return errorf("opcode", "%v needs max_rd_atomic > 0 on the qp", wr.Opcode)
 	}
 	if info.Atomic {
 		// The original value lands in the one SGE; both ends are 8-byte words.
 		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
 			return errorf("sge", "%v needs exactly one sge of length 8", wr.Opcode)
+		}
+		if wr.RemoteAddr&7 != 0 {
+			return errorf("remote_addr", "%#x is not 8-byte aligned", wr.RemoteAddr)
+		}
+	}
+	if info.AtomicWrite {
+		// The 8 bytes travel in the WR itself (compare_add), as
+		// ibv_wr_atomic_write passes them; there is no local buffer.
+		if len(wr.SGL) != 0 {
+			return errorf("sge", "%v takes its 8 bytes in compare_add, not in %d sges", wr.Opcode, len(wr.SGL))
 		}
 		if wr.RemoteAddr&7 != 0 {
 			return errorf("remote_addr", "%#x is not 8-byte aligned", wr.RemoteAddr)

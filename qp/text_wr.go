@@ -55,7 +55,12 @@ func textWROpcode(k, v string) (WROpcode, error) {
 	if !textIsNumber(v) {
 		return 0, textErr(k, "unknown opcode "+textQuote(v))
 	}
-	return textUint[WROpcode](k, v, uint64(numWROpcodes-1))
+	o, err := textUint[WROpcode](k, v, uint64(numWROpcodes-1))
+	if err == nil && !o.Valid() {
+		// A number libibverbs has (TSO, FLUSH, ...) that rdmafs has not.
+		err = textErr(k, "unknown opcode "+v)
+	}
+	return o, err
 }
 
 // textSendKeys parses every send-WR key but sge (which repeats) and
@@ -178,6 +183,7 @@ var textWRFields = [numWROpcodes]textWRField{
 	WRLocalInv:          textWFInv,
 	WRBindMW:            textWFBind,
 	WRSendWithInv:       textWFInv,
+	WRAtomicWrite:       textWFRemote | textWFCompare,
 }
 
 // FormatSendWR prints w as one post_send line (no newline) that

@@ -58,7 +58,7 @@ func TestParseSendWRNumbers(t *testing.T) {
 }
 
 func TestParseSendWROpcodes(t *testing.T) {
-	for o := WROpcode(0); o < numWROpcodes; o++ {
+	for _, o := range WROpcodes() {
 		for _, v := range []string{o.String(), strings.ToUpper(o.String())} {
 			w, err := ParseSendWR("opcode=" + v)
 			if err != nil || w.Opcode != o {
@@ -69,12 +69,18 @@ func TestParseSendWROpcodes(t *testing.T) {
 	if w, err := ParseSendWR("opcode=0x8"); err != nil || w.Opcode != WRBindMW {
 		t.Errorf("opcode=0x8: got %v, %v", w.Opcode, err)
 	}
+	if w, err := ParseSendWR("opcode=15"); err != nil || w.Opcode != WRAtomicWrite {
+		t.Errorf("opcode=15: got %v, %v", w.Opcode, err)
+	}
 	bad := []struct{ in, key, msg string }{
 		{"", "opcode", "missing required key"},
 		{"wr_id=1 sge=1:2:3", "opcode", "missing required key"},
 		{"opcode=write", "opcode", `unknown opcode "write"`},
 		{"opcode=lso", "opcode", "unknown opcode"},
-		{"opcode=10", "opcode", "out of range: 10 > 9"},
+		{"opcode=10", "opcode", "unknown opcode 10"},
+		{"opcode=0xe", "opcode", "unknown opcode 0xe"}, // IBV_WR_FLUSH
+		{"opcode=16", "opcode", "out of range: 16 > 15"},
+		{"opcode=flush", "opcode", `unknown opcode "flush"`},
 		{"opcode=-1", "opcode", "out of range: -1 < 0"},
 		{"opcode=send opcode=send", "opcode", "repeated key"},
 		{"opcode=", "opcode", "empty value"},
@@ -208,6 +214,7 @@ func textSendSamples() []SendWR {
 		{Opcode: WRLocalInv, WRID: 8, InvalidateRKey: 0x1234},
 		{Opcode: WRBindMW, WRID: 9, MW: 2, RKey: 0x5501, BindLKey: 0x100, BindAddr: 0x1000, BindLength: 1 << 40, BindAccess: AccessRemoteRead | AccessZeroBased, SendFlags: SendSignaled},
 		{Opcode: WRSendWithInv, WRID: ^uint64(0), SGL: sgl, InvalidateRKey: 0xffffffff, SendFlags: 0x30},
+		{Opcode: WRAtomicWrite, WRID: 10, RemoteAddr: 0x3008, RKey: 9, CompareAdd: 0x1122334455667788, SendFlags: SendSignaled | SendFence},
 		{Opcode: WRSend}, // every field zero
 	}
 }
@@ -229,7 +236,7 @@ func TestSendWRRoundTrip(t *testing.T) {
 			t.Errorf("%q: round trip\n got %+v\nwant %+v", line, got, w)
 		}
 	}
-	for o := WROpcode(0); o < numWROpcodes; o++ {
+	for _, o := range WROpcodes() {
 		if !seen[o] {
 			t.Errorf("no round-trip sample for %v", o)
 		}
@@ -254,6 +261,9 @@ func TestFormatSendWR(t *testing.T) {
 		{SendWR{Opcode: WRBindMW, MW: 1, RKey: 2, BindLKey: 3, BindAddr: 4, BindLength: 5, BindAccess: AccessRemoteWrite},
 			"opcode=bind_mw wr_id=0 rkey=2 mw=1 bind_lkey=3 bind_addr=4 bind_length=5 bind_access=remote_write"},
 		{SendWR{Opcode: WRLocalInv, InvalidateRKey: 3}, "opcode=local_inv wr_id=0 invalidate_rkey=3"},
+		{SendWR{Opcode: WRAtomicWrite, WRID: 4, RemoteAddr: 16, RKey: 2, CompareAdd: 0xabcd},
+			"opcode=atomic_write wr_id=4 remote_addr=16 rkey=2 compare_add=43981"},
+		{SendWR{Opcode: WRAtomicWrite}, "opcode=atomic_write wr_id=0 remote_addr=0 rkey=0 compare_add=0"},
 	}
 	for _, c := range cases {
 		if got := FormatSendWR(&c.w); got != c.want {

@@ -220,7 +220,10 @@ var wcFlagNames = []flagName{
 
 func (f WCFlags) String() string { return formatFlags(uint32(f), wcFlagNames) }
 
-// WROpcode is a send work request opcode (enum ibv_wr_opcode).
+// WROpcode is a send work request opcode (enum ibv_wr_opcode), numbered as
+// libibverbs numbers them: the ring and the C library carry the number
+// itself. 10-14 (TSO, DRIVER1, the kernel's masked atomics, FLUSH) are no
+// opcode of rdmafs.
 type WROpcode uint8
 
 const (
@@ -234,28 +237,43 @@ const (
 	WRLocalInv          WROpcode = 7
 	WRBindMW            WROpcode = 8
 	WRSendWithInv       WROpcode = 9
-	numWROpcodes        WROpcode = 10
+	// WRAtomicWrite is IBV_WR_ATOMIC_WRITE (IBA 1.5, Memory Placement
+	// Extensions): 8 bytes stored at remote_addr as one atomic word.
+	WRAtomicWrite WROpcode = 15
+	numWROpcodes  WROpcode = 16 // size of the tables indexed by opcode
 )
 
 var wrOpcodeNames = [numWROpcodes]string{
 	"rdma_write", "rdma_write_with_imm", "send", "send_with_imm", "rdma_read",
 	"atomic_cmp_and_swp", "atomic_fetch_and_add", "local_inv", "bind_mw", "send_with_inv",
+	WRAtomicWrite: "atomic_write",
+}
+
+// WROpcodes lists the opcodes rdmafs knows, in numeric order.
+func WROpcodes() []WROpcode {
+	var all []WROpcode
+	for o, n := range wrOpcodeNames {
+		if n != "" {
+			all = append(all, WROpcode(o))
+		}
+	}
+	return all
 }
 
 func (o WROpcode) String() string {
-	if o < numWROpcodes {
+	if o.Valid() {
 		return wrOpcodeNames[o]
 	}
 	return fmt.Sprintf("WROpcode(%d)", uint8(o))
 }
 
 // Valid reports whether o is an opcode rdmafs knows.
-func (o WROpcode) Valid() bool { return o < numWROpcodes }
+func (o WROpcode) Valid() bool { return o < numWROpcodes && wrOpcodeNames[o] != "" }
 
 // ParseWROpcode maps the lower-case name to the opcode.
 func ParseWROpcode(s string) (WROpcode, bool) {
 	for i, n := range wrOpcodeNames {
-		if equalFold(s, n) {
+		if n != "" && equalFold(s, n) {
 			return WROpcode(i), true
 		}
 	}
@@ -273,6 +291,7 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCBindMW          WCOpcode = 5
 	WCLocalInv        WCOpcode = 6
+	WCAtomicWrite     WCOpcode = 9 // IBV_WC_ATOMIC_WRITE (7 and 8 are TSO and FLUSH)
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -280,7 +299,7 @@ const (
 var wcOpcodeNames = map[WCOpcode]string{
 	WCSend: "send", WCRDMAWrite: "rdma_write", WCRDMARead: "rdma_read",
 	WCCompSwap: "comp_swap", WCFetchAdd: "fetch_add", WCBindMW: "bind_mw",
-	WCLocalInv: "local_inv", WCRecv: "recv", WCRecvRDMAWithImm: "recv_rdma_with_imm",
+	WCLocalInv: "local_inv", WCAtomicWrite: "atomic_write", WCRecv: "recv", WCRecvRDMAWithImm: "recv_rdma_with_imm",
 }
 
 func (o WCOpcode) String() string {

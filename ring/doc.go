@@ -139,7 +139,7 @@
 //	                    BIND_MW: the MW handle
 //	20 u32 rkey         BIND_MW: the new rkey
 //	24 u64 remote_addr  BIND_MW: bind_addr
-//	32 u64 compare_add  BIND_MW: bind_length
+//	32 u64 compare_add  BIND_MW: bind_length; ATOMIC_WRITE: the data
 //	40 u64 swap         BIND_MW: bind_lkey in the low 32 bits,
 //	                    bind_access (ibv_access_flags) in the high 32
 //	48 u32 ah           UD: address handle
@@ -147,6 +147,15 @@
 //	56 u32 remote_qkey  UD
 //	60 u32 reserved     zero
 //	64 ... SGEs (16 bytes each) or inline data
+//
+// ATOMIC_WRITE (opcode 15) has no SGEs and no inline data: its 8 bytes are
+// bytes 32-39 of the header, in the order they are to land in the remote
+// word. The engine sends them as the packet's payload and the responder
+// stores them as one aligned 8-byte word, so byte i of compare_add is byte
+// i at remote_addr on every host; read as the little-endian u64 of this
+// layout they are the value of the remote word on a little-endian host. A
+// client that has them as bytes (ibv_wr_atomic_write's atomic_wr, the SGE
+// of an ibv_post_send) copies them there when it posts.
 //
 // A send WQE is malformed (ErrMalformed) if num_sge*16 or inline_len
 // exceeds slot_size-64, or if INLINE is set with num_sge ≠ 0, or clear with

@@ -26,7 +26,7 @@ const (
 	SendOffImm        = 16 // u32 imm_data | invalidate_rkey | BIND_MW mw
 	SendOffRKey       = 20 // u32 rkey | BIND_MW new rkey
 	SendOffRemoteAddr = 24 // u64 remote_addr | BIND_MW bind_addr
-	SendOffCompareAdd = 32 // u64 compare_add | BIND_MW bind_length
+	SendOffCompareAdd = 32 // u64 compare_add | BIND_MW bind_length | ATOMIC_WRITE data (memory order)
 	SendOffSwap       = 40 // u64 swap | BIND_MW bind_lkey (low 32), bind_access (high 32)
 	SendOffAH         = 48 // u32
 	SendOffRemoteQPN  = 52 // u32

@@ -50,6 +50,7 @@ func TestSendWQERoundTrip(t *testing.T) {
 		{"send without SGEs", qp.SendWR{WRID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{}, InlineData: []byte{}}},
 		{"atomic cmp_and_swp", qp.SendWR{WRID: 2, Opcode: qp.WRAtomicCmpAndSwp, SGL: sampleSGL(1), RemoteAddr: 0x8000, RKey: 7, CompareAdd: 1, Swap: 2, InlineData: []byte{}}},
 		{"send_with_inv", qp.SendWR{WRID: 3, Opcode: qp.WRSendWithInv, SGL: sampleSGL(2), InvalidateRKey: 0x12345678, InlineData: []byte{}}},
+		{"atomic_write", qp.SendWR{WRID: 12, Opcode: qp.WRAtomicWrite, SendFlags: qp.SendSignaled, SGL: []qp.SGE{}, RemoteAddr: 0x8008, RKey: 7, CompareAdd: 0x0807060504030201, InlineData: []byte{}}},
 		{"local_inv", qp.SendWR{WRID: 4, Opcode: qp.WRLocalInv, SGL: []qp.SGE{}, InvalidateRKey: 0x9ABCDEF0, InlineData: []byte{}}},
 		{"bind_mw", qp.SendWR{
 			WRID: 5, Opcode: qp.WRBindMW, SendFlags: qp.SendSignaled, SGL: []qp.SGE{},
@@ -143,6 +144,17 @@ func TestSendWQEBytes(t *testing.T) {
 		if got != f.want {
 			t.Errorf("bind_mw field at %d = %#x, want %#x", f.off, got, f.want)
 		}
+	}
+
+	// ATOMIC_WRITE: opcode 15, no SGEs, its data in compare_add in memory
+	// order (byte i of the field is byte i of the remote word).
+	aw := qp.SendWR{Opcode: qp.WRAtomicWrite, RemoteAddr: 0x1000, RKey: 5, CompareAdd: 0x8877665544332211}
+	if err := EncodeSendWQE(slot, &aw); err != nil {
+		t.Fatal(err)
+	}
+	if slot[SendOffOpcode] != 15 || slot[SendOffNumSGE] != 0 ||
+		!bytes.Equal(slot[SendOffCompareAdd:SendOffCompareAdd+8], []byte{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}) {
+		t.Errorf("atomic_write WQE: opcode %d num_sge %d data % x", slot[SendOffOpcode], slot[SendOffNumSGE], slot[SendOffCompareAdd:SendOffCompareAdd+8])
 	}
 
 	inl := qp.SendWR{Opcode: qp.WRSend, SendFlags: qp.SendInline, SGL: sampleSGL(2), InlineData: []byte{1, 2, 3}}

@@ -2,7 +2,8 @@
 # bench-c.sh: the C path against the Go path, in one run on one mount.
 # perftest (Debian's binaries, unmodified, on the drop-in libibverbs) beside
 # `rdmafs bench` (the Go library) with the same operation, size, depth and
-# CQ moderation, alternating, ROUNDS rounds each; then the system calls per
+# CQ moderation (perftest's defaults: tx depth 128, CQ moderation 100 for
+# WRITE and 1 for READ, 128 outstanding READs), alternating, ROUNDS rounds each; then the system calls per
 # work request of the C path in steady state (perf's syscall tracepoint on
 # the perftest client: a long run minus a short one, over the extra WRs).
 # By hand (BENCHMARKS.md); not part of the tests.
@@ -60,7 +61,7 @@ echo
 echo "== $rounds rounds each, alternating; bw: MB/s Mpps per round; lat: t_typical us per round"
 bench_case "WRITE bw 8 B" "ib_write_bw -s 8 -n 200000" "--op write -s 8 -n 200000 -Q 100" bw
 bench_case "WRITE bw 64 KiB" "ib_write_bw -s 65536 -n 20000" "--op write -s 65536 -n 20000 -Q 100" bw
-bench_case "READ bw 64 KiB" "ib_read_bw -s 65536 -n 20000" "--op read -s 65536 -n 20000" bw
+bench_case "READ bw 64 KiB" "ib_read_bw -s 65536 -n 20000" "--op read -s 65536 -n 20000 -Q 1" bw
 bench_case "WRITE lat 2 B" "ib_write_lat -s 2 -n 20000" "--op write --mode lat -s 2 -n 20000" lat
 
 echo

@@ -4,9 +4,10 @@
 # libibverbs/build-asan): examples/c/rdma_rw at sizes that share and cross
 # pages, libibverbs/tests/events (completion channels and async events as
 # pollable descriptors), libibverbs/tests/memkinds (ibv_reg_mr on every kind of memory, with
-# two huge pages reserved for the run when the machine has none), and
-# libibverbs/tests/hostile, a program that misuses the verbs and scribbles
-# its rings. Every run must pass; the sanitizers must stay quiet. Also: the
+# two huge pages reserved for the run when the machine has none),
+# libibverbs/tests/atomic_write (IBV_WR_ATOMIC_WRITE by ibv_post_send and by
+# ibv_wr_atomic_write), and libibverbs/tests/hostile, a program that misuses
+# the verbs and scribbles its rings. Every run must pass; the sanitizers must stay quiet. Also: the
 # library loads with LD_PRELOAD as well, and the system's is never mapped.
 NEED_LIBIBVERBS=1
 source "$(dirname "$0")/lib.sh"
@@ -20,6 +21,7 @@ for v in plain asan; do
 	cc $flags -o "$work/hostile-$v" "$repo/libibverbs/tests/hostile.c" -libverbs
 	cc $flags -o "$work/memkinds-$v" "$repo/libibverbs/tests/memkinds.c" -libverbs
 	cc $flags -o "$work/events-$v" "$repo/libibverbs/tests/events.c" -libverbs
+	cc $flags -o "$work/atomic_write-$v" "$repo/libibverbs/tests/atomic_write.c" -libverbs
 done
 hp=/proc/sys/vm/nr_hugepages
 hp_was=$(cat $hp 2>/dev/null || echo 0)
@@ -38,6 +40,7 @@ for v in plain asan; do
 	done
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- "$work/memkinds-$v" || die "memkinds ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/events-$v" || die "events ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/atomic_write-$v" || die "atomic_write ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
 	ASAN_OPTIONS=detect_leaks=0 RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- \
 		timeout 120 "$work/hostile-$v" "$M" || die "hostile ($v) failed"
@@ -53,4 +56,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, memkinds and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, memkinds, atomic_write and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"

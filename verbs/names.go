@@ -112,6 +112,7 @@ const (
 	WRLocalInv          = qp.WRLocalInv
 	WRBindMW            = qp.WRBindMW
 	WRSendWithInv       = qp.WRSendWithInv
+	WRAtomicWrite       = qp.WRAtomicWrite // 8 bytes in CompareAdd, no SGL
 )
 
 // Completion opcodes (IBV_WC_SEND, IBV_WC_RECV, ...).
@@ -123,6 +124,7 @@ const (
 	WCFetchAdd        = qp.WCFetchAdd
 	WCBindMW          = qp.WCBindMW
 	WCLocalInv        = qp.WCLocalInv
+	WCAtomicWrite     = qp.WCAtomicWrite
 	WCRecv            = qp.WCRecv
 	WCRecvRDMAWithImm = qp.WCRecvRDMAWithImm
 )

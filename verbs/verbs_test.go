@@ -23,6 +23,11 @@ func TestOpenQuery(t *testing.T) {
 	if d.MaxQP != 1024 || d.PhysPortCnt != 1 || d.MaxInlineData == 0 || d.FwVer == "" || d.MaxQPWR == 0 {
 		t.Errorf("device: %+v", d)
 	}
+	// device_cap_flags_ex: device_cap_flags and the kernel's
+	// IB_UVERBS_DEVICE_ATOMIC_WRITE (1 << 40).
+	if d.DeviceCapFlagsEx&0xffffffff != uint64(d.DeviceCapFlags) || d.DeviceCapFlagsEx&(1<<40) == 0 {
+		t.Errorf("device_cap_flags %#x, device_cap_flags_ex %#x", d.DeviceCapFlags, d.DeviceCapFlagsEx)
+	}
 	p, err := e.ctx.QueryPort(1)
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +158,23 @@ func TestRCWriteReadAtomics(t *testing.T) {
 			RemoteAddr: p.mb.Addr(65), RKey: p.mb.RKey})
 		if !isErrno(err, syscall.EINVAL) || !strings.Contains(err.Error(), "remote_addr") {
 			t.Errorf("misaligned atomic: %v", err)
+		}
+	})
+	t.Run("atomic_write", func(t *testing.T) {
+		// The 8 bytes are the WR's CompareAdd, stored in the remote word as
+		// one; no SGL.
+		e.must(p.a.PostSend(SendWR{WRID: 18, Opcode: WRAtomicWrite, SendFlags: SendSignaled,
+			RemoteAddr: p.mb.Addr(128), RKey: p.mb.RKey, CompareAdd: 0x1122334455667788}))
+		if wc := pollN(t, p.cq, 1)[0]; wc.WRID != 18 || wc.Status != WCSuccess || wc.Opcode != WCAtomicWrite || wc.ByteLen != 8 {
+			t.Errorf("atomic_write wc: %+v", wc)
+		}
+		if v := binary.LittleEndian.Uint64(p.mb.Buf[128:]); v != 0x1122334455667788 {
+			t.Errorf("remote word %#x", v)
+		}
+		err := p.a.PostSend(SendWR{WRID: 19, Opcode: WRAtomicWrite, SGL: []SGE{p.ma.SGE(0, 8)},
+			RemoteAddr: p.mb.Addr(128), RKey: p.mb.RKey})
+		if !isErrno(err, syscall.EINVAL) || !strings.Contains(err.Error(), "sge") {
+			t.Errorf("atomic_write with an sge: %v", err)
 		}
 	})
 	t.Run("write_with_imm", func(t *testing.T) {
