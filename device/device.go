@@ -126,7 +126,7 @@ func DefaultConfig() Config {
 		MaxQPInitRdAtom: 128,
 		MaxInlineData:   512,
 		MaxMTU:          qp.MTU4096,
-		ActiveMTU:       qp.MTU4096,
+		// ActiveMTU 0: MaxMTU, or on the wire what the interface allows.
 	}
 }
 
@@ -163,21 +163,22 @@ func (c *Config) fill() error {
 	if c.MaxQPInitRdAtom == 0 {
 		c.MaxQPInitRdAtom = d.MaxQPInitRdAtom
 	}
-	if c.MaxMTU == 0 && c.Addr.IsValid() {
-		// As rxe: the largest IB MTU whose packets fit the interface's
-		// MTU with the headers (RXE_MAX_HDR_LENGTH, 80 bytes).
+	if c.MaxMTU == 0 {
+		c.MaxMTU = d.MaxMTU
+	}
+	if c.ActiveMTU == 0 && c.Addr.IsValid() {
+		// As rxe: max_mtu stays 4096 and the active MTU is the largest IB
+		// MTU whose packets fit the interface's MTU with the headers
+		// (RXE_MAX_HDR_LENGTH, 80 bytes), so a 1500-byte link runs 1024.
 		if m, ok := interfaceMTU(c.Addr); ok {
-			c.MaxMTU = qp.MTU256
+			c.ActiveMTU = qp.MTU256
 			for _, x := range []qp.MTU{qp.MTU4096, qp.MTU2048, qp.MTU1024, qp.MTU512} {
-				if x.Bytes()+80 <= m {
-					c.MaxMTU = x
+				if x.Bytes()+80 <= m && x <= c.MaxMTU {
+					c.ActiveMTU = x
 					break
 				}
 			}
 		}
-	}
-	if c.MaxMTU == 0 {
-		c.MaxMTU = d.MaxMTU
 	}
 	if c.ActiveMTU == 0 {
 		c.ActiveMTU = c.MaxMTU

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
@@ -831,6 +832,50 @@ func TestFlowSourcePort(t *testing.T) {
 	for _, fl := range []uint32{0, 1, 0xFFFFF, 0x12345} {
 		if p := flowSourcePort(fl, 77, 99); p < 0xC000 {
 			t.Fatalf("port %#x below 0xC000", p)
+		}
+	}
+}
+
+// TestWirePortMTUFollowsLink: on a 1500-byte link (a veth pair, as an
+// Ethernet NIC) max_mtu stays 4096 and active_mtu is 1024, the largest IB
+// MTU whose packets fit with their headers, as rxe reports; an explicit
+// Config.ActiveMTU still wins.
+func TestWirePortMTUFollowsLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root (ip link), which CI has")
+		}
+		t.Skip("needs root")
+	}
+	name := fmt.Sprintf("rdv%d", os.Getpid()%100000)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v %s", args, err, out)
+		}
+	}
+	ip("link", "add", name+"a", "type", "veth", "peer", "name", name+"b")
+	t.Cleanup(func() { exec.Command("ip", "link", "del", name+"a").Run() })
+	ip("link", "set", name+"a", "mtu", "1500", "up")
+	ip("link", "set", name+"b", "up")
+	addr := netip.AddrFrom4([4]byte{10, 213, byte(os.Getpid() >> 8), byte(os.Getpid())})
+	ip("addr", "add", addr.String()+"/32", "dev", name+"a")
+	cfg := DefaultConfig()
+	cfg.Addr = addr
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if p := d.Port(); p.MaxMTU != qp.MTU4096 || p.ActiveMTU != qp.MTU1024 {
+		t.Fatalf("on a 1500-byte link: max_mtu %d active_mtu %d, want 4096 1024", p.MaxMTU.Bytes(), p.ActiveMTU.Bytes())
+	}
+	cfg.ActiveMTU = qp.MTU256
+	d2, err := New(cfg)
+	if err == nil {
+		defer d2.Close()
+		if p := d2.Port(); p.ActiveMTU != qp.MTU256 {
+			t.Fatalf("explicit active_mtu 256 became %d", p.ActiveMTU.Bytes())
 		}
 	}
 }

@@ -3,10 +3,24 @@ package oob
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"time"
 
 	"rdmafs/verbs"
 )
+
+// Idle is what a polling loop does after a poll that found nothing: every
+// yieldEvery-th time it gives the CPU up (sched_yield), so that on a host
+// with fewer cores than spinners the device (the rdmafs daemon, a kernel
+// peer's softirq) gets to run; a loop that never yields starves it and
+// its ACKs come back milliseconds late. Call it with a counter of the
+// empty polls in a row.
+func Idle(empty *int) {
+	const yieldEvery = 64
+	if *empty++; *empty%yieldEvery == 0 {
+		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
 
 // Work request IDs of the ping-pong loop.
 const (
@@ -30,7 +44,7 @@ func Loop(ctx context.Context, cq *verbs.CQ, iters, size int, recvLen uint32, cl
 		}
 		pending |= SendID
 	}
-	rcnt, scnt := 0, 0
+	rcnt, scnt, empty := 0, 0, 0
 	wc := make([]verbs.WC, 16)
 	for rcnt < iters || scnt < iters {
 		n, err := cq.PollCQ(wc)
@@ -41,8 +55,10 @@ func Loop(ctx context.Context, cq *verbs.CQ, iters, size int, recvLen uint32, cl
 			if ctx.Err() != nil {
 				return fmt.Errorf("timed out after %d sends and %d receives", scnt, rcnt)
 			}
+			Idle(&empty)
 			continue
 		}
+		empty = 0
 		for _, c := range wc[:n] {
 			if c.Status != verbs.WCSuccess {
 				return fmt.Errorf("completion of wr %d: %v", c.WRID, c.Status)
