@@ -5,17 +5,32 @@
  * public struct first and keeps our state after it.
  *
  * Pieces (one file per object, as rdma-core's providers):
- *   device.c  mount discovery, the device list, open/close, queries
- *   io.c      the control path: transactions (KIND/new), commands, attr
- *             files, rmdir, the lease
- *   ring.h    the mapped rings (ABI from rdmafs-abi.h, generated from ring/)
- *   pd.c ah.c mr.c mw.c cq.c srq.c qp.c qp_ex.c events.c misc.c
+ *   device.c   mount discovery, the device list, open/close, the queries
+ *              (device, port, GIDs, pkeys), sysfs helpers, the doorbell
+ *   io.c       the control path: transactions (KIND/new), commands, attr
+ *              files, rmdir, the lease; mapping a ring file
+ *   ring.h     the mapped rings (ABI from rdmafs-abi.h, generated from ring/)
+ *   pd.c       PDs, parent and thread domains, AHs
+ *   mr.c       registration of the program's memory (re-backing extents),
+ *              rereg, fork helpers;  dm.c  device memory
+ *   cq.c       CQs, completion channels (epoll over the CQ FIFOs), cq_ex
+ *   qp.c       QPs, modify/query, ibv_post_send/recv;  qp_ex.c  ibv_wr_*
+ *   srq.c mw.c events.c (async events: a thread reading MOUNT/events)
+ *   wc_status.c  the string and rate helpers
+ *   the stubs of every other export are generated (gen/, Makefile).
  *
- * Locking: each queue has its own lock (posting to one QP from several
- * threads is serialised, different QPs do not contend); a CQ's lock orders
- * polls; the context's lock guards its object lists and the MR extents.
- * No lock is held across a FUSE request except a queue's own while it
- * rings a doorbell.
+ * Threads: the program's, and one per context that blocks in read() on
+ * MOUNT/events (cancelled at ibv_close_device).
+ *
+ * Locking: each queue has its own spinlock (posting to one QP from several
+ * threads is serialised, different QPs do not contend; wr_start holds the
+ * send queue's until wr_complete); a CQ's spinlock orders polls (start_poll
+ * holds it until end_poll); the context's mutex guards its object list, the
+ * queued async events and the MR extents, and is held across a whole
+ * registration (its FUSE requests included), so that merging extents sees
+ * every MR. Order: context mutex before a CQ's lock (resize, cq_clean) and
+ * never the other way. A channel's mutex guards only its refcount.
+ */
  */
 #ifndef RDMAFS_H
 #define RDMAFS_H
