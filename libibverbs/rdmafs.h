@@ -31,7 +31,6 @@
  * every MR. Order: context mutex before a CQ's lock (resize, cq_clean) and
  * never the other way. A channel's mutex guards only its refcount.
  */
- */
 #ifndef RDMAFS_H
 #define RDMAFS_H
 
