@@ -39,6 +39,29 @@ static const char *const event_names[] = {
 	[IBV_EVENT_GID_CHANGE] = "gid_change",
 };
 
+/* The kind of object an event names (-1: the port or the device). */
+static int kind_of(enum ibv_event_type t)
+{
+	switch (t) {
+	case IBV_EVENT_CQ_ERR:
+		return RF_CQ;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		return RF_SRQ;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		return RF_QP;
+	default:
+		return -1;
+	}
+}
+
 void rf_track(struct rf_context *ctx, enum rf_kind kind, uint32_t handle, void *ptr)
 {
 	struct rf_obj *o = malloc(sizeof(*o));
@@ -242,22 +265,14 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 			if (!ctx->async_head)
 				ctx->async_tail = NULL;
 			*event = e->ev;
-			switch (event->event_type) {
-			case IBV_EVENT_CQ_ERR:
+			switch (kind_of(event->event_type)) {
+			case RF_CQ:
 				to_rcq(event->element.cq)->async_delivered++;
 				break;
-			case IBV_EVENT_SRQ_ERR:
-			case IBV_EVENT_SRQ_LIMIT_REACHED:
+			case RF_SRQ:
 				to_rsrq(event->element.srq)->async_delivered++;
 				break;
-			case IBV_EVENT_QP_FATAL:
-			case IBV_EVENT_QP_REQ_ERR:
-			case IBV_EVENT_QP_ACCESS_ERR:
-			case IBV_EVENT_COMM_EST:
-			case IBV_EVENT_SQ_DRAINED:
-			case IBV_EVENT_PATH_MIG:
-			case IBV_EVENT_PATH_MIG_ERR:
-			case IBV_EVENT_QP_LAST_WQE_REACHED:
+			case RF_QP:
 				to_rqp(event->element.qp)->async_delivered++;
 				break;
 			default:
@@ -278,26 +293,18 @@ void ibv_ack_async_event(struct ibv_async_event *event)
 	pthread_cond_t *c = NULL;
 	unsigned int *count = NULL;
 
-	switch (event->event_type) {
-	case IBV_EVENT_CQ_ERR:
+	switch (kind_of(event->event_type)) {
+	case RF_CQ:
 		m = &event->element.cq->mutex;
 		c = &event->element.cq->cond;
 		count = &event->element.cq->async_events_completed;
 		break;
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case RF_SRQ:
 		m = &event->element.srq->mutex;
 		c = &event->element.srq->cond;
 		count = &event->element.srq->events_completed;
 		break;
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST:
-	case IBV_EVENT_SQ_DRAINED:
-	case IBV_EVENT_PATH_MIG:
-	case IBV_EVENT_PATH_MIG_ERR:
-	case IBV_EVENT_QP_LAST_WQE_REACHED:
+	case RF_QP:
 		m = &event->element.qp->mutex;
 		c = &event->element.qp->cond;
 		count = &event->element.qp->events_completed;

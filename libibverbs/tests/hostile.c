@@ -16,18 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-static const char *mount;
+#include "common.h"
 
-#define CHECK(cond, ...)                                      \
-	do {                                                  \
-		if (!(cond)) {                                \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);         \
-			fputc('\n', stderr);                  \
-			failures++;                           \
-		}                                             \
-	} while (0)
+static const char *mount;
 
 struct side {
 	struct ibv_context *ctx;
@@ -54,36 +45,7 @@ static struct ibv_qp *qp_new(struct side *s, uint32_t inline_max)
 
 static int to_rts(struct side *s, struct ibv_qp *q, uint32_t dest)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-	int err = ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (err)
-		return err;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.dlid = s->port.lid;
-	a.ah_attr.port_num = 1;
-	if (s->port.link_layer == IBV_LINK_LAYER_ETHERNET) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = s->gid;
-		a.ah_attr.grh.hop_limit = 1;
-	}
-	err = ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	if (err)
-		return err;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 8;
-	a.retry_cnt = 1;
-	a.rnr_retry = 1;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	return tc_connect(q, dest, &s->port, &s->gid, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, 8, 1);
 }
 
 static void side_open(struct side *s, struct ibv_device *dev)

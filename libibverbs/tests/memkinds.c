@@ -20,7 +20,8 @@
 #include <sys/shm.h>
 #include <unistd.h>
 
-static int failures;
+#include "common.h"
+
 static char bss_buf[3 * 4096];
 static char data_buf[3 * 4096] = {1, 2, 3};
 
@@ -42,36 +43,9 @@ static void connect_qp(struct ibv_qp *q, uint32_t dest)
 {
 	struct ibv_port_attr port;
 	union ibv_gid gid;
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
 
 	if (ibv_query_port(ctx, 1, &port) || ibv_query_gid(ctx, 1, 0, &gid) ||
-	    ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		exit(1);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.dlid = port.lid;
-	a.ah_attr.port_num = 1;
-	if (port.link_layer == IBV_LINK_LAYER_ETHERNET) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = gid;
-		a.ah_attr.grh.hop_limit = 1;
-	}
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		exit(1);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				      IBV_QP_MAX_QP_RD_ATOMIC))
+	    tc_connect(q, dest, &port, &gid, IBV_ACCESS_REMOTE_WRITE, 14, 7))
 		exit(1);
 }
 
