@@ -70,9 +70,7 @@ func addChild(ctx context.Context, parent *fs.Inode, name string, node fs.InodeE
 func (r *root) OnAdd(ctx context.Context) {
 	t := r.t
 	sys := owner{perm: 0444, born: t.born}
-	ro := func(render func() string) *file {
-		return &file{owner: sys, readable: true, open: snapshotFile(render)}
-	}
+	ro := func(render func() string) *file { return textFile(sys, render) }
 	in := &r.Inode
 	addChild(ctx, in, "README", ro(func() string { return readme(t.runtimeDir) }), syscall.S_IFREG)
 	addChild(ctx, in, "device", ro(t.deviceText), syscall.S_IFREG)
