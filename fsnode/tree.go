@@ -179,6 +179,16 @@ func (t *tree) countersText() string {
 	})
 }
 
+// qpCountersText is qp/N/counters: the QP's counters and, last, the
+// gauges of its queues (posted and in-flight send WRs, posted receive WRs,
+// whether an RNR NAK holds the requester).
+func qpCountersText(q *device.QP) string {
+	c := q.CountersSnapshot()
+	s := q.Queues()
+	return countersText(c.List()) + lines("sq_posted", s.SQPosted, "sq_in_flight", s.SQInFlight,
+		"rq_posted", s.RQPosted, "rnr_wait", boolNum(s.RNRWait))
+}
+
 func countersText(cs []device.Counter) string {
 	var b strings.Builder
 	for _, c := range cs {
@@ -561,7 +571,7 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 		named("state", o.roFile(func() string { return q.State().String() + "\n" })),
 		named("post_send", postSend),
 		named("post_recv", postRecv),
-		named("counters", o.privFile(func() string { c := q.CountersSnapshot(); return countersText(c.List()) })),
+		named("counters", o.privFile(func() string { return qpCountersText(q) })),
 	)
 	t.publish(ctx, o, func() string {
 		a := q.Query()
@@ -679,8 +689,9 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 	ow := o.owner
 	ow.perm = 0777
 	t.publish(ctx, o, func() string {
-		cqe, overflowed := cq.Attr()
-		return lines("cqe", cqe, "overflowed", boolNum(overflowed))
+		s := cq.Status()
+		return lines("cqe", s.CQE, "overflowed", boolNum(s.Overflowed),
+			"pending", s.Pending, "armed", s.Armed, "overflows", s.Overflows)
 	}, ringEntry, named("poll", entry{node: poll, mode: syscall.S_IFREG}),
 		named("notify", entry{node: notify, mode: syscall.S_IFREG}),
 		named("ctl", ctl),
