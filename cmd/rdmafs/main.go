@@ -59,6 +59,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdExec(args[1:], stderr)
 	case "libdir":
 		err = cmdLibdir(args[1:], stdout, stderr)
+	case "show":
+		err = cmdShow(args[1:], stdout, stderr)
+	case "trace":
+		err = cmdTrace(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		if len(args) > 1 {
 			return run([]string{args[1], "--help"}, stdout, stderr)
