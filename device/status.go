@@ -1,5 +1,7 @@
 package device
 
+import "rdmafs/qp"
+
 // Gauges of a QP's and a CQ's queues at one moment, for the files that
 // show them (qp/N/counters, cq/H/attr) and so for `rdmafs show`. They are
 // read under Device.mu, so the numbers of one call agree with each other.
@@ -18,6 +20,11 @@ type QueueStatus struct {
 	RQPosted uint32
 	// RNRWait: the requester waits out an RNR NAK's timer.
 	RNRWait bool
+	// SendPSN is the PSN the requester sends next (it goes back on a
+	// retry) and ExpectedPSN the one the responder expects next: the live
+	// values, which ibv_query_qp reports in rxe; attr's sq_psn and rq_psn
+	// are those the last modify set.
+	SendPSN, ExpectedPSN qp.PSN
 }
 
 // Queues reports the QP's queue gauges; zero once it is destroyed.
@@ -43,6 +50,7 @@ func (q *QP) Queues() QueueStatus {
 		s.RQPosted = min(q.rq.LoadProducer()-q.rqCons.Tail(), q.rq.SlotCount())
 	}
 	s.RNRWait = q.req.waitRNR
+	s.SendPSN, s.ExpectedPSN = q.req.psn, q.resp.psn
 	return s
 }
 

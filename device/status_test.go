@@ -15,7 +15,7 @@ func TestQueueGauges(t *testing.T) {
 	e := newEnv(t)
 	a, b, acq, bcq := e.pair(qp.TypeRC) // b's min_rnr_timer is 12
 	src, dst := e.mr(8192, 0), e.mr(8192, qp.AccessLocalWrite)
-	if s := a.Queues(); s != (QueueStatus{}) {
+	if s := a.Queues(); s != (QueueStatus{SendPSN: 500, ExpectedPSN: 500}) {
 		t.Fatalf("idle QP: %+v", s)
 	}
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey),
@@ -35,8 +35,12 @@ func TestQueueGauges(t *testing.T) {
 	}
 	e.clk.Advance(qp.RNRDelay(12))
 	e.d.Quiesce()
-	if s := a.Queues(); s != (QueueStatus{}) {
+	// 3000 bytes at path MTU 1024 and 100: PSNs 500-503.
+	if s := a.Queues(); s != (QueueStatus{SendPSN: 504, ExpectedPSN: 500}) {
 		t.Fatalf("after the WRs completed: %+v", s)
+	}
+	if s := b.Queues(); s.ExpectedPSN != 504 {
+		t.Fatalf("receiver expects PSN %d, want 504", s.ExpectedPSN)
 	}
 	if s := b.Queues(); s.RQPosted != 1 {
 		t.Fatalf("receiver after two messages: %+v", s)

@@ -181,12 +181,14 @@ func (t *tree) countersText() string {
 
 // qpCountersText is qp/N/counters: the QP's counters and, last, the
 // gauges of its queues (posted and in-flight send WRs, posted receive WRs,
-// whether an RNR NAK holds the requester).
+// whether an RNR NAK holds the requester) and its live PSNs (the next to
+// send, the next expected).
 func qpCountersText(q *device.QP) string {
 	c := q.CountersSnapshot()
 	s := q.Queues()
 	return countersText(c.List()) + lines("sq_posted", s.SQPosted, "sq_in_flight", s.SQInFlight,
-		"rq_posted", s.RQPosted, "rnr_wait", boolNum(s.RNRWait))
+		"rq_posted", s.RQPosted, "rnr_wait", boolNum(s.RNRWait),
+		"send_psn", uint32(s.SendPSN), "expected_psn", uint32(s.ExpectedPSN))
 }
 
 func countersText(cs []device.Counter) string {

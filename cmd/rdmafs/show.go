@@ -355,8 +355,8 @@ type qpRow struct {
 	SRQ      uint32    `json:"srq"` // 0: none
 	SQ       queueCol  `json:"sq"`
 	RQ       *queueCol `json:"rq"` // null with an SRQ
-	SQPSN    uint32    `json:"sq_psn"`
-	RQPSN    uint32    `json:"rq_psn"`
+	SQPSN    uint32    `json:"sq_psn"` // next to send (live)
+	RQPSN    uint32    `json:"rq_psn"` // next expected (live); 0 for UD
 	Retrans  uint64    `json:"retransmits"`
 	Timeouts uint64    `json:"retry_timeouts"`
 	NaksSent nakCounts `json:"naks_sent"`
@@ -516,6 +516,13 @@ func qpRowOf(o object, a, c kv, errText []byte) qpRow {
 	}
 	if r.Type == "" {
 		r.Type = "?"
+	}
+	// The live PSNs (counters' gauges) over the ones the last modify set.
+	if _, ok := c["send_psn"]; ok {
+		r.SQPSN = c.u32("send_psn")
+	}
+	if _, ok := c["expected_psn"]; ok && r.Type != "ud" {
+		r.RQPSN = c.u32("expected_psn")
 	}
 	// A connected type once it has a peer (RTR and on, or reset to
 	// something with one): dest_qp_num and dgid.
@@ -746,6 +753,10 @@ func (r *qpRow) cells(u users, rates bool) []string {
 	if r.RNRWaiting {
 		rnr += "*"
 	}
+	rqPSN := fmt.Sprint(r.RQPSN)
+	if r.Type == "ud" {
+		rqPSN = "-"
+	}
 	inFlight := uint32(0)
 	if r.SQ.InFlight != nil {
 		inFlight = *r.SQ.InFlight
@@ -753,7 +764,7 @@ func (r *qpRow) cells(u users, rates bool) []string {
 	c := []string{fmt.Sprint(r.QPN), u.name(r.Owner), strings.ToUpper(r.Type), r.State, peer, gid,
 		fmt.Sprint(r.PD), fmt.Sprint(r.SendCQ), fmt.Sprint(r.RecvCQ), dash(r.SRQ),
 		fmt.Sprintf("%d/%d", r.SQ.Posted, r.SQ.Depth), fmt.Sprint(inFlight), rq,
-		fmt.Sprint(r.SQPSN), fmt.Sprint(r.RQPSN), fmt.Sprint(r.Retrans),
+		fmt.Sprint(r.SQPSN), rqPSN, fmt.Sprint(r.Retrans),
 		naks(r.NaksSent), naks(r.NaksRecv), fmt.Sprint(r.NaksSent.RNR), rnr}
 	if rates {
 		if r.Rates == nil {
