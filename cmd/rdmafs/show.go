@@ -354,7 +354,7 @@ type qpRow struct {
 	RecvCQ   uint32    `json:"recv_cq"`
 	SRQ      uint32    `json:"srq"` // 0: none
 	SQ       queueCol  `json:"sq"`
-	RQ       *queueCol `json:"rq"` // null with an SRQ
+	RQ       *queueCol `json:"rq"`     // null with an SRQ
 	SQPSN    uint32    `json:"sq_psn"` // next to send (live)
 	RQPSN    uint32    `json:"rq_psn"` // next expected (live); 0 for UD
 	Retrans  uint64    `json:"retransmits"`
