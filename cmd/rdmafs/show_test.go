@@ -19,6 +19,15 @@ import (
 	"rdmafs/fsnode"
 )
 
+// chmodUp lets other users run bin (t.TempDir's directories are 0700).
+func chmodUp(t *testing.T, bin string) {
+	for _, d := range []string{filepath.Dir(filepath.Dir(bin)), filepath.Dir(bin)} {
+		if err := os.Chmod(d, 0755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // tmount is a device mounted in this process, for the commands to read
 // as any user would.
 type tmount struct {
@@ -494,9 +503,7 @@ func slicesOf(m map[string]json.RawMessage) []string {
 func TestShowOtherUser(t *testing.T) {
 	m := mountDevice(t)
 	bin := buildBinary(t)
-	for _, d := range []string{filepath.Dir(filepath.Dir(bin)), filepath.Dir(bin)} {
-		os.Chmod(d, 0755)
-	}
+	chmodUp(t, bin)
 	p := m.newPair(16, 12)
 	const nobody = 65534
 	script := fmt.Sprintf(`set -e; M=%s

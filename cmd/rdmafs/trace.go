@@ -193,20 +193,22 @@ func (t *tracer) describe() string {
 // shown (0: no limit) or the stream ends; then it prints the summary.
 func (t *tracer) run(ctx context.Context, r io.Reader, w io.Writer, max int) error {
 	t.start = t.now()
+	// The reader sends the records, then closes recs with readErr set.
 	recs := make(chan roce.PcapRecord, 256)
-	errc := make(chan error, 1)
+	var readErr error
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
+		defer close(recs)
 		pr, err := roce.NewPcapReader(bufio.NewReaderSize(r, 256<<10))
 		if err != nil {
-			errc <- err
+			readErr = err
 			return
 		}
 		for {
 			rec, err := pr.Next()
 			if err != nil {
-				errc <- err
+				readErr = err
 				return
 			}
 			select {
@@ -225,12 +227,13 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
-		case err := <-errc:
-			if !errors.Is(err, io.EOF) {
-				end = err
+		case rec, ok := <-recs:
+			if !ok {
+				if !errors.Is(readErr, io.EOF) {
+					end = readErr
+				}
+				break loop
 			}
-			break loop
-		case rec := <-recs:
 			line, ok := t.packet(rec)
 			if !ok {
 				continue
@@ -335,7 +338,7 @@ func (t *tracer) packet(rec roce.PcapRecord) (string, bool) {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %-4s %-27s psn %-8d len %-5d", rec.Time.Format("15:04:05.000000"), dir, p.Opcode, p.PSN, len(p.Payload))
+	fmt.Fprintf(&b, "%s %-4s %-28s psn %-8d len %-5d", rec.Time.Format("15:04:05.000000"), dir, p.Opcode, p.PSN, len(p.Payload))
 	psn := qp.PSN(p.PSN)
 	if p.Opcode.Transport() == roce.TransportRC && isRequest(p.Opcode) {
 		last := psn
