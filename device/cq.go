@@ -30,8 +30,9 @@ type CQ struct {
 	prod   *ring.Producer // engine side; guarded by Device.mu
 	users  int            // QPs completing into this CQ
 	// overflowed is sticky: an overflowed CQ is in error (IBA 11.4.2.1) and
-	// accepts no more entries until resized.
+	// accepts no more entries until resized; overflows counts the times.
 	overflowed bool
+	overflows  uint64
 
 	pollMu sync.Mutex // serializes in-daemon pollers (Poll); orders before Device.mu
 	gone   bool       // destroyed or device closed: the ring is unmapped; guarded by pollMu
@@ -194,6 +195,7 @@ func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
 	if err != nil || free == 0 || cq.overflowed {
 		if !cq.overflowed {
 			cq.overflowed = true
+			cq.overflows++
 			d.Counters.CQOverflows.Add(1)
 			d.raise(EventCQErr, "cq", cq.Handle)
 		}

@@ -274,6 +274,7 @@ func (d *Device) receiveLocked(p *packet) {
 		return
 	}
 	*in = append(*in, p)
+	q.Counters.BytesRecv += uint64(len(p.payload))
 	q.inPeak = max(q.inPeak, len(*in))
 	d.engine.schedule(q)
 }

@@ -118,6 +118,9 @@ type QPCounters struct {
 	// a QP other than its peer (on loopback: any other QP of the device)
 	// and were dropped before they could change anything.
 	ForeignDropped uint64
+	// BytesSent and BytesRecv count the payload bytes of the packets this
+	// QP sent and of those that reached it (requests and responses).
+	BytesSent, BytesRecv uint64
 }
 
 // List names the counters in a fixed order.
@@ -138,6 +141,7 @@ func (c *QPCounters) List() []Counter {
 		{"acks_sent", c.AcksSent}, {"acks_coalesced", c.AcksCoalesced},
 		{"foreign_packets_dropped", c.ForeignDropped},
 		{"queue_overflows", c.QueueOverflows},
+		{"bytes_sent", c.BytesSent}, {"bytes_recv", c.BytesRecv},
 	}
 }
 

@@ -373,6 +373,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 		}
 	}
 	q.Counters.PacketsSent++
+	q.Counters.BytesSent += uint64(len(p.payload))
 	if q.Type == qp.TypeRC {
 		q.armRetryLocked()
 	}

@@ -157,6 +157,7 @@ func (q *QP) xmitResponseLocked(r *packet) {
 	r.dgid = q.attr.AH.DGID
 	r.destQPN = q.attr.DestQPNum
 	q.Counters.PacketsSent++
+	q.Counters.BytesSent += uint64(len(r.payload))
 	d.link.xmitLocked(r)
 }
 

@@ -205,14 +205,11 @@ func (w *wire) close() {
 	w.udp.Close()
 }
 
-// udpSourcePort is rxe's per-QP source port: 0xC000 + hash_32(qpn, 14).
-// rxe picks it when it creates the QP and sends every packet of the QP
-// from it, requests and responses alike; rdmafs does the same. So a
+// udpSourcePort is rxe's per-QP source port (roce.QPSourcePort): every
+// packet of a QP goes from it, requests and responses alike. So a
 // connected QP knows the port its peer sends from, and the receive path
 // holds the peer to it (QP.fromPeerLocked) unless Config.AnySourcePort.
-func udpSourcePort(qpn uint32) uint16 {
-	return 0xC000 | uint16((qpn*0x61C88647)>>18)&0x3FFF
-}
+func udpSourcePort(qpn uint32) uint16 { return roce.QPSourcePort(qpn) }
 
 // flowSourcePort is the port Linux's RoCE drivers derive from a connection
 // since 5.17 (rdma_get_udp_sport): rxe sends every packet of a QP whose

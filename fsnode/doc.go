@@ -22,6 +22,24 @@
 //   - commands.go: small parsers of the control commands fsnode owns
 //     (command word, resize cqe=N, post lines), the CQ channel FIFOs.
 //
+// # Sizes
+//
+// A text file (attr, state, error, counters, device, port, README, faults)
+// stats as the length of its content as a read would return it at that
+// moment: Getattr renders the file, and its attributes carry no timeout,
+// so the kernel asks again at every stat (every other node keeps one
+// second). The length, not sysfs's fixed 4096, because a fixed size would
+// make `[ -s qp/17/error ]` true for an empty error file, as useless as the
+// 0 it replaces, and a program that sizes its buffer from st_size gets the
+// exact one. A caller who may not read the file (another user's attr or
+// counters) sees 0, and nothing is rendered for it. The size is a hint, as
+// sysfs's is: every text handle is direct I/O, so the kernel never cuts a
+// read at st_size, and a read returns the content rendered at open, whole,
+// however it changed since the stat (cat, bash's read, read() loops and
+// os.ReadFile all read to end of file). Streams (events, capture, poll,
+// notify, lease, */new) and write-only control files stay 0, like files in
+// /proc; rings and memory report their mapping size.
+//
 // # Errors
 //
 // device.Errno maps every error to its errno, once; fsnode's own errors

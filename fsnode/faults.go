@@ -16,6 +16,7 @@ import (
 // the injector acts on every user's traffic.
 func (t *tree) faultsFile() *file {
 	f := &file{owner: owner{perm: 0644, born: t.born}, readable: true, writable: true}
+	f.text = t.faultsText
 	f.open = func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 		done := false
 		h := &stream{}
@@ -24,14 +25,7 @@ func (t *tree) faultsFile() *file {
 				return nil, nil
 			}
 			done = true
-			var b strings.Builder
-			b.WriteString(t.dev.Faults().String() + "\n")
-			for _, c := range t.dev.Counters.List() {
-				if strings.HasPrefix(c.Name, "fault_") {
-					b.WriteString(countersText([]device.Counter{c}))
-				}
-			}
-			return []byte(b.String()), nil
+			return []byte(t.faultsText()), nil
 		}
 		h.write = func(ctx context.Context, data []byte) (uint32, syscall.Errno) {
 			text, err := textOf("faults", data)
@@ -49,4 +43,17 @@ func (t *tree) faultsFile() *file {
 		return h, openStream, 0
 	}
 	return f
+}
+
+// faultsText is what a read of faults returns: the setting, then the
+// injector's counters.
+func (t *tree) faultsText() string {
+	var b strings.Builder
+	b.WriteString(t.dev.Faults().String() + "\n")
+	for _, c := range t.dev.Counters.List() {
+		if strings.HasPrefix(c.Name, "fault_") {
+			b.WriteString(countersText([]device.Counter{c}))
+		}
+	}
+	return b.String()
 }

@@ -111,6 +111,12 @@ func snapshotFile(render func() string) func(context.Context, uint32) (fs.FileHa
 	}
 }
 
+// textFile is a read-only text file of o: a snapshot of render at open,
+// whose length stat reports (file.text).
+func textFile(o owner, render func() string) *file {
+	return &file{owner: o, readable: true, open: snapshotFile(render), text: render}
+}
+
 // command is the handle of a write-only control file (ctl, post_send,
 // post_recv): each write is one command, run by do. A failed command
 // fails the write with its errno and leaves its reason in the object's

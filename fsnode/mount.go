@@ -104,7 +104,8 @@ func Mount(dir string, dev *device.Device, opts Options) (*Server, error) {
 			DisableXAttrs:     true,
 		},
 		EntryTimeout: &sec,
-		AttrTimeout:  &sec,
+		// No AttrTimeout: every node sets its own (attrTimeout), and
+		// text files none, which go-fuse would replace by this one.
 	}
 	srv, err := fs.Mount(dir, s.tree.root, fsOpts)
 	if err != nil {

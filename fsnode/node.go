@@ -97,6 +97,7 @@ type dir struct {
 var (
 	_ = (fs.NodeGetattrer)((*dir)(nil))
 	_ = (fs.NodeSetattrer)((*dir)(nil))
+	_ = (fs.NodeLookuper)((*dir)(nil))
 	_ = (fs.NodeRmdirer)((*dir)(nil))
 	_ = (fs.NodeUnlinker)((*dir)(nil))
 	_ = (fs.NodeMkdirer)((*dir)(nil))
@@ -109,9 +110,33 @@ var (
 
 func newDir(o owner) *dir { o.perm = 0755; return &dir{owner: o} }
 
+// attrTimeout is how long the kernel may keep the attributes of a
+// directory, a ring, memory, a stream or a symlink. Text files get none:
+// their size is their content's, which changes at any time.
+const attrTimeout = time.Second
+
 func (d *dir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	d.fill(&out.Attr, syscall.S_IFDIR)
+	out.SetTimeout(attrTimeout)
 	return 0
+}
+
+// Lookup finds a child as go-fuse does without a Lookup, and also passes
+// the child's attribute timeout on to the kernel (go-fuse would give every
+// entry the mount's), so that a text file's size is never cached.
+func (d *dir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ch := d.GetChild(name)
+	if ch == nil {
+		return nil, syscall.ENOENT
+	}
+	if ga, ok := ch.Operations().(fs.NodeGetattrer); ok {
+		var a fuse.AttrOut
+		if ga.Getattr(ctx, nil, &a) == 0 {
+			out.Attr = a.Attr
+			out.SetAttrTimeout(a.Timeout())
+		}
+	}
+	return ch, 0
 }
 
 func (d *dir) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -119,6 +144,7 @@ func (d *dir) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, 
 		return syscall.EPERM
 	}
 	d.fill(&out.Attr, syscall.S_IFDIR)
+	out.SetTimeout(attrTimeout)
 	return 0
 }
 
@@ -170,6 +196,11 @@ type file struct {
 	// size is what stat reports (rings and memory: their length, which
 	// mmap needs); nil is 0.
 	size func() uint64
+	// text renders a text file's content (attr, state, error, counters,
+	// device, ...): stat reports its length now, to a caller who may read
+	// the file (0 to others, who learn nothing from it), and the kernel
+	// keeps that size for no time at all. nil for every other file.
+	text func() string
 }
 
 var (
@@ -184,15 +215,24 @@ var (
 func (f *file) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno { return 0 }
 
 func (f *file) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	f.fillAttr(&out.Attr)
+	f.fillAttr(ctx, out)
 	return 0
 }
 
-func (f *file) fillAttr(a *fuse.Attr) {
+func (f *file) fillAttr(ctx context.Context, out *fuse.AttrOut) {
+	a := &out.Attr
 	f.fill(a, syscall.S_IFREG)
-	if f.size != nil {
+	switch {
+	case f.text != nil:
+		// No timeout: the size follows the content.
+		if f.allows(ctx, 4) == 0 {
+			a.Size = uint64(len(f.text()))
+		}
+		return
+	case f.size != nil:
 		a.Size = f.size()
 	}
+	out.SetTimeout(attrTimeout)
 }
 
 // Setattr accepts a truncation to 0 of a writable file as a no-op, so that
@@ -214,7 +254,7 @@ func (f *file) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			return syscall.EPERM
 		}
 	}
-	f.fillAttr(&out.Attr)
+	f.fillAttr(ctx, out)
 	return 0
 }
 
@@ -247,6 +287,7 @@ var (
 func (l *symlink) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	l.fill(&out.Attr, syscall.S_IFLNK)
 	out.Size = uint64(len(l.target))
+	out.SetTimeout(attrTimeout)
 	return 0
 }
 

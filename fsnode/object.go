@@ -71,14 +71,20 @@ func (o *object) fileNode(perm uint32, readable, writable bool,
 // roFile is a text file rendered at open that anyone may read (state,
 // error): it shows nothing another user could aim with.
 func (o *object) roFile(render func() string) entry {
-	return entry{node: o.fileNode(0644, true, false, snapshotFile(render)), mode: syscall.S_IFREG}
+	return o.textEntry(0644, render)
 }
 
 // privFile is a text file rendered at open that only the owner (and root)
 // may read (attr, counters): keys, PSNs and the counters that follow them
 // are capabilities, whoever reads them can aim a QP at the object.
 func (o *object) privFile(render func() string) entry {
-	return entry{node: o.fileNode(0600, true, false, snapshotFile(render)), mode: syscall.S_IFREG}
+	return o.textEntry(0600, render)
+}
+
+func (o *object) textEntry(perm uint32, render func() string) entry {
+	ow := o.owner
+	ow.perm = perm
+	return entry{node: textFile(ow, render), mode: syscall.S_IFREG}
 }
 
 // cmdFile is a write-only control file.

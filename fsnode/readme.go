@@ -71,6 +71,8 @@ Every object directory
 ----------------------
   attr     its attributes, key=value a line, read fresh at every open
   error    the reason of the last command that failed on it (empty if none)
+Text files stat as the length of their content now ([ -s error ] is true
+when there is a reason); a read returns the content rendered at open, whole.
 
 qp/N/
   ctl        write one command a write:
@@ -94,12 +96,17 @@ qp/N/
                remote_addr=N rkey=N compare_add=N swap=N ah=H remote_qpn=N
                remote_qkey=N inline_data=HEX
   post_recv  one receive a line: wr_id=N sge=LKEY:ADDR:LENGTH ...
-  counters   per-QP counters
+  counters   per-QP counters (packets, bytes, retransmits, NAKs by kind, ...),
+             then gauges: sq_posted sq_in_flight rq_posted rnr_wait send_psn
+             expected_psn (WRs in the queues, WRs started and not completed, an
+             RNR wait in progress, the live PSNs)
   sq, rq     the send and receive rings (binary; the layout is in the Go package
              rdmafs/ring). mmap them MAP_SHARED: the device reads the very pages.
              A write() of anything to sq or rq is the doorbell.
 
 cq/H/
+  attr     cqe overflowed pending (completions not polled) armed
+           (none|next|solicited) overflows (times it overflowed)
   ring     the completion ring (binary, mmap it); it is replaced by a new file
            after a resize, which clients must map again
   poll     each read returns the completions available now, one a line, and

@@ -70,9 +70,7 @@ func addChild(ctx context.Context, parent *fs.Inode, name string, node fs.InodeE
 func (r *root) OnAdd(ctx context.Context) {
 	t := r.t
 	sys := owner{perm: 0444, born: t.born}
-	ro := func(render func() string) *file {
-		return &file{owner: sys, readable: true, open: snapshotFile(render)}
-	}
+	ro := func(render func() string) *file { return textFile(sys, render) }
 	in := &r.Inode
 	addChild(ctx, in, "README", ro(func() string { return readme(t.runtimeDir) }), syscall.S_IFREG)
 	addChild(ctx, in, "device", ro(t.deviceText), syscall.S_IFREG)
@@ -180,6 +178,18 @@ func (t *tree) countersText() string {
 		{Name: "daemon_heap_bytes", Value: ms.HeapAlloc},
 		{Name: "daemon_sys_bytes", Value: ms.Sys},
 	})
+}
+
+// qpCountersText is qp/N/counters: the QP's counters and, last, the
+// gauges of its queues (posted and in-flight send WRs, posted receive WRs,
+// whether an RNR NAK holds the requester) and its live PSNs (the next to
+// send, the next expected).
+func qpCountersText(q *device.QP) string {
+	c := q.CountersSnapshot()
+	s := q.Queues()
+	return countersText(c.List()) + lines("sq_posted", s.SQPosted, "sq_in_flight", s.SQInFlight,
+		"rq_posted", s.RQPosted, "rnr_wait", boolNum(s.RNRWait),
+		"send_psn", uint32(s.SendPSN), "expected_psn", uint32(s.ExpectedPSN))
 }
 
 func countersText(cs []device.Counter) string {
@@ -564,7 +574,7 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 		named("state", o.roFile(func() string { return q.State().String() + "\n" })),
 		named("post_send", postSend),
 		named("post_recv", postRecv),
-		named("counters", o.privFile(func() string { c := q.CountersSnapshot(); return countersText(c.List()) })),
+		named("counters", o.privFile(func() string { return qpCountersText(q) })),
 	)
 	t.publish(ctx, o, func() string {
 		a := q.Query()
@@ -682,8 +692,9 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 	ow := o.owner
 	ow.perm = 0777
 	t.publish(ctx, o, func() string {
-		cqe, overflowed := cq.Attr()
-		return lines("cqe", cqe, "overflowed", boolNum(overflowed))
+		s := cq.Status()
+		return lines("cqe", s.CQE, "overflowed", boolNum(s.Overflowed),
+			"pending", s.Pending, "armed", s.Armed, "overflows", s.Overflows)
 	}, ringEntry, named("poll", entry{node: poll, mode: syscall.S_IFREG}),
 		named("notify", entry{node: notify, mode: syscall.S_IFREG}),
 		named("ctl", ctl),

@@ -1,6 +1,7 @@
 // Command rdmafs mounts a virtual RDMA device as a FUSE filesystem and
-// drives it: mount, umount, new (a transaction on a */new file), bench, and
-// exec (a libibverbs program on rdmafs's libibverbs.so.1).
+// drives it: mount, umount, new (a transaction on a */new file), bench,
+// exec (a libibverbs program on rdmafs's libibverbs.so.1), show (the
+// objects at a glance, show.go) and trace (a QP's packets, trace.go).
 package main
 
 import (
@@ -29,6 +30,13 @@ Usage:
                                     pyverbs) on rdmafs's libibverbs.so.1; --mount M: only
                                     that device
   rdmafs libdir                     print the directory of that libibverbs.so.1
+  rdmafs show [MOUNT] [KIND] [-j] [-w]
+                                    the device at a glance: a table per kind (pd mr mw cq
+                                    srq ah qp) of the objects you can see (root: all);
+                                    -j JSON, -w refresh in place with per-second QP rates;
+                                    MOUNT defaults to the machine's one rdmafs mount
+  rdmafs trace [MOUNT] QPN [-n N]   a QP's packets as they happen, decoded one a line, from
+                                    MOUNT/capture; Ctrl-C (or N packets) ends it with a summary
   rdmafs help [COMMAND]             this text, or a command's flags
 
 Every verb is a file: see MOUNTPOINT/README once mounted, or README.md.
@@ -59,6 +67,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdExec(args[1:], stderr)
 	case "libdir":
 		err = cmdLibdir(args[1:], stdout, stderr)
+	case "show":
+		err = cmdShow(args[1:], stdout, stderr)
+	case "trace":
+		err = cmdTrace(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		if len(args) > 1 {
 			return run([]string{args[1], "--help"}, stdout, stderr)

@@ -36,7 +36,7 @@ func TestHelp(t *testing.T) {
 	if rc := run([]string{"--help"}, &out, &errb); rc != 0 {
 		t.Fatalf("--help exit %d", rc)
 	}
-	for _, w := range []string{"mount", "umount", "new"} {
+	for _, w := range []string{"mount", "umount", "new", "show", "trace"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("--help does not mention %s", w)
 		}
