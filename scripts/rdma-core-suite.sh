@@ -2,7 +2,8 @@
 # rdma-core-suite.sh: rdma-core's own pyverbs test suite (Debian ships it
 # with rdma-core 44.0) on rdmafs through the drop-in libibverbs, file by
 # file under a timeout, on a RoCE mount (--addr, the link layer rxe has) and
-# on a local InfiniBand-style mount. Prints the table of TESTING.md and
+# on a local InfiniBand-style mount, and once more on the library built with
+# ASan and UBSan (preloaded into python). Prints the table of TESTING.md and
 # fails on any failure or error, or on any test that passes on the kernel's
 # Soft-RoCE (the qemu harness's run, libibverbs/testdata) and not here,
 # unless libibverbs/testdata/suite-known.txt gives the reason.
@@ -65,6 +66,20 @@ if grep -E '\.\.\. (FAIL|ERROR)' "$work/ib.log"; then
 	rc=1
 fi
 grep -hE '^(Ran|OK|FAILED)' "$work/ib.log" | sort | uniq -c | sort -rn | head -5
+
+# The whole suite once more in one python, on the library built with ASan
+# and UBSan (make asan): the sanitizers see every verb of 273 tests.
+echo
+echo "== local mount, the ASan/UBSan library"
+make -s -C "$repo/libibverbs" asan >/dev/null
+san="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
+(cd "$work/tests" && RDMAFS_LIBDIR=$repo/libibverbs/build-asan LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
+	"$RDMAFS" exec --mount "$M" -- timeout 600 "$py" run_tests.py --dev rdmafs0 --gid 0 -v) >"$work/asan.log" 2>&1 || rc=1
+grep -hE '^(Ran|OK|FAILED)' "$work/asan.log"
+if grep -E 'ERROR: AddressSanitizer|runtime error:|\.\.\. (FAIL|ERROR)' "$work/asan.log"; then
+	rc=1
+fi
+
 if ((rc != 0)); then
 	echo "--- failures (RoCE mount)"
 	grep -B2 -A20 -E '^(FAIL|ERROR):' "$work/roce.log" | head -150
