@@ -3,7 +3,8 @@
 # built once plainly and once with AddressSanitizer and UBSan (against
 # libibverbs/build-asan): examples/c/rdma_rw at sizes that share and cross
 # pages, libibverbs/tests/events (completion channels and async events as
-# pollable descriptors), libibverbs/tests/memkinds (ibv_reg_mr on every kind of memory, with
+# pollable descriptors), libibverbs/tests/threads (posting and polling from
+# several threads at once), libibverbs/tests/memkinds (ibv_reg_mr on every kind of memory, with
 # two huge pages reserved for the run when the machine has none),
 # libibverbs/tests/atomic_write (IBV_WR_ATOMIC_WRITE by ibv_post_send and by
 # ibv_wr_atomic_write), and libibverbs/tests/hostile, a program that misuses
@@ -21,6 +22,7 @@ for v in plain asan; do
 	cc $flags -o "$work/hostile-$v" "$repo/libibverbs/tests/hostile.c" -libverbs
 	cc $flags -o "$work/memkinds-$v" "$repo/libibverbs/tests/memkinds.c" -libverbs
 	cc $flags -o "$work/events-$v" "$repo/libibverbs/tests/events.c" -libverbs
+	cc $flags -pthread -o "$work/threads-$v" "$repo/libibverbs/tests/threads.c" -libverbs
 	cc $flags -o "$work/atomic_write-$v" "$repo/libibverbs/tests/atomic_write.c" -libverbs
 done
 hp=/proc/sys/vm/nr_hugepages
@@ -40,6 +42,7 @@ for v in plain asan; do
 	done
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- "$work/memkinds-$v" || die "memkinds ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/events-$v" || die "events ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 120 "$work/threads-$v" || die "threads ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/atomic_write-$v" || die "atomic_write ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
 	ASAN_OPTIONS=detect_leaks=0 RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- \
@@ -56,4 +59,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, memkinds, atomic_write and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, threads, memkinds, atomic_write and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
