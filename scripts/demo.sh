@@ -3,7 +3,8 @@
 # queue pairs through INIT/RTR/RTS with echo, moves data with an RDMA WRITE
 # and a SEND posted as text, shows the completions, the bytes and every QP's
 # state with cat, then provokes an RNR and a remote access error and shows
-# their completions. It checks every result and exits non-zero on a wrong one.
+# their completions, and the device at a glance with rdmafs show. It checks
+# every result and exits non-zero on a wrong one.
 source "$(dirname "$0")/lib.sh"
 
 mount_device
@@ -76,5 +77,9 @@ expect_state "$B" ERR
 echo; echo "# The device's view."
 show "cat $M/counters"
 show "cat $M/events"
+
+echo; echo "# Every object at a glance, from the same files: rdmafs show (rdmafs trace MOUNT QPN follows one QP's packets)."
+pp "$RDMAFS" show "$M"
+"$RDMAFS" show "$M" qp | grep -Eq "^$A +root +RC +ERR +$B " || die "rdmafs show does not list qp $A in ERR, connected to $B"
 
 echo; echo "demo: all checks passed"

@@ -404,6 +404,21 @@ func TestShowLiveTraffic(t *testing.T) {
 	if r := byCQ[o.cqA]; r["OVERFLOWED"] != "yes" || r["OVERFLOWS"] != "1" || r["CQE"] != "1" {
 		t.Errorf("cq %s: %v (overflowed)", o.cqA, r)
 	}
+	for _, r := range table(t, out, "MR") {
+		at := m.kv("mr", r["MR"], "attr")
+		hex := func(k string) string { return fmt.Sprintf("0x%x", at.u64(k)) }
+		want := map[string]string{"MR": r["MR"], "OWNER": "root", "PD": at["pd"], "LENGTH": at["length"],
+			"IOVA": hex("iova"), "LKEY": hex("lkey"), "RKEY": hex("rkey"), "VALID": "yes", "ACCESS": at["access"]}
+		if !maps.Equal(r, want) {
+			t.Errorf("mr %s:\n got %v\nwant %v", r["MR"], r, want)
+		}
+	}
+	if r, at := table(t, out, "SRQ")[0], m.kv("srq", "1", "attr"); r["MAX_WR"] != at["max_wr"] || r["LIMIT"] != at["srq_limit"] || r["PENDING"] != at["pending"] {
+		t.Errorf("srq row %v, attr %v", r, at)
+	}
+	if r, at := table(t, out, "AH")[0], m.kv("ah", "1", "attr"); r["DGID"] != at["dgid"] || r["SL"] != "3" {
+		t.Errorf("ah row %v, attr %v", r, at)
+	}
 	for first, n := range map[string]int{"PD": 2, "MR": 4, "MW": 1, "SRQ": 1, "AH": 1} {
 		if got := len(table(t, out, first)); got != n {
 			t.Errorf("%d %s rows, want %d", got, first, n)
