@@ -234,8 +234,9 @@ type link interface {
 }
 
 // receiveLocked is the receive entry point every packet takes, whatever
-// link brought it.
-func (d *Device) receiveLocked(p *packet) {
+// link brought it. It returns the QP whose receive queue the packet was
+// for (nil: no QP took it), so that the wire can back off from a full one.
+func (d *Device) receiveLocked(p *packet) *QP {
 	d.Counters.PacketsRecv.Add(1)
 	d.Counters.BytesRecv.Add(uint64(len(p.payload)))
 	q := d.qps[p.destQPN]
@@ -248,7 +249,7 @@ func (d *Device) receiveLocked(p *packet) {
 		q.Type != qp.TypeUD && p.sgid != q.attr.AH.DGID {
 		d.Counters.DroppedPackets.Add(1)
 		d.pool.put(p)
-		return
+		return nil
 	}
 	if q.Type != qp.TypeUD && !q.fromPeerLocked(p) {
 		// Another QP aims at this one: dropped before the transport sees
@@ -257,7 +258,7 @@ func (d *Device) receiveLocked(p *packet) {
 		d.Counters.ForeignPacketsDropped.Add(1)
 		d.Counters.DroppedPackets.Add(1)
 		d.pool.put(p)
-		return
+		return nil
 	}
 	in := &q.respIn
 	if opInfo(p.opcode)&ofRequest != 0 {
@@ -271,12 +272,23 @@ func (d *Device) receiveLocked(p *packet) {
 		d.Counters.DroppedPackets.Add(1)
 		d.pool.put(p)
 		d.engine.schedule(q)
-		return
+		return q
 	}
 	*in = append(*in, p)
 	q.Counters.BytesRecv += uint64(len(p.payload))
 	q.inPeak = max(q.inPeak, len(*in))
 	d.engine.schedule(q)
+	return q
+}
+
+// peerPortLocked reports whether port is a UDP source port q's peer
+// sends from: rdmafs or an older rxe (a hash of its QPN), or a Linux 5.17+
+// rxe (from the flow label, which both ends of a connection set alike, or
+// from the two QPNs).
+func (q *QP) peerPortLocked(port uint16) bool {
+	peer := q.attr.DestQPNum
+	return port == udpSourcePort(peer) || port == flowSourcePort(q.attr.AH.FlowLabel, peer, q.QPN) ||
+		port == flowSourcePort(0, peer, q.QPN)
 }
 
 // queuedLocked is the longer of q's two receive queues.
@@ -310,10 +322,7 @@ func (q *QP) fromPeerLocked(p *packet) bool {
 		// The peer is rdmafs or an older rxe (a hash of its QPN), or a
 		// Linux 5.17+ rxe (from the flow label, which both ends of a
 		// connection set alike, or from the two QPNs).
-		peer := q.attr.DestQPNum
-		return q.dev.cfg.AnySourcePort || p.srcPort == udpSourcePort(peer) ||
-			p.srcPort == flowSourcePort(q.attr.AH.FlowLabel, peer, q.QPN) ||
-			p.srcPort == flowSourcePort(0, peer, q.QPN)
+		return q.dev.cfg.AnySourcePort || q.peerPortLocked(p.srcPort)
 	}
 	if p.srcQPN != q.attr.DestQPNum {
 		return false

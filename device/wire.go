@@ -478,11 +478,11 @@ func (w *wire) deliver(bufs [][]byte, lens []int, pkts []roce.Packet, ok []bool,
 		} else if p.opcode&transMask == transUD {
 			p.ipHdr, p.hasIPHdr = [20]byte(b[:20]), true
 		}
-		d.receiveLocked(p)
+		q := d.receiveLocked(p)
 		if self || d.peerAddrLocked([4]byte(b[12:16])) {
 			d.peerRecv.Add(1)
 		}
-		if q := d.qps[pkts[i].DestQP]; q != nil && q.queuedLocked() >= wireHighWater {
+		if q != nil && q.queuedLocked() >= wireHighWater {
 			full = q
 		}
 	}
