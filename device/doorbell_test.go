@@ -91,6 +91,10 @@ func TestParkedEngineNeedsDoorbell(t *testing.T) {
 	dst := e.mr(64, qp.AccessLocalWrite|qp.AccessRemoteWrite)
 	w := qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
 		SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
+	// The connect ran a and the engine watches it (NEED_WAKEUP clear): a
+	// post now would be taken on the engine's next look, which Quiesce
+	// cannot see coming (a CI failure). Post once it has parked.
+	waitParked(t, e, a)
 	clientPost(t, a, w)
 	e.expect(acq, sendWC(1, "success", "rdma_write", a, 8))
 	waitParked(t, e, a)
