@@ -17,8 +17,17 @@ import (
 //	anything else         must be named in rules below
 type rule struct {
 	ret   string // C expression returned; "" for void
-	errno bool   // set errno to EOPNOTSUPP first
+	errno bool   // set errno first, to err
+	err   string // the errno constant; "" is EOPNOTSUPP
 	why   string
+}
+
+// errnoName is the constant the stub sets errno to.
+func (r rule) errnoName() string {
+	if r.err == "" {
+		return "EOPNOTSUPP"
+	}
+	return r.err
 }
 
 var (
@@ -68,7 +77,8 @@ var rules = map[string]rule{
 	"__ioctl_final_num_attrs": {ret: "p0", why: "its first argument (the command's own attribute count)"},
 }
 
-// Rule is the convention of name's stub, from rules or from p's return type.
+// Rule is the convention of name's libibverbs stub, from rules or from p's
+// return type.
 func Rule(name string, p Proto) (rule, error) {
 	if r, ok := rules[name]; ok {
 		return r, nil

@@ -377,3 +377,104 @@ func TestPlan(t *testing.T) {
 		t.Errorf("no prototype: %v", err)
 	}
 }
+
+// TestLibrdmacmProfile: librdmacm's stubs fail as librdmacm does: -1 with
+// errno, ENOSYS for every rsocket call (whatever it returns), EOPNOTSUPP
+// for the rest; the table names the errno.
+func TestLibrdmacmProfile(t *testing.T) {
+	set, err := ReadExportSet(strings.NewReader(`node RDMACM_1.0
+node RDMACM_1.1
+node RDMACM_1.2
+func RDMACM_1.0 rdma_create_id
+func RDMACM_1.0 rdma_join_multicast
+func RDMACM_1.0 rread
+func RDMACM_1.0 riomap
+func RDMACM_1.1 rdma_join_multicast_ex
+func RDMACM_1.2 rdma_establish
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	protos, err := ReadProtos(strings.NewReader(
+		`/* /usr/include/rdma/rdma_cma.h:1:NC */ extern int rdma_create_id (struct rdma_event_channel *, struct rdma_cm_id **, void *, enum rdma_port_space);
+/* /usr/include/rdma/rdma_cma.h:2:NC */ extern int rdma_join_multicast (struct rdma_cm_id *, struct sockaddr *, void *);
+/* /usr/include/rdma/rdma_cma.h:3:NC */ extern int rdma_join_multicast_ex (struct rdma_cm_id *, struct rdma_cm_join_mc_attr_ex *, void *);
+/* /usr/include/rdma/rdma_cma.h:4:NC */ extern int rdma_establish (struct rdma_cm_id *);
+/* /usr/include/rdma/rsocket.h:5:NC */ extern ssize_t rread (int, void *, size_t);
+/* /usr/include/rdma/rsocket.h:6:NC */ extern off_t riomap (int, void *, size_t, int, int, off_t);
+/* /usr/include/infiniband/verbs.h:7:NC */ extern int ibv_fork_init (void);
+`), Librdmacm.HeaderDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := protos["ibv_fork_init"]; ok {
+		t.Error("a verbs.h prototype was read for librdmacm")
+	}
+	def := &Defined{Names: map[string]bool{"rdma_create_id": true, "rdma_establish": true}, Versioned: map[string]bool{}}
+	p, err := MakeProfilePlan(Librdmacm, set, "sample", def, protos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Implemented) != 2 || len(p.Stubs) != 4 {
+		t.Fatalf("%d implemented, %d stubs", len(p.Implemented), len(p.Stubs))
+	}
+	c := string(p.StubsC())
+	for _, want := range []string{
+		"#include <rdma/rsocket.h>",
+		"ssize_t (rread)(int p0, void *p1, size_t p2)\n{\n\t(void)p0;\n\t(void)p1;\n\t(void)p2;\n\terrno = ENOSYS;\n\treturn -1;\n}",
+		"int (rdma_join_multicast)(struct rdma_cm_id *p0, struct sockaddr *p1, void *p2)\n{\n\t(void)p0;\n\t(void)p1;\n\t(void)p2;\n\terrno = EOPNOTSUPP;\n\treturn -1;\n}",
+	} {
+		if !strings.Contains(c, want) {
+			t.Errorf("stubs.c lacks %q:\n%s", want, c)
+		}
+	}
+	tab := string(p.Table())
+	for _, want := range []string{
+		`RDMAFS_STUB("rread", "RDMACM_1.0", 0, LONG, -1, ENOSYS)`,
+		`RDMAFS_STUB("riomap", "RDMACM_1.0", 0, LONG, -1, ENOSYS)`,
+		`RDMAFS_STUB("rdma_join_multicast_ex", "RDMACM_1.1", 0, INT, -1, EOPNOTSUPP)`,
+	} {
+		if !strings.Contains(tab, want) {
+			t.Errorf("table lacks %q:\n%s", want, tab)
+		}
+	}
+	m := string(p.Map())
+	if !strings.Contains(m, "RDMACM_1.2 {\n\tglobal:\n\t\trdma_establish;\n\tlocal:\n\t\t*;\n} RDMACM_1.1;") {
+		t.Errorf("map:\n%s", m)
+	}
+	if _, err := librdmacmRule("rdma_new_thing", Proto{Ret: "uint32_t"}); err == nil {
+		t.Error("a return type without a convention was accepted")
+	}
+}
+
+// TestLibrdmacmExportsTxt: librdmacm/exports.txt is the installed
+// librdmacm.so.1's export set.
+func TestLibrdmacmExportsTxt(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	need(t, "a C compiler (cc)", err == nil)
+	out, err := exec.Command(cc, "-print-file-name=librdmacm.so.1").Output()
+	lib := strings.TrimSpace(string(out))
+	need(t, "the system librdmacm.so.1 (librdmacm1)", err == nil && filepath.IsAbs(lib))
+	_, err = exec.LookPath("objdump")
+	need(t, "objdump (binutils)", err == nil)
+	sys, err := Objdump("objdump", lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open("../../librdmacm/exports.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	txt, err := ReadExportSet(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	sys.Format(&a, "")
+	txt.Format(&b, "")
+	if a.String() != b.String() {
+		t.Errorf("librdmacm/exports.txt differs from %s; regenerate it:\n  go run ./libibverbs/gen exports -lib librdmacm %s > librdmacm/exports.txt\n%s",
+			lib, lib, lineDiff(b.String(), a.String()))
+	}
+}

@@ -5,12 +5,14 @@
 // functions and data), and a program linked BIND_NOW against the real one
 // loads against ours.
 //
-//	gen exports [-objdump PROG] LIB
+//	gen exports [-objdump PROG] [-lib NAME] LIB
 //	    print LIB's export set (objdump -T) in the form of exports.txt
-//	gen stubs -exports FILE -defined FILE -protos FILE -map OUT -stubs OUT [-table OUT]
+//	gen stubs [-lib NAME] -exports FILE -defined FILE -protos FILE -map OUT -stubs OUT [-table OUT]
+//	    -lib      the library: libibverbs (the default) or librdmacm (profile.go)
 //	    -exports  the system library's objdump -T output, or exports.txt
 //	    -defined  nm --defined-only of the implementation objects
 //	    -protos   gcc -aux-info output of a file that includes <infiniband/verbs.h>
+//	              (librdmacm: <rdma/rdma_cma.h>, <rdma/rdma_verbs.h>, <rdma/rsocket.h>)
 //	    -map      the version script to write
 //	    -stubs    the C source of the stubs to write
 //	    -table    the stub list for ctest/stubs_test.c to write
@@ -33,6 +35,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 func main() {
@@ -43,8 +46,8 @@ func main() {
 }
 
 const usage = `usage:
-  gen exports [-objdump PROG] LIB
-  gen stubs -exports FILE -defined FILE -protos FILE -map OUT -stubs OUT [-table OUT]
+  gen exports [-objdump PROG] [-lib NAME] LIB
+  gen stubs [-lib NAME] -exports FILE -defined FILE -protos FILE -map OUT -stubs OUT [-table OUT]
 `
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -64,6 +67,7 @@ func cmdExports(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("exports", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	objdump := fs.String("objdump", envOr("OBJDUMP", "objdump"), "objdump program")
+	libName := fs.String("lib", "libibverbs", "the library: libibverbs or librdmacm (for the header)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,7 +83,18 @@ func cmdExports(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		real = lib
 	}
+	if *libName != "libibverbs" {
+		return set.Format(stdout, exportsCommentFor(*libName, filepath.Base(real)))
+	}
 	return set.Format(stdout, ExportsComment(filepath.Base(real)))
+}
+
+// exportsCommentFor is the header of another library's exports.txt.
+func exportsCommentFor(name, lib string) string {
+	return `The export set of ` + lib + `, the input of libibverbs/gen -lib ` + name + ` on
+machines without the library. Regenerate with
+  go run ./libibverbs/gen exports -lib ` + name + ` /usr/lib/x86_64-linux-gnu/` + name + `.so.1 > ` + name + `/exports.txt
+(` + name + `/libtest fails while it differs from the installed library).`
 }
 
 // ExportsComment is the header of exports.txt.
@@ -107,6 +122,7 @@ func cmdStubs(args []string, stderr io.Writer) error {
 	stubsF := fs.String("stubs", "", "stubs.c to write")
 	tableF := fs.String("table", "", "stub table for the C tests to write")
 	source := fs.String("source", "", "name of the export set's origin, for the banners (default: the -exports file)")
+	libName := fs.String("lib", "libibverbs", "the library: libibverbs or librdmacm")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,6 +131,10 @@ func cmdStubs(args []string, stderr io.Writer) error {
 	}
 	if *source == "" {
 		*source = filepath.Base(*exportsF)
+	}
+	prof, ok := Profiles[*libName]
+	if !ok {
+		return fmt.Errorf("stubs: unknown -lib %q (libibverbs or librdmacm)", *libName)
 	}
 	ef, err := os.Open(*exportsF)
 	if err != nil {
@@ -139,14 +159,14 @@ func cmdStubs(args []string, stderr io.Writer) error {
 		return err
 	}
 	defer pf.Close()
-	protos, err := ReadProtos(pf, "/infiniband/")
+	protos, err := ReadProtos(pf, prof.HeaderDir)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *protosF, err)
 	}
 	if len(protos) == 0 {
-		return fmt.Errorf("%s: no prototypes from <infiniband/*.h>: is it gcc -aux-info output?", *protosF)
+		return fmt.Errorf("%s: no prototypes from <%s*.h>: is it gcc -aux-info output?", *protosF, strings.TrimPrefix(prof.HeaderDir, "/"))
 	}
-	plan, err := MakePlan(set, *source, def, protos)
+	plan, err := MakeProfilePlan(prof, set, *source, def, protos)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,361 @@
+/* Connections: connect, accept, reject, disconnect, notify, establish,
+ * and the QP work the kernel leaves to librdmacm: rdma_init_qp_attr
+ * answers from the daemon's attr snapshot (cm/I/attr) as the kernel's
+ * INIT_QP_ATTR does, and the QP moves INIT → RTR → RTS on the active side
+ * when the REP came (before `establish` sends the RTU), on the passive
+ * side inside rdma_accept (before `accept` sends the REP), and to ERR on
+ * reject, error and disconnect. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "rdmacm.h"
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+static uint32_t new_psn(void)
+{
+	uint32_t v = 0;
+
+	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+		v = (uint32_t)random();
+	return v & 0xffffff;
+}
+
+static int clamp(int v, int max)
+{
+	return v < 0 ? 0 : v > max ? max : v;
+}
+
+int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
+{
+	struct rc_id *id = to_rid(cid);
+	struct rc_attr a;
+	struct rc_sub *s;
+	int err;
+	bool ud = cid->qp_type == IBV_QPT_UD;
+
+	if (!qa || !mask)
+		return fail(EINVAL);
+	if ((err = rc_id_sub(id, &s)))
+		return fail(err);
+	if (qa->qp_state == IBV_QPS_INIT) {
+		qa->pkey_index = 0;
+		qa->port_num = cid->port_num ? cid->port_num : 1;
+		*mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+		if (ud) {
+			qa->qkey = RDMA_UDP_QKEY;
+			*mask |= IBV_QP_QKEY;
+		} else {
+			qa->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+			*mask |= IBV_QP_ACCESS_FLAGS;
+		}
+		return 0;
+	}
+	if ((err = rc_read_attr(s->dev, s->handle, &a)))
+		return fail(err);
+	rc_id_fill(id, &a, true);
+	if (ud) {
+		*mask = IBV_QP_STATE;
+		if (qa->qp_state == IBV_QPS_RTS) {
+			qa->sq_psn = 0;
+			*mask |= IBV_QP_SQ_PSN;
+		} else if (qa->qp_state != IBV_QPS_RTR) {
+			return fail(EINVAL);
+		}
+		return 0;
+	}
+	struct ibv_device_attr *da = &s->dev->attr;
+	switch (qa->qp_state) {
+	case IBV_QPS_RTR: {
+		const struct ibv_sa_path_rec *p = &id->path;
+		if (a.remote_qp_num < 0 || !a.has_gids)
+			return fail(EINVAL); /* no REQ or REP yet */
+		memset(&qa->ah_attr, 0, sizeof(qa->ah_attr));
+		qa->ah_attr.dlid = be16toh(p->dlid);
+		qa->ah_attr.sl = p->sl;
+		qa->ah_attr.port_num = cid->port_num ? cid->port_num : 1;
+		qa->ah_attr.is_global = 1;
+		qa->ah_attr.grh.dgid = p->dgid;
+		qa->ah_attr.grh.sgid_index = 0;
+		qa->ah_attr.grh.hop_limit = p->hop_limit;
+		qa->ah_attr.grh.traffic_class = p->traffic_class;
+		qa->ah_attr.grh.flow_label = be32toh(p->flow_label);
+		qa->path_mtu = p->mtu;
+		qa->dest_qp_num = (uint32_t)a.remote_qp_num;
+		qa->rq_psn = a.remote_psn >= 0 ? (uint32_t)a.remote_psn : 0;
+		qa->max_dest_rd_atomic = (uint8_t)clamp(a.responder_resources >= 0 ? a.responder_resources
+									: id->responder_resources,
+							da->max_qp_rd_atom);
+		qa->min_rnr_timer = 12;
+		*mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		return 0;
+	}
+	case IBV_QPS_RTS: {
+		long t = a.local_ack_timeout >= 0 ? a.local_ack_timeout
+			 : id->ack_timeout >= 0 ? id->ack_timeout : 14;
+		qa->timeout = (uint8_t)t;
+		qa->retry_cnt = (uint8_t)(a.retry_count >= 0 ? clamp(a.retry_count, 7) : 7);
+		qa->rnr_retry = (uint8_t)(a.rnr_retry_count >= 0 ? clamp(a.rnr_retry_count, 7) : 7);
+		qa->sq_psn = a.psn >= 0 ? (uint32_t)a.psn : id->psn;
+		qa->max_rd_atomic = (uint8_t)clamp(a.initiator_depth >= 0 ? a.initiator_depth : id->initiator_depth,
+						   da->max_qp_init_rd_atom);
+		*mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+			IBV_QP_MAX_QP_RD_ATOMIC;
+		return 0;
+	}
+	case IBV_QPS_ERR:
+	case IBV_QPS_RESET:
+		*mask = IBV_QP_STATE;
+		return 0;
+	default:
+		return fail(EINVAL);
+	}
+}
+
+/* Moves id's QP to state with rdma_init_qp_attr's answer; resp_res and
+ * init_depth (when >= 0) override the read-atomic depths, as librdmacm's
+ * ucma_modify_qp_rtr/rts do. 0 or errno. */
+int rc_qp_to(struct rc_id *id, enum ibv_qp_state state, int resp_res, int init_depth)
+{
+	struct ibv_qp_attr qa;
+	int mask, err;
+
+	memset(&qa, 0, sizeof(qa));
+	qa.qp_state = state;
+	if (rdma_init_qp_attr(&id->id, &qa, &mask))
+		return errno;
+	if (state == IBV_QPS_RTR && resp_res >= 0)
+		qa.max_dest_rd_atomic = (uint8_t)resp_res;
+	if (state == IBV_QPS_RTS && init_depth >= 0)
+		qa.max_rd_atomic = (uint8_t)init_depth;
+	if ((err = ibv_modify_qp(id->id.qp, &qa, mask))) {
+		rc_log("cm: modify QP %u to state %d: %s", id->id.qp->qp_num, state, strerror(err));
+		return errno = err;
+	}
+	return 0;
+}
+
+int rc_qp_err(struct rc_id *id)
+{
+	struct ibv_qp_attr qa = {.qp_state = IBV_QPS_ERR};
+
+	if (!id->id.qp)
+		return 0;
+	return ibv_modify_qp(id->id.qp, &qa, IBV_QP_STATE);
+}
+
+int rc_conn_resp(struct rc_id *id, const struct rc_record *r)
+{
+	struct rc_sub *s = NULL;
+	int err;
+	/* the depths the two sides agreed on: ours, no deeper than the peer's
+	 * opposite number */
+	int resp = id->responder_resources, init = id->initiator_depth;
+
+	if (r->initiator_depth >= 0 && r->initiator_depth < resp)
+		resp = r->initiator_depth;
+	if (r->responder_resources >= 0 && r->responder_resources < init)
+		init = r->responder_resources;
+	if ((err = rc_id_sub(id, &s)) || (err = rc_qp_to(id, IBV_QPS_RTR, resp, -1)) ||
+	    (err = rc_qp_to(id, IBV_QPS_RTS, -1, init)) || (err = rc_ctl(s->dev, s->handle, "establish"))) {
+		rc_qp_err(id);
+		if (s)
+			rc_ctl(s->dev, s->handle, "reject");
+		return err;
+	}
+	return 0;
+}
+
+/* The private data's words for a command, "" if none. */
+static int private_words(const void *pd, uint8_t len, size_t max, char *out, size_t outlen)
+{
+	if (!len || !pd) {
+		*out = 0;
+		return 0;
+	}
+	if (len > max || outlen < 2 * (size_t)len + 16)
+		return EINVAL;
+	strcpy(out, " private_data=");
+	rc_hex(pd, len, out + strlen(out));
+	return 0;
+}
+
+/* librdmacm's ucma_valid_param: a TCP id needs a QP or conn_param, and
+ * the depths fit the device unless they ask for its maximum. */
+static int valid_param(struct rc_id *id, const struct rdma_conn_param *p, struct ibv_device_attr *da)
+{
+	if (id->id.ps != RDMA_PS_TCP)
+		return 0;
+	if (!id->id.qp && !p)
+		return EINVAL;
+	if (!p)
+		return 0;
+	if (p->responder_resources != RDMA_MAX_RESP_RES && p->responder_resources > da->max_qp_rd_atom)
+		return EINVAL;
+	if (p->initiator_depth != RDMA_MAX_INIT_DEPTH && p->initiator_depth > da->max_qp_init_rd_atom)
+		return EINVAL;
+	return 0;
+}
+
+static void depths(struct rc_id *id, const struct rdma_conn_param *p, struct ibv_device_attr *da)
+{
+	id->responder_resources = (!p || p->responder_resources == RDMA_MAX_RESP_RES)
+					  ? (uint8_t)da->max_qp_rd_atom : p->responder_resources;
+	id->initiator_depth = (!p || p->initiator_depth == RDMA_MAX_INIT_DEPTH)
+				      ? (uint8_t)da->max_qp_init_rd_atom : p->initiator_depth;
+}
+
+int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
+{
+	struct rc_id *id = to_rid(cid);
+	char pdw[600];
+	struct rc_sub *s;
+	int err;
+	bool ud = cid->qp_type == IBV_QPT_UD;
+
+	if ((err = rc_id_sub(id, &s)))
+		return fail(err);
+	if ((err = valid_param(id, p, &s->dev->attr)))
+		return fail(err);
+	if ((err = private_words(p ? p->private_data : NULL, p ? p->private_data_len : 0,
+				 ud ? RC_SIDR_REQ_PRIVATE : RC_REQ_PRIVATE, pdw, sizeof(pdw))))
+		return fail(err);
+	depths(id, p, &s->dev->attr);
+	id->psn = new_psn();
+	if (ud) {
+		err = rc_ctl(s->dev, s->handle, "connect qp_num=%u psn=%u%s",
+			     cid->qp ? cid->qp->qp_num : (p ? p->qp_num : 0), id->psn, pdw);
+	} else {
+		uint32_t qpn = cid->qp ? cid->qp->qp_num : p->qp_num;
+		int srq = cid->qp ? cid->qp->srq != NULL : (p ? p->srq : 0);
+		err = rc_ctl(s->dev, s->handle,
+			     "connect qp_num=%u psn=%u%s responder_resources=%u initiator_depth=%u "
+			     "flow_control=%u retry_count=%u rnr_retry_count=%u srq=%d",
+			     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth,
+			     p ? !!p->flow_control : 1, p ? (p->retry_count > 7 ? 7 : p->retry_count) : 7,
+			     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
+	}
+	if (err)
+		return fail(err);
+	if ((err = rc_id_complete(id, RDMA_CM_EVENT_ESTABLISHED)))
+		return fail(err);
+	return 0;
+}
+
+int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
+{
+	struct rc_id *id = to_rid(cid);
+	char pdw[600];
+	struct rc_sub *s;
+	int err;
+	bool ud = cid->qp_type == IBV_QPT_UD;
+
+	if ((err = rc_id_sub(id, &s)))
+		return fail(err);
+	if ((err = valid_param(id, p, &s->dev->attr)))
+		return fail(err);
+	if ((err = private_words(p ? p->private_data : NULL, p ? p->private_data_len : 0,
+				 ud ? RC_SIDR_REP_PRIVATE : RC_REP_PRIVATE, pdw, sizeof(pdw))))
+		return fail(err);
+	depths(id, p, &s->dev->attr);
+	id->psn = new_psn();
+	if (ud) {
+		uint32_t qpn = cid->qp ? cid->qp->qp_num : (p ? p->qp_num : 0);
+		err = rc_ctl(s->dev, s->handle, "accept qp_num=%u psn=%u%s qkey=%u", qpn, id->psn, pdw,
+			     RDMA_UDP_QKEY);
+		return err ? fail(err) : 0;
+	}
+	if (cid->qp) {
+		if ((err = rc_qp_to(id, IBV_QPS_RTR, id->responder_resources, -1)) ||
+		    (err = rc_qp_to(id, IBV_QPS_RTS, -1, id->initiator_depth))) {
+			rc_qp_err(id);
+			return fail(err);
+		}
+	}
+	uint32_t qpn = cid->qp ? cid->qp->qp_num : p->qp_num;
+	int srq = cid->qp ? cid->qp->srq != NULL : (p ? p->srq : 0);
+	err = rc_ctl(s->dev, s->handle,
+		     "accept qp_num=%u psn=%u%s responder_resources=%u initiator_depth=%u flow_control=%u "
+		     "rnr_retry_count=%u srq=%d",
+		     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth, p ? !!p->flow_control : 1,
+		     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
+	if (err) {
+		rc_qp_err(id);
+		return fail(err);
+	}
+	if ((err = rc_id_complete(id, RDMA_CM_EVENT_ESTABLISHED)))
+		return fail(err);
+	return 0;
+}
+
+int rdma_reject(struct rdma_cm_id *cid, const void *private_data, uint8_t len)
+{
+	struct rc_id *id = to_rid(cid);
+	char pdw[600];
+	struct rc_sub *s;
+	int err;
+
+	if ((err = rc_id_sub(id, &s)))
+		return fail(err);
+	if ((err = private_words(private_data, len, RC_REJ_PRIVATE, pdw, sizeof(pdw))))
+		return fail(err);
+	rc_qp_err(id);
+	if ((err = rc_ctl(s->dev, s->handle, "reject%s", pdw)))
+		return fail(err);
+	return 0;
+}
+
+int rdma_disconnect(struct rdma_cm_id *cid)
+{
+	struct rc_id *id = to_rid(cid);
+	struct rc_sub *s;
+	int err;
+
+	if ((err = rc_id_sub(id, &s)))
+		return fail(err);
+	if ((err = rc_qp_err(id)))
+		return fail(err);
+	if ((err = rc_ctl(s->dev, s->handle, "disconnect")))
+		return fail(err);
+	return 0;
+}
+
+int rdma_notify(struct rdma_cm_id *cid, enum ibv_event_type event)
+{
+	struct rc_id *id = to_rid(cid);
+	struct rc_sub *s;
+	int err;
+
+	if ((err = rc_id_sub(id, &s)))
+		return fail(err);
+	if (event != IBV_EVENT_COMM_EST)
+		return fail(EINVAL);
+	if ((err = rc_ctl(s->dev, s->handle, "notify")))
+		return fail(err);
+	return 0;
+}
+
+int rdma_establish(struct rdma_cm_id *cid)
+{
+	struct rc_id *id = to_rid(cid);
+	struct rc_sub *s;
+	int err;
+
+	if (cid->qp)
+		return fail(EINVAL); /* librdmacm moves its own QPs */
+	if ((err = rc_id_sub(id, &s)))
+		return fail(err);
+	if ((err = rc_ctl(s->dev, s->handle, "establish")))
+		return fail(err);
+	if ((err = rc_id_complete(id, RDMA_CM_EVENT_ESTABLISHED)))
+		return fail(err);
+	return 0;
+}
