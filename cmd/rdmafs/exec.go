@@ -16,6 +16,10 @@ import (
 // libName is the library exec puts first on the loader's path.
 const libName = "libibverbs.so.1"
 
+// cmLibName is rdmafs's librdmacm, put on the path beside libName when
+// there is one (cmLibDir).
+const cmLibName = "librdmacm.so.1"
+
 // sourceRoot is the source tree the binary was built from, for the third
 // place libdir looks. Builds may set it (go build -ldflags "-X
 // main.sourceRoot=DIR"); otherwise it is the tree this file was compiled
@@ -28,6 +32,11 @@ const libdirRule = `The library is looked for, in this order, in:
      make -C libibverbs install PREFIX=P puts it for P/bin/rdmafs);
   3. libibverbs/build/ of the source tree rdmafs was built from, if that
      tree still exists (make -C libibverbs builds it there).
+rdmafs's librdmacm.so.1 (for rping, ucmatose, ib_write_bw -R, ...) is
+taken from the same directory (make -C librdmacm install puts it there),
+or, when that is the source tree's libibverbs/build/, from its
+librdmacm/build/ (make -C librdmacm); without it programs get the
+system's librdmacm.
 `
 
 const execHelp = `Usage: rdmafs exec [--mount MOUNTPOINT] -- PROGRAM [ARGS...]
@@ -102,6 +111,24 @@ func findLibDir(env func(string) (string, bool), exe, root string) (string, erro
 		libName, strings.Join(looked, ", "), how)
 }
 
+// cmLibDir is the directory to add for librdmacm.so.1 beside ibvDir, the
+// one findLibDir chose: "" when ibvDir holds it too (an install, or
+// RDMAFS_LIBDIR) or there is none; the source tree's librdmacm/build when
+// ibvDir is the tree's libibverbs/build.
+func cmLibDir(ibvDir, root string) string {
+	has := func(dir string) bool {
+		fi, err := os.Stat(filepath.Join(dir, cmLibName))
+		return err == nil && fi.Mode().IsRegular()
+	}
+	if has(ibvDir) || root == "" || ibvDir != filepath.Join(root, "libibverbs", "build") {
+		return ""
+	}
+	if dir := filepath.Join(root, "librdmacm", "build"); has(dir) {
+		return dir
+	}
+	return ""
+}
+
 // libDir is findLibDir for this process.
 func libDir() (string, error) {
 	exe, err := os.Executable()
@@ -169,7 +196,11 @@ func cmdExec(args []string, stderr io.Writer) error {
 		}
 		env = setEnv(env, "RDMAFS_DEVICE_MOUNT", m)
 	}
-	env = setEnv(env, "LD_LIBRARY_PATH", prependPath(dir, os.Getenv("LD_LIBRARY_PATH")))
+	ldpath := os.Getenv("LD_LIBRARY_PATH")
+	if cm := cmLibDir(dir, defaultSourceRoot()); cm != "" {
+		ldpath = prependPath(cm, ldpath)
+	}
+	env = setEnv(env, "LD_LIBRARY_PATH", prependPath(dir, ldpath))
 
 	argv := fs.Args()
 	path, err := exec.LookPath(argv[0])

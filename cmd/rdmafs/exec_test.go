@@ -72,6 +72,38 @@ func TestFindLibDir(t *testing.T) {
 	}
 }
 
+// librdmacm.so.1 is added from the source tree only beside the tree's
+// libibverbs build; anywhere else it is in libibverbs's directory or not
+// at all.
+func TestCMLibDir(t *testing.T) {
+	tmp := t.TempDir()
+	root := filepath.Join(tmp, "src")
+	ibv := fakeLib(t, filepath.Join(root, "libibverbs", "build"))
+	if got := cmLibDir(ibv, root); got != "" {
+		t.Errorf("no librdmacm built: %q", got)
+	}
+	cm := filepath.Join(root, "librdmacm", "build")
+	if err := os.MkdirAll(cm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cm, cmLibName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := cmLibDir(ibv, root); got != cm {
+		t.Errorf("source tree: %q, want %q", got, cm)
+	}
+	other := fakeLib(t, filepath.Join(tmp, "lib"))
+	if got := cmLibDir(other, root); got != "" {
+		t.Errorf("RDMAFS_LIBDIR or an install without librdmacm took the tree's: %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(other, cmLibName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := cmLibDir(other, root); got != "" {
+		t.Errorf("librdmacm beside libibverbs is already on the path: %q", got)
+	}
+}
+
 // A binary built from this tree knows the tree, so libdir finds
 // libibverbs/build without configuration.
 func TestDefaultSourceRoot(t *testing.T) {
