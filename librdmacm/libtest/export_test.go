@@ -1,0 +1,213 @@
+package libtest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func need(t *testing.T, what string, ok bool) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI must have %s", what)
+	}
+	t.Skipf("no %s", what)
+}
+
+func tool(t *testing.T, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	need(t, name+" ("+pkg+")", err == nil)
+	return p
+}
+
+var (
+	buildOnce       sync.Once
+	buildErr        string
+	cmDir, verbsDir string
+)
+
+// built makes librdmacm/ and libibverbs/ once and returns their build
+// directories.
+func built(t *testing.T) (string, string) {
+	t.Helper()
+	mk := tool(t, "make", "make")
+	tool(t, "cc", "gcc")
+	tool(t, "objdump", "binutils")
+	_, err := os.Stat("/usr/include/rdma/rdma_cma.h")
+	need(t, "<rdma/rdma_cma.h> (librdmacm-dev)", err == nil)
+	buildOnce.Do(func() {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			buildErr = err.Error()
+			return
+		}
+		for _, d := range []string{"librdmacm", "libibverbs"} {
+			if out, err := exec.Command(mk, "-C", filepath.Join(root, d)).CombinedOutput(); err != nil {
+				buildErr = "make -C " + d + ": " + err.Error() + "\n" + string(out)
+				return
+			}
+		}
+		cmDir = filepath.Join(root, "librdmacm", "build")
+		verbsDir = filepath.Join(root, "libibverbs", "build")
+	})
+	if buildErr != "" {
+		t.Fatal(buildErr)
+	}
+	return cmDir, verbsDir
+}
+
+func systemLib(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(tool(t, "cc", "gcc"), "-print-file-name=librdmacm.so.1").Output()
+	p := strings.TrimSpace(string(out))
+	need(t, "the system librdmacm.so.1 (librdmacm1)", err == nil && filepath.IsAbs(p))
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real
+}
+
+// dynsyms is objdump -T's defined symbols as "FLAGS VERSION NAME" (a
+// version node's own symbol marked *ABS*), sorted.
+func dynsyms(t *testing.T, lib string) []string {
+	t.Helper()
+	out, err := exec.Command("objdump", "-T", lib).Output()
+	if err != nil {
+		t.Fatalf("objdump -T %s: %v", lib, err)
+	}
+	var syms []string
+	for l := range strings.Lines(string(out)) {
+		f := strings.Fields(l)
+		sec := slices.IndexFunc(f, func(s string) bool {
+			return strings.HasPrefix(s, ".") || strings.HasPrefix(s, "*")
+		})
+		if sec < 2 || len(f) != sec+4 || f[sec] == "*UND*" {
+			continue
+		}
+		s := strings.Join(f[1:sec], "") + " " + f[sec+2] + " " + f[sec+3]
+		if f[sec] == "*ABS*" {
+			s += " *ABS*"
+		}
+		syms = append(syms, s)
+	}
+	slices.Sort(syms)
+	return syms
+}
+
+// TestExportSet: our dynamic symbol table is the system librdmacm's.
+func TestExportSet(t *testing.T) {
+	dir, _ := built(t)
+	sys := systemLib(t)
+	ours, theirs := dynsyms(t, filepath.Join(dir, "librdmacm.so.1")), dynsyms(t, sys)
+	if !slices.Equal(ours, theirs) {
+		var missing, extra []string
+		for _, s := range theirs {
+			if !slices.Contains(ours, s) {
+				missing = append(missing, s)
+			}
+		}
+		for _, s := range ours {
+			if !slices.Contains(theirs, s) {
+				extra = append(extra, s)
+			}
+		}
+		t.Fatalf("export set differs from %s\nmissing:\n  %s\nextra:\n  %s", sys,
+			strings.Join(missing, "\n  "), strings.Join(extra, "\n  "))
+	}
+	if len(ours) < 60 {
+		t.Fatalf("only %d symbols read", len(ours))
+	}
+	t.Logf("%d symbols, as %s", len(ours), sys)
+}
+
+// TestSonameAndNodes: the soname, and the version nodes with their
+// inheritance (objdump -p), as the system library's.
+func TestSonameAndNodes(t *testing.T) {
+	dir, _ := built(t)
+	defs := func(lib string) (string, []string) {
+		out, err := exec.Command("objdump", "-p", lib).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var soname string
+		var d []string
+		in := false
+		for l := range strings.Lines(string(out)) {
+			f := strings.Fields(l)
+			switch {
+			case len(f) == 2 && f[0] == "SONAME":
+				soname = f[1]
+			case strings.HasPrefix(l, "Version definitions:"):
+				in = true
+			case in && (len(f) == 0 || strings.HasPrefix(l, "Version References")):
+				in = false
+			case in && len(f) == 4 && f[1] != "0x01":
+				d = append(d, f[3])
+			case in && len(f) == 1 && len(d) > 0:
+				d[len(d)-1] += " < " + f[0]
+			}
+		}
+		return soname, d
+	}
+	so, ours := defs(filepath.Join(dir, "librdmacm.so.1"))
+	_, theirs := defs(systemLib(t))
+	if so != "librdmacm.so.1" {
+		t.Errorf("soname %q", so)
+	}
+	if !slices.Equal(ours, theirs) || len(ours) == 0 {
+		t.Errorf("version definitions\n  ours:   %v\n  system: %v", ours, theirs)
+	}
+}
+
+// TestProgramsLoad: Debian's unmodified CM programs start against our
+// librdmacm and libibverbs (every import resolves at once, the system
+// librdmacm is never mapped). Without a mount they find no device.
+func TestProgramsLoad(t *testing.T) {
+	cm, verbs := built(t)
+	sys := systemLib(t)
+	for _, c := range []struct {
+		pkg  string
+		args []string
+	}{
+		{"rdmacm-utils", []string{"rping", "-h"}},
+		{"rdmacm-utils", []string{"ucmatose", "-h"}},
+		{"rdmacm-utils", []string{"udaddy", "-h"}},
+		{"rdmacm-utils", []string{"cmtime", "-h"}},
+		{"rdmacm-utils", []string{"rdma_server", "-h"}},
+		{"rdmacm-utils", []string{"rdma_client", "-h"}},
+		{"perftest", []string{"ib_write_bw", "--help"}},
+	} {
+		t.Run(c.args[0], func(t *testing.T) {
+			prog := tool(t, c.args[0], c.pkg)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, prog, c.args[1:]...)
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+verbs+":"+cm, "LD_BIND_NOW=1", "LD_DEBUG=files",
+				"RDMAFS_DEVICE_MOUNT=/nonexistent")
+			out, _ := cmd.CombinedOutput()
+			text := string(out)
+			for _, bad := range []string{"symbol lookup error", "undefined symbol", "error while loading shared libraries", "version `RDMACM"} {
+				if strings.Contains(text, bad) {
+					t.Fatalf("%v: %s:\n%s", c.args, bad, text)
+				}
+			}
+			if strings.Contains(text, "file="+sys) || strings.Contains(text, "/x86_64-linux-gnu/librdmacm.so.1 ") {
+				t.Errorf("%v mapped the system librdmacm", c.args)
+			}
+			if !strings.Contains(text, filepath.Join(cm, "librdmacm.so.1")) {
+				t.Errorf("%v did not load ours:\n%s", c.args, text)
+			}
+		})
+	}
+}
