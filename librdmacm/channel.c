@@ -253,6 +253,11 @@ static int process(struct rc_device *dev, const struct rc_record *r, struct rc_e
 		break;
 	case RDMA_CM_EVENT_CONNECT_REQUEST:
 		rc_id_refresh(id, true);
+		/* what the peer asked for: rdma_accept's RDMA_MAX_* means these */
+		if (r->initiator_depth >= 0)
+			id->initiator_depth = (uint8_t)r->initiator_depth;
+		if (r->responder_resources >= 0)
+			id->responder_resources = (uint8_t)r->responder_resources;
 		if (ud)
 			copy_ud(e, id, r);
 		else
@@ -265,6 +270,7 @@ static int process(struct rc_device *dev, const struct rc_record *r, struct rc_e
 			if (err) {
 				e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
 				e->ev.status = -err;
+				id->connect_error = true;
 			} else {
 				e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
 				id->established = true;
@@ -281,17 +287,22 @@ static int process(struct rc_device *dev, const struct rc_record *r, struct rc_e
 		id->established = true;
 		break;
 	case RDMA_CM_EVENT_REJECTED:
-	case RDMA_CM_EVENT_UNREACHABLE:
-	case RDMA_CM_EVENT_CONNECT_ERROR:
+		if (id->connect_error)
+			return EAGAIN;
 		copy_conn(e, r);
-		if (id->id.qp)
-			rc_qp_err(id);
+		rc_qp_err(id);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
+		if (id->connect_error)
+			return EAGAIN;
 		copy_conn(e, r);
 		id->established = false;
 		break;
 	default:
+		if (ud)
+			copy_ud(e, id, r);
+		else
+			copy_conn(e, r);
 		break;
 	}
 	return 0;
@@ -327,7 +338,10 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		}
 		err = process(dev, &rec, e);
 		if (err == EAGAIN) {
-			free(e);
+			if (e->owner)
+				rdma_ack_cm_event(&e->ev);
+			else
+				free(e);
 			continue;
 		}
 		if (err) {

@@ -205,12 +205,21 @@ static int valid_param(struct rc_id *id, const struct rdma_conn_param *p, struct
 	return 0;
 }
 
-static void depths(struct rc_id *id, const struct rdma_conn_param *p, struct ibv_device_attr *da)
+/* The depths to ask for: the program's, or for RDMA_MAX_* (and no
+ * conn_param) the device's maximum at connect and, at accept, the
+ * request's asked depths no deeper than the device's (cma.c). */
+static void depths(struct rc_id *id, const struct rdma_conn_param *p, struct ibv_device_attr *da, bool accept)
 {
-	id->responder_resources = (!p || p->responder_resources == RDMA_MAX_RESP_RES)
-					  ? (uint8_t)da->max_qp_rd_atom : p->responder_resources;
-	id->initiator_depth = (!p || p->initiator_depth == RDMA_MAX_INIT_DEPTH)
-				      ? (uint8_t)da->max_qp_init_rd_atom : p->initiator_depth;
+	int mr = da->max_qp_rd_atom, mi = da->max_qp_init_rd_atom;
+
+	if (p && p->responder_resources != RDMA_MAX_RESP_RES)
+		id->responder_resources = p->responder_resources;
+	else
+		id->responder_resources = (uint8_t)(accept && id->responder_resources < mr ? id->responder_resources : mr);
+	if (p && p->initiator_depth != RDMA_MAX_INIT_DEPTH)
+		id->initiator_depth = p->initiator_depth;
+	else
+		id->initiator_depth = (uint8_t)(accept && id->initiator_depth < mi ? id->initiator_depth : mi);
 }
 
 int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
@@ -228,7 +237,7 @@ int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	if ((err = private_words(p ? p->private_data : NULL, p ? p->private_data_len : 0,
 				 ud ? RC_SIDR_REQ_PRIVATE : RC_REQ_PRIVATE, pdw, sizeof(pdw))))
 		return fail(err);
-	depths(id, p, &s->dev->attr);
+	depths(id, p, &s->dev->attr, false);
 	id->psn = new_psn();
 	if (ud) {
 		err = rc_ctl(s->dev, s->handle, "connect qp_num=%u psn=%u%s",
@@ -265,7 +274,7 @@ int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	if ((err = private_words(p ? p->private_data : NULL, p ? p->private_data_len : 0,
 				 ud ? RC_SIDR_REP_PRIVATE : RC_REP_PRIVATE, pdw, sizeof(pdw))))
 		return fail(err);
-	depths(id, p, &s->dev->attr);
+	depths(id, p, &s->dev->attr, true);
 	id->psn = new_psn();
 	if (ud) {
 		uint32_t qpn = cid->qp ? cid->qp->qp_num : (p ? p->qp_num : 0);
@@ -324,6 +333,8 @@ int rdma_disconnect(struct rdma_cm_id *cid)
 	if ((err = rc_qp_err(id)))
 		return fail(err);
 	if ((err = rc_ctl(s->dev, s->handle, "disconnect")))
+		return fail(err);
+	if ((err = rc_id_complete(id, RDMA_CM_EVENT_DISCONNECTED)))
 		return fail(err);
 	return 0;
 }

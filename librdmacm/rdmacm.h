@@ -196,8 +196,10 @@ struct rc_id {
 	uint8_t responder_resources, initiator_depth; /* ours, at connect/accept */
 	struct rc_id *listen; /* the listener of a connect request's id */
 	struct ibv_qp_init_attr *qp_init_attr; /* rdma_create_ep's, for rdma_get_request */
-	bool own_cqs;
 	bool established;
+	bool connect_error; /* finishing a CONNECT_RESPONSE failed: the peer's
+			     * REJECTED or DISCONNECTED that follows is not the
+			     * program's (librdmacm drops it) */
 	/* options given before the daemon id exists */
 	int tos, ack_timeout, reuseaddr, afonly; /* -1: not set */
 	struct rc_id *next;
