@@ -46,6 +46,15 @@ if [[ -n "${NEED_LIBIBVERBS:-}" && -z "${RDMAFS_LIBDIR:-}" ]]; then
 	fi
 	export RDMAFS_LIBDIR=$repo/libibverbs/build
 fi
+# rdmafs's librdmacm.so.1 too (NEED_LIBRDMACM=1): rdmafs exec finds it in
+# the tree's librdmacm/build beside libibverbs/build.
+if [[ -n "${NEED_LIBRDMACM:-}" ]]; then
+	if ! make_out=$(make -s -C "$repo/librdmacm" 2>&1); then
+		echo "$make_out" >&2
+		echo "FAIL: make -C $repo/librdmacm" >&2
+		exit 1
+	fi
+fi
 
 # pp prints a command, then runs it: the script is its own transcript.
 pp() {

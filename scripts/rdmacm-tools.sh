@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# rdmacm-tools.sh: Debian's own RDMA CM programs, unmodified, on rdmafs
+# through the drop-in librdmacm and libibverbs (rdmafs exec): rping,
+# ucmatose, udaddy (UD), rdma_server/rdma_client (the synchronous API),
+# cmtime, and perftest with -R (connections by rdma_cm), first with client
+# and server on one local mount over 127.0.0.1, then across two mounts
+# that speak RoCEv2 (and the CM's MADs on QP1) on two loopback addresses;
+# last, rping against the ASan/UBSan build of librdmacm. Every run is under
+# timeout, must exit 0 on both sides and print its result. Needs root
+# (FUSE, raw sockets) and the packages of scripts/setup.sh.
+#
+#   scripts/rdmacm-tools.sh [quick]    quick: one mount, no perftest
+NEED_LIBIBVERBS=1
+NEED_LIBRDMACM=1
+source "$(dirname "$0")/lib.sh"
+
+quick=${1:-}
+A_ADDR=${A_ADDR:-127.0.82.1}
+B_ADDR=${B_ADDR:-127.0.82.2}
+MA=$work/mnta
+MB=$work/mntb
+mkdir -p "$MA" "$MB"
+for t in rping ucmatose udaddy rdma_server rdma_client cmtime ib_write_bw; do
+	command -v $t >/dev/null || die "$t is missing: apt-get install rdmacm-utils perftest"
+done
+TMO=${TMO:-60}
+
+pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
+[[ -d "$M/cm" ]] || die "the daemon has no cm/ directory (the CM agent, issue #12)"
+if [[ -z "$quick" ]]; then
+	pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
+	pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
+fi
+trap '"$RDMAFS" umount "$MA" 2>/dev/null || true; "$RDMAFS" umount "$MB" 2>/dev/null || true; cleanup' EXIT
+
+on() { # MOUNT PROG ARGS: an unmodified program on MOUNT's device
+	local mnt=$1
+	shift
+	"$RDMAFS" exec --mount "$mnt" -- timeout "$TMO" "$@"
+}
+
+# pair SERVER_MOUNT CLIENT_MOUNT PORT "SERVER ARGS" "CLIENT ARGS": the
+# server in the background, the client once the server's listener shows in
+# cm/listeners; both must succeed.
+pair() {
+	local sm=$1 cm=$2 port=$3 sargs=$4 cargs=$5
+	# shellcheck disable=SC2086
+	on "$sm" $sargs >"$work/server.log" 2>&1 &
+	local spid=$!
+	for _ in $(seq 200); do
+		grep -q " port=$port " "$sm/cm/listeners" 2>/dev/null && break
+		kill -0 $spid 2>/dev/null || break
+		sleep 0.05
+	done
+	local rc=0 src=0
+	# shellcheck disable=SC2086
+	on "$cm" $cargs >"$work/client.log" 2>&1 || rc=$?
+	wait $spid || src=$?
+	if ((rc != 0 || src != 0)); then
+		echo "--- client: $cargs (exit $rc)"; cat "$work/client.log"
+		echo "--- server: $sargs (exit $src)"; cat "$work/server.log"
+		die "$cargs failed"
+	fi
+}
+
+expect() { # LOG PATTERN WHAT
+	grep -qE "$2" "$work/$1.log" || { cat "$work/$1.log"; die "$3"; }
+}
+
+port=19100
+cmtools() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
+	local sm=$1 cm=$2 sa=$3
+	port=$((port + 1))
+	pair "$sm" "$cm" $port "rping -s -a $sa -C 10 -v -p $port" "rping -c -a $sa -C 10 -v -p $port"
+	n=$(grep -c "ping data: rdma-ping-" "$work/client.log" || true)
+	((n == 10)) || { cat "$work/client.log"; die "rping client printed $n pings, want 10"; }
+	expect server "server ping data: rdma-ping-9" "rping server saw no 10th ping"
+	echo "rping -C 10 -v: 10 pings"
+
+	port=$((port + 1))
+	pair "$sm" "$cm" $port "ucmatose -p $port" "ucmatose -s $sa -p $port"
+	expect client "^return status 0" "ucmatose client: no 'return status 0'"
+	expect server "^return status 0" "ucmatose server: no 'return status 0'"
+	echo "ucmatose: $(grep -c 'completed' "$work/client.log" || true) completion lines, return status 0"
+
+	port=$((port + 1))
+	pair "$sm" "$cm" $port "ucmatose -p $port -c 4 -C 20 -S 512" "ucmatose -s $sa -p $port -c 4 -C 20 -S 512"
+	expect client "^return status 0" "ucmatose -c 4 client failed"
+	echo "ucmatose -c 4 -C 20 -S 512: return status 0"
+
+	# udaddy's port is fixed (7174)
+	pair "$sm" "$cm" 7174 "udaddy" "udaddy -s $sa"
+	expect client "^return status 0" "udaddy client: no 'return status 0'"
+	expect server "^return status 0" "udaddy server: no 'return status 0'"
+	echo "udaddy: return status 0"
+
+	port=$((port + 1))
+	pair "$sm" "$cm" $port "rdma_server -p $port" "rdma_client -s $sa -p $port"
+	expect client "rdma_client: end 0" "rdma_client: no 'end 0'"
+	expect server "rdma_server: end 0" "rdma_server: no 'end 0'"
+	echo "rdma_server/rdma_client: end 0"
+
+	port=$((port + 1))
+	pair "$sm" "$cm" $port "cmtime -p $port -c 20" "cmtime -s $sa -p $port -c 20"
+	expect client "connect" "cmtime printed no timings"
+	echo "cmtime -c 20: $(grep -E '^connect' "$work/client.log" | head -1)"
+}
+
+perftests() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
+	local sm=$1 cm=$2 sa=$3
+	for prog in ib_write_bw ib_send_lat ib_read_bw; do
+		port=$((port + 1))
+		pair "$sm" "$cm" $port "$prog -R -p $port" "$prog -R -p $port $sa"
+		grep -qE '^ +[0-9]+ +[0-9]+ ' "$work/client.log" || { cat "$work/client.log"; die "$prog -R printed no result"; }
+		printf '%-12s -R %s\n' $prog "$(grep -E '^ +[0-9]+ +[0-9]+ ' "$work/client.log" | tail -1)"
+	done
+}
+
+echo
+echo "== one mount: server and client on $M over 127.0.0.1"
+cmtools "$M" "$M" 127.0.0.1
+[[ -z "$quick" ]] && perftests "$M" "$M" 127.0.0.1
+
+if [[ -z "$quick" ]]; then
+	echo
+	echo "== two mounts over RoCEv2: server on $A_ADDR, client on $B_ADDR"
+	cmtools "$MA" "$MB" "$A_ADDR"
+	perftests "$MA" "$MB" "$A_ADDR"
+fi
+
+echo
+echo "== rping on the ASan/UBSan build of librdmacm"
+make -s -C "$repo/librdmacm" asan >/dev/null
+mkdir -p "$work/asanlib"
+ln -sf "$RDMAFS_LIBDIR/libibverbs.so.1" "$work/asanlib/libibverbs.so.1"
+ln -sf "$repo/librdmacm/build-asan/librdmacm.so.1" "$work/asanlib/librdmacm.so.1"
+san="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
+port=$((port + 1))
+RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
+	pair "$M" "$M" $port "rping -s -a 127.0.0.1 -C 10 -v -p $port" "rping -c -a 127.0.0.1 -C 10 -v -p $port"
+for log in client server; do
+	! grep -qE "ERROR: AddressSanitizer|runtime error:" "$work/$log.log" || { cat "$work/$log.log"; die "a sanitizer report ($log)"; }
+done
+n=$(grep -c "ping data: rdma-ping-" "$work/client.log" || true)
+((n == 10)) || die "rping under ASan printed $n pings"
+echo "rping under ASan/UBSan: 10 pings, no report"
+
+echo
+echo "rdmacm-tools: every program ran and every result was printed"
