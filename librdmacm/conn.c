@@ -156,16 +156,14 @@ int rc_conn_resp(struct rc_id *id, const struct rc_record *r)
 {
 	struct rc_sub *s = NULL;
 	int err;
-	/* the depths the two sides agreed on: ours, no deeper than the peer's
-	 * opposite number */
-	int resp = id->responder_resources, init = id->initiator_depth;
 
-	if (r->initiator_depth >= 0 && r->initiator_depth < resp)
-		resp = r->initiator_depth;
-	if (r->responder_resources >= 0 && r->responder_resources < init)
-		init = r->responder_resources;
-	if ((err = rc_id_sub(id, &s)) || (err = rc_qp_to(id, IBV_QPS_RTR, resp, -1)) ||
-	    (err = rc_qp_to(id, IBV_QPS_RTS, -1, init)) || (err = rc_ctl(s->dev, s->handle, "establish"))) {
+	/* The depths are the attr's, which the REP set from this side's view
+	 * (the peer's initiator depth is our responder resources, and the
+	 * other way round), as librdmacm takes the kernel's with RDMA_MAX_*;
+	 * the record says the same. */
+	(void)r;
+	if ((err = rc_id_sub(id, &s)) || (err = rc_qp_to(id, IBV_QPS_RTR, -1, -1)) ||
+	    (err = rc_qp_to(id, IBV_QPS_RTS, -1, -1)) || (err = rc_ctl(s->dev, s->handle, "establish"))) {
 		rc_qp_err(id);
 		if (s)
 			rc_ctl(s->dev, s->handle, "reject");
