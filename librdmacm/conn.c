@@ -362,9 +362,8 @@ int rdma_establish(struct rdma_cm_id *cid)
 		return fail(EINVAL); /* librdmacm moves its own QPs */
 	if ((err = rc_id_sub(id, &s)))
 		return fail(err);
+	/* as librdmacm: the RTU goes out and no event follows */
 	if ((err = rc_ctl(s->dev, s->handle, "establish")))
-		return fail(err);
-	if ((err = rc_id_complete(id, RDMA_CM_EVENT_ESTABLISHED)))
 		return fail(err);
 	return 0;
 }
