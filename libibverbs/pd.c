@@ -163,7 +163,22 @@ int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ib
 	ah_attr->sl = wc->sl;
 	ah_attr->src_path_bits = wc->dlid_path_bits;
 	ah_attr->port_num = port_num;
-	if (wc->wc_flags & IBV_WC_GRH) {
+	if (wc->wc_flags & IBV_WC_GRH && ctx->port.roce && ((const uint8_t *)grh)[0] >> 4 != 6 &&
+	    ((const uint8_t *)grh)[20] >> 4 == 4) {
+		/* RoCEv2 over IPv4: the slot holds the packet's IPv4 header in
+		 * its last 20 bytes (as rxe delivers it) and no IPv6 version
+		 * in its first; the sender's GID is ::ffff:SOURCE, as
+		 * rdma-core's verbs.c (get_grh_header_version) maps it. */
+		const uint8_t *ip = (const uint8_t *)grh + 20;
+		ah_attr->is_global = 1;
+		memset(&ah_attr->grh.dgid, 0, sizeof(ah_attr->grh.dgid));
+		ah_attr->grh.dgid.raw[10] = 0xff;
+		ah_attr->grh.dgid.raw[11] = 0xff;
+		memcpy(&ah_attr->grh.dgid.raw[12], ip + 12, 4);
+		ah_attr->grh.traffic_class = ip[1];
+		ah_attr->grh.hop_limit = 0xff;
+		ah_attr->grh.sgid_index = 0;
+	} else if (wc->wc_flags & IBV_WC_GRH) {
 		uint32_t flow = be32toh(grh->version_tclass_flow);
 		ah_attr->is_global = 1;
 		ah_attr->grh.dgid = grh->sgid;
