@@ -19,7 +19,7 @@ static int fail(int err)
 	return -1;
 }
 
-static uint32_t new_psn(void)
+uint32_t rc_new_psn(void)
 {
 	uint32_t v = 0;
 
@@ -236,7 +236,6 @@ int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 				 ud ? RC_SIDR_REQ_PRIVATE : RC_REQ_PRIVATE, pdw, sizeof(pdw))))
 		return fail(err);
 	depths(id, p, &s->dev->attr, false);
-	id->psn = new_psn();
 	if (ud) {
 		err = rc_ctl(s->dev, s->handle, "connect qp_num=%u psn=%u%s",
 			     cid->qp ? cid->qp->qp_num : (p ? p->qp_num : 0), id->psn, pdw);
@@ -273,7 +272,6 @@ int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 				 ud ? RC_SIDR_REP_PRIVATE : RC_REP_PRIVATE, pdw, sizeof(pdw))))
 		return fail(err);
 	depths(id, p, &s->dev->attr, true);
-	id->psn = new_psn();
 	if (ud) {
 		uint32_t qpn = cid->qp ? cid->qp->qp_num : (p ? p->qp_num : 0);
 		err = rc_ctl(s->dev, s->handle, "accept qp_num=%u psn=%u%s qkey=%u", qpn, id->psn, pdw,

@@ -48,6 +48,10 @@ static struct rc_id *id_new(struct rc_channel *ch, void *context, enum rdma_port
 	id->id.ps = ps;
 	id->id.qp_type = qp_type;
 	id->tos = id->ack_timeout = id->reuseaddr = id->afonly = -1;
+	/* the starting PSN is the id's from its creation, as the kernel's
+	 * seq_num: a program that moves its own QP (rdma_init_qp_attr before
+	 * rdma_accept) gets the one the REP will carry */
+	id->psn = rc_new_psn();
 	pthread_cond_init(&id->acked, NULL);
 	return id;
 }

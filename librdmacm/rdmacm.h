@@ -232,6 +232,7 @@ int rc_qp_to(struct rc_id *id, enum ibv_qp_state state, int resp_res, int init_d
 int rc_qp_err(struct rc_id *id);
 /* a connect_response on an id with a QP: RTR, RTS, establish; 0 or errno */
 int rc_conn_resp(struct rc_id *id, const struct rc_record *r);
+uint32_t rc_new_psn(void); /* 24 random bits */
 
 
 #endif
