@@ -95,6 +95,13 @@ cmtools() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
 	expect server "server ping data: rdma-ping-9" "rping server saw no 10th ping"
 	echo "rping -C 10 -v: 10 pings"
 
+	# -q: the programs create and move their QPs themselves
+	# (rdma_init_qp_attr, rdma_establish)
+	port=$((port + 1))
+	pair "$sm" "$cm" $port "rping -s -q -a $sa -C 10 -v -p $port" "rping -c -q -a $sa -C 10 -v -p $port"
+	expect client "ping data: rdma-ping-9" "rping -q client printed no 10th ping"
+	echo "rping -q -C 10 -v: 10 pings"
+
 	port=$((port + 1))
 	pair "$sm" "$cm" $port "ucmatose -p $port" "ucmatose -s $sa -p $port"
 	expect client "^return status 0" "ucmatose client: no 'return status 0'"
@@ -105,6 +112,21 @@ cmtools() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
 	pair "$sm" "$cm" $port "ucmatose -p $port -c 4 -C 20 -S 512" "ucmatose -s $sa -p $port -c 4 -C 20 -S 512"
 	expect client "^return status 0" "ucmatose -c 4 client failed"
 	echo "ucmatose -c 4 -C 20 -S 512: return status 0"
+
+	# -m: rdma_migrate_id to a new channel; -t/-a: TOS and ACK timeout
+	port=$((port + 1))
+	pair "$sm" "$cm" $port "ucmatose -p $port -m" "ucmatose -s $sa -p $port -m -t 32 -a 16"
+	expect client "migrating to new event channel" "ucmatose -m did not migrate"
+	expect client "^return status 0" "ucmatose -m -t -a client failed"
+	echo "ucmatose -m -t 32 -a 16: return status 0"
+
+	# no listener: the REQ is rejected (reason 8, invalid service ID)
+	port=$((port + 1))
+	local rc=0
+	on "$cm" ucmatose -s $sa -p $port >"$work/client.log" 2>&1 || rc=$?
+	((rc != 0)) || die "ucmatose to a port without a listener succeeded"
+	expect client "REJECTED" "ucmatose without a listener: no REJECTED event"
+	echo "ucmatose without a listener: $(grep -m1 REJECTED "$work/client.log")"
 
 	# udaddy's port is fixed (7174)
 	pair "$sm" "$cm" 7174 "udaddy" "udaddy -s $sa"
