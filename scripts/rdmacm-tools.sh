@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # rdmacm-tools.sh: Debian's own RDMA CM programs, unmodified, on rdmafs
-# through the drop-in librdmacm and libibverbs (rdmafs exec): rping,
-# ucmatose, udaddy (UD), rdma_server/rdma_client (the synchronous API),
-# cmtime, and perftest with -R (connections by rdma_cm), first with client
-# and server on one local mount over 127.0.0.1, then across two mounts
-# that speak RoCEv2 (and the CM's MADs on QP1) on two loopback addresses;
-# last, rping against the ASan/UBSan build of librdmacm. Every run is under
-# timeout, must exit 0 on both sides and print its result. Needs root
-# (FUSE, raw sockets) and the packages of scripts/setup.sh.
+# through the drop-in librdmacm and libibverbs (rdmafs exec): rping (also
+# -q), ucmatose (also -m -t -a, and against no listener), udaddy (UD),
+# rdma_server/rdma_client (the synchronous API), cmtime, perftest with -R
+# (connections by rdma_cm), and librdmacm/tests/cm_api for what those do
+# not check; first with client and server on one local mount over
+# 127.0.0.1, then across two mounts that speak RoCEv2 (and the CM's MADs
+# on QP1) on two loopback addresses; last, rping, ucmatose, udaddy and
+# cm_api against the ASan/UBSan builds. Every run is under timeout, must
+# exit 0 on both sides and print its result. Needs root (FUSE, raw
+# sockets) and the packages of scripts/setup.sh.
 #
 #   scripts/rdmacm-tools.sh [quick]    quick: one mount, no perftest
 NEED_LIBIBVERBS=1
@@ -158,6 +160,8 @@ perftests() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
 
 echo
 echo "== one mount: server and client on $M over 127.0.0.1"
+make -s -C "$repo/librdmacm" tests >/dev/null
+on "$M" "$repo/librdmacm/build/tests/cm_api" 19390 || die "librdmacm/tests/cm_api failed"
 cmtools "$M" "$M" 127.0.0.1
 [[ -z "$quick" ]] && perftests "$M" "$M" 127.0.0.1
 
@@ -169,7 +173,7 @@ if [[ -z "$quick" ]]; then
 fi
 
 echo
-echo "== rping on the ASan/UBSan builds of librdmacm and libibverbs"
+echo "== rping, ucmatose, udaddy and cm_api on the ASan/UBSan builds of librdmacm and libibverbs"
 # (both: libibverbs's re-backing copies whole heap pages, which only its
 # ASan build keeps out of the sanitizer's view)
 make -s -C "$repo/librdmacm" asan >/dev/null
@@ -178,15 +182,34 @@ mkdir -p "$work/asanlib"
 ln -sf "$repo/libibverbs/build-asan/libibverbs.so.1" "$work/asanlib/libibverbs.so.1"
 ln -sf "$repo/librdmacm/build-asan/librdmacm.so.1" "$work/asanlib/librdmacm.so.1"
 san="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
+nosan() { # LOG: no sanitizer report in it
+	! grep -qE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$work/$1.log" || { cat "$work/$1.log"; die "a sanitizer report ($1)"; }
+}
 port=$((port + 1))
 RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
 	pair "$M" "$M" $port "rping -s -a 127.0.0.1 -C 10 -v -p $port" "rping -c -a 127.0.0.1 -C 10 -v -p $port"
-for log in client server; do
-	! grep -qE "ERROR: AddressSanitizer|runtime error:" "$work/$log.log" || { cat "$work/$log.log"; die "a sanitizer report ($log)"; }
-done
+nosan client
+nosan server
 n=$(grep -c "ping data: rdma-ping-" "$work/client.log" || true)
 ((n == 10)) || die "rping under ASan printed $n pings"
 echo "rping under ASan/UBSan: 10 pings, no report"
+port=$((port + 1))
+RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
+	pair "$M" "$M" $port "ucmatose -p $port" "ucmatose -s 127.0.0.1 -p $port"
+nosan client
+nosan server
+expect client "^return status 0" "ucmatose under ASan failed"
+RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 pair "$M" "$M" 7174 "udaddy" "udaddy -s 127.0.0.1"
+nosan client
+nosan server
+expect client "^return status 0" "udaddy under ASan failed"
+echo "ucmatose, udaddy under ASan/UBSan: return status 0, no report"
+# the API test built with the sanitizers, leaks included
+make -s -C "$repo/librdmacm" B=build-asan SANITIZE=1 tests >/dev/null
+RDMAFS_LIBDIR=$work/asanlib on "$M" "$repo/librdmacm/build-asan/tests/cm_api" 19395 >"$work/client.log" 2>&1 ||
+	{ cat "$work/client.log"; die "cm_api under ASan failed"; }
+nosan client
+echo "cm_api under ASan/UBSan (leak checking on): ok"
 
 echo
 echo "rdmacm-tools: every program ran and every result was printed"
