@@ -92,6 +92,9 @@ struct rc_id *rc_id_adopt(struct rc_id *listen, struct rc_device *d, uint32_t ha
 	id->listen = listen;
 	id->sync = false;
 	id_link(id);
+	/* the request's id dies with the process too (the channel's lease
+	 * would take it, but each id of ours is leased) */
+	rc_lease(d, "cm", handle);
 	return id;
 }
 

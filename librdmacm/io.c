@@ -110,12 +110,20 @@ int rc_transact(struct rc_device *d, const char *path, const char *req, uint32_t
 		return fail(EIO);
 	}
 	*handle = (uint32_t)h;
-	if (d->lease_fd >= 0) {
-		n = snprintf(line, sizeof(line), "%s %lu\n", lease_kind, h);
-		if (write(d->lease_fd, line, n) != (ssize_t)n)
-			rc_log("lease %s %lu: %s", lease_kind, h, strerror(errno));
-	}
+	rc_lease(d, lease_kind, *handle);
 	return 0;
+}
+
+void rc_lease(struct rc_device *d, const char *kind, uint32_t handle)
+{
+	char line[64];
+	int n;
+
+	if (d->lease_fd < 0)
+		return;
+	n = snprintf(line, sizeof(line), "%s %u\n", kind, handle);
+	if (write(d->lease_fd, line, n) != n)
+		rc_log("lease %s %u: %s", kind, handle, strerror(errno));
 }
 
 int rc_ctl(struct rc_device *d, uint32_t id, const char *fmt, ...)

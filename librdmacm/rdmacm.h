@@ -146,6 +146,8 @@ int rc_ctl(struct rc_device *d, uint32_t id, const char *fmt, ...) __attribute__
 int rc_read(struct rc_device *d, const char *path, char *buf, size_t len);
 int rc_read_attr(struct rc_device *d, uint32_t id, struct rc_attr *a);
 int rc_rmdir(struct rc_device *d, const char *path);
+/* ties a daemon object (kind "cm" or "cm_channel") to the process's life */
+void rc_lease(struct rc_device *d, const char *kind, uint32_t handle);
 
 /* --- channel.c ----------------------------------------------------------- */
 
