@@ -170,6 +170,20 @@ if [[ -z "$quick" ]]; then
 	echo "== two mounts over RoCEv2: server on $A_ADDR, client on $B_ADDR"
 	cmtools "$MA" "$MB" "$A_ADDR"
 	perftests "$MA" "$MB" "$A_ADDR"
+
+	echo
+	echo "== the same wire losing 5% of its packets both ways (MADs too: the CM retries)"
+	echo 'drop=0.05 seed=7' >"$MA/faults"
+	echo 'drop=0.05 seed=9' >"$MB/faults"
+	port=$((port + 1))
+	pair "$MA" "$MB" $port "rping -s -a $A_ADDR -C 50 -v -p $port" "rping -c -a $A_ADDR -C 50 -v -p $port"
+	expect client "ping data: rdma-ping-49" "rping with loss: no 50th ping"
+	port=$((port + 1))
+	pair "$MA" "$MB" $port "ucmatose -p $port -c 4" "ucmatose -s $A_ADDR -p $port -c 4"
+	expect client "^return status 0" "ucmatose with loss failed"
+	echo "rping -C 50, ucmatose -c 4 with 5% loss: ok ($(grep -h '^fault_drops=' "$MA/faults" "$MB/faults" | tr '\n' ' '))"
+	echo off >"$MA/faults"
+	echo off >"$MB/faults"
 fi
 
 echo
