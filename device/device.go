@@ -15,6 +15,10 @@
 //     shared receive queues.
 //   - qp.go: create, modify (validate everything, then apply), query, reset,
 //     destroy and the post verbs.
+//   - reserved.go: the reserved operations (rdmavt's reserved_operations):
+//     send WQEs of the device's own in a QP's engine queue, beside the
+//     client's but taking none of its ring, completing without a CQE; the
+//     liveness probe (qp/N/ctl probe) is their user.
 //   - engine.go: the scheduler. One goroutine per device runs every QP that
 //     has work; an idle device parks and uses no CPU.
 //   - packet.go, requester.go, responder.go, completer.go: the transport, in
@@ -75,6 +79,10 @@ type Config struct {
 	MaxQPRdAtom     uint8 // max_qp_rd_atom: responder resources (max_dest_rd_atomic)
 	MaxQPInitRdAtom uint8 // max_qp_init_rd_atom: initiator depth (max_rd_atomic)
 	MaxInlineData   uint32
+	// ReservedOps is how many send WQEs each QP keeps for the device's own
+	// work (rdmavt's reserved_operations): they are not counted against
+	// max_send_wr and never complete to the user's CQ (reserved.go).
+	ReservedOps uint32
 	// UserShare is the percentage of each object limit and of
 	// MaxTotalMRBytes one uid other than root may take (quota.go); 0 is
 	// DefaultUserShare, 100 lets one user take everything.
@@ -125,6 +133,7 @@ func DefaultConfig() Config {
 		MaxQPRdAtom:     128,
 		MaxQPInitRdAtom: 128,
 		MaxInlineData:   512,
+		ReservedOps:     2,
 		MaxMTU:          qp.MTU4096,
 		// ActiveMTU 0: MaxMTU, or on the wire what the interface allows.
 	}
@@ -150,6 +159,7 @@ func (c *Config) fill() error {
 	set32(&c.MaxSRQWR, d.MaxSRQWR)
 	set32(&c.MaxSRQSGE, d.MaxSRQSGE)
 	set32(&c.MaxInlineData, d.MaxInlineData)
+	set32(&c.ReservedOps, d.ReservedOps)
 	set32(&c.UserShare, DefaultUserShare)
 	if c.MaxMRSize == 0 {
 		c.MaxMRSize = d.MaxMRSize
@@ -478,6 +488,7 @@ func (d *Device) Attr() DeviceAttr {
 		PhysPortCnt:      1,
 		MaxInlineData:    c.MaxInlineData,
 		MaxTotalMRBytes:  c.MaxTotalMRBytes,
+		ReservedOps:      c.ReservedOps,
 	}
 }
 

@@ -79,6 +79,9 @@ qp/N/
                modify key=value ...   ibv_modify_qp; the mask is the set of keys
                reset                  modify to RESET
                error                  modify to ERR
+               probe                  RC in RTS: a zero-length RDMA WRITE from one of the
+                                      device's reserved WQEs (no slot of sq, no CQE);
+                                      its outcome and round trip show in counters
              keys are ibv_qp_attr's fields: qp_state path_mtu (bytes) dest_qp_num
              rq_psn sq_psn qp_access_flags pkey_index port_num timeout retry_cnt
              rnr_retry min_rnr_timer max_rd_atomic max_dest_rd_atomic qkey dgid
@@ -96,7 +99,8 @@ qp/N/
                remote_addr=N rkey=N compare_add=N swap=N ah=H remote_qpn=N
                remote_qkey=N inline_data=HEX
   post_recv  one receive a line: wr_id=N sge=LKEY:ADDR:LENGTH ...
-  counters   per-QP counters (packets, bytes, retransmits, NAKs by kind, ...),
+  counters   per-QP counters (packets, bytes, retransmits, NAKs by kind, probes,
+             probes_ok, probes_failed, probe_rtt_us of the last probe, ...),
              then gauges: sq_posted sq_in_flight rq_posted rnr_wait send_psn
              expected_psn (WRs in the queues, WRs started and not completed, an
              RNR wait in progress, the live PSNs)

@@ -133,6 +133,7 @@ func (t *tree) deviceText() string {
 	kv("local_ca_ack_delay", a.LocalCAAckDelay)
 	kv("phys_port_cnt", a.PhysPortCnt)
 	kv("max_inline_data", a.MaxInlineData)
+	kv("reserved_operations", a.ReservedOps)
 	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
 	// What one user other than root may take (root: the limits above).
 	cfg := t.dev.Config()
@@ -550,18 +551,21 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 				return err
 			}
 			return q.Modify(&a, mask)
-		case "reset", "error":
+		case "reset", "error", "probe":
 			if rest != "" {
 				return invalid("modify_qp", "%s takes no arguments", cmd)
 			}
-			if cmd == "reset" {
+			switch cmd {
+			case "reset":
 				return q.Reset()
+			case "probe":
+				return q.Probe()
 			}
 			return q.Error()
 		case "":
-			return invalid("modify_qp", "empty command (want: modify key=value ..., reset or error)")
+			return invalid("modify_qp", "empty command (want: modify key=value ..., reset, error or probe)")
 		}
-		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset or error)", clip(cmd))
+		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset, error or probe)", clip(cmd))
 	})
 	postSend := o.cmdFile("post_send", func(ctx context.Context, text string) error {
 		return postLines("post_send", text, qp.ParseSendWR, q.PostSend)
