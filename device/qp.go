@@ -52,16 +52,16 @@ type QP struct {
 	// copied; the ring's consumer index moves when a client WQE completes.
 	// swq has room for the ring's slots plus the reserved operations, so
 	// reserved WQEs never take a slot of the client's queue.
-	sqCons    *ring.Consumer
+	sqCons      *ring.Consumer
 	swq         []sendWQE
 	sqHead      uint32
 	sqFetched   uint32
 	ringFetched uint32
 	resv        reserved // the device's own send WQEs (reserved.go)
-	reqIdx    uint32 // the requester's current WQE
-	req       reqState
-	comp      compState
-	ssn       uint32
+	reqIdx      uint32   // the requester's current WQE
+	req         reqState
+	comp        compState
+	ssn         uint32
 
 	// Receive side.
 	rqCons *ring.Consumer // nil with an SRQ
