@@ -197,7 +197,7 @@ func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
 			cq.overflowed = true
 			cq.overflows++
 			d.Counters.CQOverflows.Add(1)
-			d.raise(EventCQErr, "cq", cq.Handle)
+			d.raise(qp.EventCQErr, "cq", cq.Handle)
 		}
 		return false
 	}

@@ -647,45 +647,8 @@ func (c *Counters) List() []Counter {
 	}
 }
 
-// EventType is an ibv_event_type rdmafs raises.
-type EventType uint8
-
-const (
-	EventCQErr EventType = iota
-	EventQPFatal
-	EventQPReqErr
-	EventQPAccessErr
-	EventCommEst
-	EventSQDrained
-	EventPathMig
-	EventPathMigErr
-	EventDeviceFatal
-	EventPortActive
-	EventPortErr
-	EventLIDChange
-	EventPKeyChange
-	EventSMChange
-	EventSRQErr
-	EventSRQLimitReached
-	EventQPLastWQEReached
-	EventClientReregister
-	EventGIDChange
-)
-
-var eventNames = map[EventType]string{
-	EventCQErr: "cq_err", EventQPFatal: "qp_fatal", EventQPReqErr: "qp_req_err",
-	EventQPAccessErr: "qp_access_err", EventCommEst: "comm_est", EventSQDrained: "sq_drained",
-	EventDeviceFatal: "device_fatal", EventSRQErr: "srq_err",
-	EventSRQLimitReached: "srq_limit_reached", EventQPLastWQEReached: "qp_last_wqe_reached",
-	EventPortActive: "port_active",
-}
-
-func (t EventType) String() string {
-	if n, ok := eventNames[t]; ok {
-		return n
-	}
-	return fmt.Sprintf("event(%d)", uint8(t))
-}
+// EventType is the ibv_event_type of an async event (qp.EventType).
+type EventType = qp.EventType
 
 // Event is one asynchronous event (ibv_async_event).
 type Event struct {

@@ -77,7 +77,7 @@ func npkts(n uint64, mtu int) uint32 {
 func (q *QP) fetchLocked() bool {
 	avail, err := q.sqCons.Pending()
 	if err != nil {
-		q.fatalLocked(EventQPFatal)
+		q.fatalLocked(qp.EventQPFatal)
 		return false
 	}
 	end := q.sqCons.Tail() + avail

@@ -55,7 +55,7 @@ func (q *QP) runLocked() {
 	}
 	if q.attr.QPState == qp.StateSQD && !q.drainSent && q.sqHead == q.reqIdx {
 		q.drainSent = true
-		q.dev.raise(EventSQDrained, "qp", q.QPN)
+		q.dev.raise(qp.EventSQDrained, "qp", q.QPN)
 	}
 	if more {
 		q.dev.engine.schedule(q)
@@ -115,7 +115,7 @@ func (q *QP) flushRecvLocked() {
 	if q.srq != nil {
 		if !q.lastWQE {
 			q.lastWQE = true
-			q.dev.raise(EventQPLastWQEReached, "qp", q.QPN)
+			q.dev.raise(qp.EventQPLastWQEReached, "qp", q.QPN)
 		}
 		return
 	}

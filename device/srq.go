@@ -193,7 +193,7 @@ func (s *SRQ) takeLocked(wr *qp.RecvWR) (ok bool, malformed bool) {
 	s.cons.Publish()
 	if s.Limit != 0 && n-1 < s.Limit {
 		s.Limit = 0
-		s.dev.raise(EventSRQLimitReached, "srq", s.Handle)
+		s.dev.raise(qp.EventSRQLimitReached, "srq", s.Handle)
 	}
 	return true, derr != nil || uint32(len(wr.SGL)) > s.MaxSGE
 }
