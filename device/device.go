@@ -52,6 +52,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"rdmafs/clock"
@@ -552,8 +553,34 @@ func (t *table[T]) add(v *T) uint32 {
 }
 
 func (t *table[T]) get(h uint32) *T { return t.m[h] }
-func (t *table[T]) del(h uint32)    { delete(t.m, h) }
-func (t *table[T]) len() int        { return len(t.m) }
+
+// live is the check every verb on an existing object makes first: x is
+// still the object its handle names (ENOENT once destroyed).
+func (t *table[T]) live(op, kind string, h uint32, x *T) error {
+	if t.m[h] != x {
+		return errf(op, syscall.ENOENT, "%s %d does not exist", kind, h)
+	}
+	return nil
+}
+
+// lookup is the Device's exported lookup of an object by handle.
+func lookup[T any](d *Device, t *table[T], h uint32) *T {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return t.get(h)
+}
+
+// admitLocked is the check every creation makes before it allocates:
+// fewer than limit objects of the kind (n now), and the owner's share
+// (with bytes of registered memory, for an MR).
+func (d *Device) admitLocked(op, kind string, n int, limit uint32, owner Owner, bytes uint64) error {
+	if uint32(n) >= limit {
+		return errf(op, syscall.ENOMEM, "max_%s (%d) reached", kind, limit)
+	}
+	return d.userShareLocked(op, owner, kind, bytes)
+}
+func (t *table[T]) del(h uint32) { delete(t.m, h) }
+func (t *table[T]) len() int     { return len(t.m) }
 func (t *table[T]) each(f func(*T)) {
 	for _, v := range t.m {
 		f(v)

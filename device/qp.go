@@ -212,10 +212,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 			// IBA allows SRQs with RC, UC and UD alike.
 		}
 	}
-	if uint32(len(d.qps)) >= d.cfg.MaxQP {
-		return nil, errf(op, syscall.ENOMEM, "max_qp (%d) reached", d.cfg.MaxQP)
-	}
-	if err := d.userShareLocked(op, owner, "qp", 0); err != nil {
+	if err := d.admitLocked(op, "qp", len(d.qps), d.cfg.MaxQP, owner, 0); err != nil {
 		return nil, err
 	}
 	qpn, ok := d.allocQPNLocked()
