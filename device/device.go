@@ -27,6 +27,9 @@
 //     device's own GID, RoCEv2 over IPv4 for Config.Addr's peers) and the
 //     RoCEv2 sockets, encoding, ICRC checks and receive goroutine.
 //   - capture.go: pcap capture of every packet sent and received.
+//   - gsi.go: QP1, the management QP. MADs for it go to a handler (the
+//     CM agent, package cm) through a bounded queue and a goroutine of
+//     their own, never under Device.mu; SendMAD sends one through the link.
 //
 // # Locking
 //
@@ -255,6 +258,7 @@ type Device struct {
 	// check (-device.wire).
 	wireSelf bool
 	capture  captureHub
+	gsi      gsi // QP1, for the CM (gsi.go)
 }
 
 // objects are a device's verbs objects, its key and QPN tables, its event
@@ -360,6 +364,7 @@ func (d *Device) Close() error {
 			t.Close()
 		}
 	}
+	d.stopGSI()
 	d.engine.stop()
 	d.stopDoorbell()
 	d.mu.Lock()
