@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -104,9 +105,10 @@ var counterAttrs = []uint16{AttrREQ, AttrREP, AttrRTU, AttrREJ, AttrMRA, AttrDRE
 // Channel.mu, then whatever Transport.SendMAD takes (Device.mu). Nothing
 // under Device.mu calls the agent.
 type Agent struct {
-	cfg   Config
-	tr    Transport
-	clock clock.Clock
+	cfg    Config
+	tr     Transport
+	clock  clock.Clock
+	detach func() // stops the device's MADs coming (Attach)
 
 	Counters Counters
 
@@ -175,22 +177,38 @@ func Attach(dev *device.Device, cfg Config) *Agent {
 	if cfg.Clock == nil {
 		cfg.Clock = c.Clock
 	}
+	// The device's own addresses first, then the extra ones given.
+	own := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
 	if c.Addr.IsValid() {
 		cfg.Wire = true
-		if len(cfg.Addrs) == 0 {
-			cfg.Addrs = []netip.Addr{c.Addr}
-		}
-	} else if len(cfg.Addrs) == 0 {
-		cfg.Addrs = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
+		own = []netip.Addr{c.Addr}
 	}
+	for _, x := range cfg.Addrs {
+		if x = x.Unmap(); !slices.Contains(own, x) {
+			own = append(own, x)
+		}
+	}
+	cfg.Addrs = own
 	a := New(cfg, dev)
+	a.detach = func() { dev.SetGSI(nil) }
 	dev.SetGSI(func(m device.GSIMessage) { a.HandleMAD(m.SGID, m.MAD[:]) })
 	return a
+}
+
+// SetNewIDHook sets Config.NewID (fsnode's, when the agent was made
+// before the tree).
+func (a *Agent) SetNewIDHook(f func(*ID)) {
+	a.mu.Lock()
+	a.cfg.NewID = f
+	a.mu.Unlock()
 }
 
 // Close destroys every id (peers get their REJ or DREQ) and channel; the
 // agent refuses everything afterwards.
 func (a *Agent) Close() {
+	if a.detach != nil {
+		a.detach()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

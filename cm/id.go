@@ -118,7 +118,9 @@ type ID struct {
 	backlog, pending int
 	// made by a connect request
 	listener *ID
-	listenID uint32
+	// ListenID is the listener a connect request's id came from (0 for
+	// others); it never changes.
+	ListenID uint32
 
 	// the connection
 	localComm, remoteComm uint32
@@ -405,8 +407,8 @@ func (id *ID) Attr() string {
 		kv("dst_addr", id.dst.Addr())
 		kv("dst_port", id.dst.Port())
 	}
-	if id.listenID != 0 {
-		kv("listen_id", id.listenID)
+	if id.ListenID != 0 {
+		kv("listen_id", id.ListenID)
 	}
 	if id.state == StateListen {
 		kv("backlog", id.backlog)

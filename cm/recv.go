@@ -106,7 +106,7 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 		return
 	}
 	id := a.newIDLocked(l.Owner, l.ch, ps, QPTypeRC)
-	id.listener, id.listenID = l, l.Num
+	id.listener, id.ListenID = l, l.Num
 	id.src = netip.AddrPortFrom(hdr.Dst.Addr(), port)
 	id.dst = hdr.Src
 	id.serviceID = m.ServiceID
@@ -369,7 +369,7 @@ func (a *Agent) onSIDRReq(sgid [16]byte, tid uint64, m *SIDRReq) {
 		return
 	}
 	id := a.newIDLocked(l.Owner, l.ch, ps, QPTypeUD)
-	id.listener, id.listenID = l, l.Num
+	id.listener, id.ListenID = l, l.Num
 	id.src = netip.AddrPortFrom(hdr.Dst.Addr(), port)
 	id.dst = hdr.Src
 	id.serviceID = m.ServiceID

@@ -50,7 +50,7 @@ type GSIMessage struct {
 // gsi is the device's QP1.
 type gsi struct {
 	once    sync.Once
-	handler func(GSIMessage)
+	handler atomic.Pointer[func(GSIMessage)]
 	queue   chan GSIMessage
 	done    chan struct{}
 	stopped chan struct{}
@@ -59,18 +59,22 @@ type gsi struct {
 	recv, sent, droppedSize, droppedQKey, droppedOpcode, droppedFull, droppedNoHandler atomic.Uint64
 }
 
-// SetGSI registers the handler of MADs received on QP1 and starts the
-// goroutine that calls it, in arrival order, one at a time. It may be
-// called once; later calls are ignored. Until it is called, MADs are
-// dropped and counted.
+// SetGSI registers the handler of MADs received on QP1 (replacing the
+// one before; nil removes it) and, the first time, starts the goroutine
+// that calls it, in arrival order, one at a time. Without a handler MADs
+// are dropped and counted.
 func (d *Device) SetGSI(handler func(GSIMessage)) {
 	g := &d.gsi
+	if handler == nil {
+		g.handler.Store(nil)
+	} else {
+		g.handler.Store(&handler)
+	}
 	g.once.Do(func() {
 		d.mu.Lock()
 		g.queue = make(chan GSIMessage, gsiQueueLen)
 		g.done = make(chan struct{})
 		g.stopped = make(chan struct{})
-		g.handler = handler
 		closed := d.closed
 		d.mu.Unlock()
 		if closed {
@@ -88,7 +92,11 @@ func (g *gsi) run() {
 		case <-g.done:
 			return
 		case m := <-g.queue:
-			g.handler(m)
+			if h := g.handler.Load(); h != nil {
+				(*h)(m)
+			} else {
+				g.droppedNoHandler.Add(1)
+			}
 		}
 	}
 }
@@ -130,7 +138,7 @@ func (d *Device) gsiReceiveLocked(p *packet) {
 		g.droppedSize.Add(1)
 		d.Counters.DroppedPackets.Add(1)
 		return
-	case g.queue == nil:
+	case g.queue == nil || g.handler.Load() == nil:
 		g.droppedNoHandler.Add(1)
 		d.Counters.DroppedPackets.Add(1)
 		return

@@ -1,0 +1,275 @@
+package fsnode_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"rdmafs/cm"
+)
+
+// fifoReader reads 1024-byte event records from a channel's FIFO.
+type fifoReader struct {
+	t *testing.T
+	f *os.File
+}
+
+func (m *mnt) openChannel(ch string) *fifoReader {
+	m.t.Helper()
+	link, err := os.Readlink(m.path("cm", "channel", ch, "fifo"))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	// The daemon holds the FIFO open for writing: this open does not
+	// block, and reads never see end of file.
+	f, err := os.OpenFile(link, os.O_RDONLY, 0)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { f.Close() })
+	return &fifoReader{t: m.t, f: f}
+}
+
+// next reads one record, within timeout.
+func (r *fifoReader) next(timeout time.Duration) map[string]string {
+	r.t.Helper()
+	r.f.SetReadDeadline(time.Now().Add(timeout))
+	buf := make([]byte, cm.RecordSize)
+	n, err := r.f.Read(buf)
+	if err != nil {
+		r.t.Fatalf("reading the channel: %v", err)
+	}
+	if n != cm.RecordSize {
+		r.t.Fatalf("read %d bytes: a record is %d", n, cm.RecordSize)
+	}
+	ev, err := cm.ParseRecord(buf)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return ev
+}
+
+func (r *fifoReader) expect(name, id string) map[string]string {
+	r.t.Helper()
+	ev := r.next(10 * time.Second)
+	if ev["event"] != name || ev["id"] != id {
+		r.t.Fatalf("event %v, want %s for id %s", ev, name, id)
+	}
+	return ev
+}
+
+// TestCMFlow drives two ids of one local mount through the whole of a
+// connection as a shell (or the C library) would: bind and listen,
+// resolve 127.0.0.1, connect, the connect request, accept, the
+// connect response, establish, disconnect, and reads every event from the
+// channel's FIFO. The QPs are real and the library's QP work is done by
+// hand from cm/I/attr; a SEND crosses the connection at the end.
+func TestCMFlow(t *testing.T) {
+	m := mount(t)
+	if got := m.read("cm", "addrs"); got != "127.0.0.1\n::1\n" {
+		t.Fatalf("cm/addrs %q", got)
+	}
+	s := m.setup()
+	ch := m.create("cm/channel", "")
+	r := m.openChannel(ch)
+	l := m.create("cm", "ps=tcp channel="+ch)
+	m.mustWrite("bind addr=0.0.0.0 port=7471", "cm", l, "ctl")
+	m.mustWrite("listen backlog=4", "cm", l, "ctl")
+	if st := strings.TrimSpace(m.read("cm", l, "state")); st != "listen" {
+		t.Fatalf("listener state %s", st)
+	}
+	if got := m.read("cm", "listeners"); !strings.Contains(got, fmt.Sprintf("id=%s uid=0 ps=tcp addr=0.0.0.0 port=7471 service_id=0x0000000001061d2f backlog=4 pending=0", l)) {
+		t.Fatalf("cm/listeners %q", got)
+	}
+
+	c := m.create("cm", "ps=tcp channel="+ch)
+	m.mustWrite("resolve_addr dst=127.0.0.1 port=7471", "cm", c, "ctl")
+	ev := r.expect("addr_resolved", c)
+	if ev["dst_addr"] != "127.0.0.1" || ev["status"] != "0" {
+		t.Fatal(ev)
+	}
+	m.mustWrite("resolve_route", "cm", c, "ctl")
+	r.expect("route_resolved", c)
+	ca := m.attrs("cm", c, "attr")
+	if ca["dgid"] != m.gid() || ca["hop_limit"] != "1" || ca["state"] != "route_resolved" {
+		t.Fatalf("client attr %v", ca)
+	}
+	m.mustWrite(fmt.Sprintf("connect qp_num=%s psn=500 private_data=68656c6c6f responder_resources=4 initiator_depth=4", s.qa), "cm", c, "ctl")
+	ev = r.next(10 * time.Second)
+	if ev["event"] != "connect_request" || ev["listen_id"] != l || ev["qp_num"] != s.qa ||
+		!strings.HasPrefix(ev["private_data"], "68656c6c6f00") || len(ev["private_data"]) != 112 {
+		t.Fatalf("connect_request %v", ev)
+	}
+	srv := ev["id"]
+	// The new id's directory is there before its event.
+	if st := strings.TrimSpace(m.read("cm", srv, "state")); st != "req_rcvd" {
+		t.Fatalf("server id state %s", st)
+	}
+	sa := m.attrs("cm", srv, "attr")
+	if sa["remote_qp_num"] != s.qa || sa["remote_psn"] != "500" || sa["listen_id"] != l {
+		t.Fatalf("server attr %v", sa)
+	}
+	var st syscall.Stat_t
+	for _, f := range []struct {
+		name string
+		mode uint32
+	}{{"ctl", 0600}, {"attr", 0600}, {"state", 0644}, {"error", 0644}} {
+		if err := syscall.Stat(m.path("cm", srv, f.name), &st); err != nil || st.Mode&0777 != f.mode {
+			t.Errorf("cm/%s/%s: mode %o err %v, want %o", srv, f.name, st.Mode&0777, err, f.mode)
+		}
+	}
+	// The library's work on the passive side: RTR and RTS, then accept.
+	m.mustWrite("modify qp_state=INIT pkey_index=0 port_num=1 qp_access_flags="+mrAccess, "qp", s.qb, "ctl")
+	m.mustWrite(fmt.Sprintf("modify qp_state=RTR path_mtu=%s rq_psn=%s max_dest_rd_atomic=4 min_rnr_timer=12 dest_qp_num=%s dgid=%s",
+		sa["path_mtu"], sa["remote_psn"], sa["remote_qp_num"], sa["dgid"]), "qp", s.qb, "ctl")
+	m.mustWrite("modify qp_state=RTS sq_psn=700 timeout=14 retry_cnt=7 rnr_retry=7 max_rd_atomic=4", "qp", s.qb, "ctl")
+	m.mustWrite(fmt.Sprintf("accept qp_num=%s psn=700 private_data=6f6b", s.qb), "cm", srv, "ctl")
+	ev = r.expect("connect_response", c)
+	if ev["qp_num"] != s.qb || !strings.HasPrefix(ev["private_data"], "6f6b00") {
+		t.Fatal(ev)
+	}
+	ca = m.attrs("cm", c, "attr")
+	m.mustWrite("modify qp_state=INIT pkey_index=0 port_num=1 qp_access_flags="+mrAccess, "qp", s.qa, "ctl")
+	m.mustWrite(fmt.Sprintf("modify qp_state=RTR path_mtu=%s rq_psn=%s max_dest_rd_atomic=4 min_rnr_timer=12 dest_qp_num=%s dgid=%s",
+		ca["path_mtu"], ca["remote_psn"], ca["remote_qp_num"], ca["dgid"]), "qp", s.qa, "ctl")
+	m.mustWrite("modify qp_state=RTS sq_psn=500 timeout=14 retry_cnt=7 rnr_retry=7 max_rd_atomic=4", "qp", s.qa, "ctl")
+	m.mustWrite("establish", "cm", c, "ctl")
+	r.expect("established", srv)
+	if a, b := strings.TrimSpace(m.read("cm", c, "state")), strings.TrimSpace(m.read("cm", srv, "state")); a != "established" || b != "established" {
+		t.Fatalf("states %s %s", a, b)
+	}
+	// The connection the CM set up carries a SEND.
+	m.mustWrite(fmt.Sprintf("wr_id=1 sge=%s:%s:64", s.lkeyB, s.iovaB), "qp", s.qb, "post_recv")
+	m.mustWrite(fmt.Sprintf("wr_id=2 opcode=send send_flags=signaled sge=%s:0:64", s.lkeyA), "qp", s.qa, "post_send")
+	wcs := m.pollUntil(s.cq, 2)
+	if w := findWC(t, wcs, "1"); !strings.Contains(w, "status=success") {
+		t.Fatal(w)
+	}
+
+	m.mustWrite("disconnect", "cm", c, "ctl")
+	r.expect("disconnected", srv)
+	m.mustWrite("disconnect", "cm", srv, "ctl")
+	r.expect("disconnected", c)
+	// The timewait (2 s on RoCE's packet life time), then its exit, for
+	// both, in either order.
+	got := map[string]bool{}
+	for range 2 {
+		ev := r.next(10 * time.Second)
+		if ev["event"] != "timewait_exit" {
+			t.Fatal(ev)
+		}
+		got[ev["id"]] = true
+	}
+	if !got[c] || !got[srv] {
+		t.Fatalf("timewait_exit for %v", got)
+	}
+	ctr := m.attrs("cm", "counters")
+	for k, want := range map[string]string{"req_sent": "1", "req_recv": "1", "rep_sent": "1", "rtu_recv": "1",
+		"dreq_sent": "1", "drep_recv": "1", "mra_sent": "1", "ids": "3", "listeners": "1", "gsi_sent": "6", "gsi_recv": "6"} {
+		if ctr[k] != want {
+			t.Errorf("counters %s=%s want %s", k, ctr[k], want)
+		}
+	}
+	if a := m.attrs("cm", "channel", ch, "attr"); a["ids"] != "3" || a["pending"] != "0" {
+		t.Fatalf("channel attr %v", a)
+	}
+	if err := syscall.Rmdir(m.path("cm", "channel", ch)); err != syscall.EBUSY {
+		t.Fatalf("rmdir of a channel in use: %v", err)
+	}
+	for _, id := range []string{c, srv, l} {
+		if err := syscall.Rmdir(m.path("cm", id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Rmdir(m.path("cm", "channel", ch)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(m.srv.RuntimeDir(), "cm-channel"+ch)); !os.IsNotExist(err) {
+		t.Fatalf("FIFO after rmdir: %v", err)
+	}
+}
+
+// TestCMErrorsAndOwnership: bad commands fail with an errno and a reason;
+// another user can neither use nor see into an id.
+func TestCMErrorsAndOwnership(t *testing.T) {
+	m := mount(t)
+	ch := m.create("cm/channel", "")
+	id := m.create("cm", "ps=tcp channel="+ch)
+	for _, c := range []struct {
+		cmd   string
+		errno syscall.Errno
+	}{
+		{"bind addr=10.9.9.9", syscall.EADDRNOTAVAIL},
+		{"connect qp_num=1", syscall.EINVAL},
+		{"frob", syscall.EINVAL},
+	} {
+		err := m.write(c.cmd, "cm", id, "ctl")
+		if errnoOf(err) != c.errno {
+			t.Errorf("%q: %v want %v", c.cmd, err, c.errno)
+		}
+		if m.lastError("cm", id, "ctl") == "" {
+			t.Errorf("%q: no reason in the error file", c.cmd)
+		}
+	}
+	for _, line := range []string{"ps=tcp", "ps=sctp channel=" + ch, "ps=tcp channel=99"} {
+		if _, err := m.tryCreate("cm", line); err == nil {
+			t.Errorf("cm/new %q succeeded", line)
+		}
+	}
+	m.mustWrite("resolve_addr dst=10.1.1.1 port=1", "cm", id, "ctl")
+	r := m.openChannel(ch)
+	if ev := r.expect("addr_error", id); ev["status"] != "-113" {
+		t.Fatal(ev)
+	}
+	const other = 1000
+	for _, f := range []string{"ctl", "attr"} {
+		_, stderr, err := bash(other, "cat "+m.path("cm", id, f)+" >/dev/null || echo x > "+m.path("cm", id, "ctl"))
+		if err == nil || !strings.Contains(stderr, "Permission denied") {
+			t.Errorf("another user on %s: %v %q", f, err, stderr)
+		}
+	}
+	if _, stderr, err := bash(other, "rmdir "+m.path("cm", id)); err == nil {
+		t.Errorf("another user removed an id: %q", stderr)
+	}
+	// Another user's id cannot report to root's channel.
+	out, _, _ := bash(other, fmt.Sprintf("{ echo ps=tcp channel=%s >&0; read -r x; echo \"$x\"; } <>%s", ch, m.path("cm", "new")))
+	if !strings.Contains(out, "another user") {
+		t.Errorf("another user's id on root's channel: %q", out)
+	}
+}
+
+// TestCMLease: a lease holding an id and its channel destroys them when
+// it is closed, the id first.
+func TestCMLease(t *testing.T) {
+	m := mount(t)
+	ch := m.create("cm/channel", "")
+	id := m.create("cm", "ps=tcp channel="+ch)
+	m.mustWrite("listen", "cm", id, "ctl")
+	f, err := os.OpenFile(m.path("lease"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte(fmt.Sprintf("cm_channel %s\ncm %s\n", ch, id))); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, e1 := os.Stat(m.path("cm", id))
+		_, e2 := os.Stat(m.path("cm", "channel", ch))
+		if os.IsNotExist(e1) && os.IsNotExist(e2) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease did not destroy: %v %v", e1, e2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := m.read("cm", "listeners"); got != "" {
+		t.Fatalf("listener survived its lease: %q", got)
+	}
+}
