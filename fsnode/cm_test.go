@@ -1,7 +1,9 @@
 package fsnode_test
 
 import (
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"rdmafs/cm"
+	"rdmafs/device"
+	"rdmafs/fsnode"
 )
 
 // fifoReader reads 1024-byte event records from a channel's FIFO.
@@ -271,5 +275,71 @@ func TestCMLease(t *testing.T) {
 	}
 	if got := m.read("cm", "listeners"); got != "" {
 		t.Fatalf("listener survived its lease: %q", got)
+	}
+}
+
+// wireMount mounts a device on 127.0.81.x (this work's wire tests'
+// addresses), trying the next on a collision.
+func wireMount(t *testing.T, last byte) *mnt {
+	t.Helper()
+	for try := byte(0); try < 10; try++ {
+		a := netip.AddrFrom4([4]byte{127, 0, 81, last + 20*try})
+		dev, err := device.New(device.Config{Addr: a})
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				continue
+			}
+			if errors.Is(err, syscall.EPERM) && os.Getenv("CI") != "true" {
+				t.Skipf("no CAP_NET_RAW: %v", err)
+			}
+			t.Fatal(err)
+		}
+		dev.Close()
+		return mountWith(t, device.Config{Addr: a}, fsnode.Options{})
+	}
+	t.Fatal("no free address in 127.0.81.0/24")
+	return nil
+}
+
+// TestCMWire: two mounts on two addresses connect through the CM over
+// RoCEv2 (the MADs cross the kernel as UD packets to QP1), and the
+// capture shows them.
+func TestCMWire(t *testing.T) {
+	ma, mb := wireMount(t, 1), wireMount(t, 2)
+	addrB := mb.dev.Config().Addr.String()
+	if got := mb.read("cm", "addrs"); got != addrB+"\n" {
+		t.Fatalf("cm/addrs %q", got)
+	}
+	chA, chB := ma.create("cm/channel", ""), mb.create("cm/channel", "")
+	ra, rb := ma.openChannel(chA), mb.openChannel(chB)
+	l := mb.create("cm", "ps=tcp channel="+chB)
+	mb.mustWrite("bind addr="+addrB+" port=7471", "cm", l, "ctl")
+	mb.mustWrite("listen", "cm", l, "ctl")
+	c := ma.create("cm", "ps=tcp channel="+chA)
+	ma.mustWrite("resolve_addr dst="+addrB+" port=7471", "cm", c, "ctl")
+	ra.expect("addr_resolved", c)
+	ma.mustWrite("resolve_route", "cm", c, "ctl")
+	ra.expect("route_resolved", c)
+	if a := ma.attrs("cm", c, "attr"); a["dgid"] != "::ffff:"+addrB || a["hop_limit"] != "64" {
+		t.Fatalf("route %v", a)
+	}
+	ma.mustWrite("connect qp_num=77 psn=1", "cm", c, "ctl")
+	ev := rb.next(10 * time.Second)
+	if ev["event"] != "connect_request" || ev["dst_addr"] != ma.dev.Config().Addr.String() || ev["qp_num"] != "77" {
+		t.Fatal(ev)
+	}
+	srv := ev["id"]
+	mb.mustWrite("accept qp_num=88 psn=2", "cm", srv, "ctl")
+	if ev := ra.expect("connect_response", c); ev["qp_num"] != "88" {
+		t.Fatal(ev)
+	}
+	ma.mustWrite("establish", "cm", c, "ctl")
+	rb.expect("established", srv)
+	mb.mustWrite("disconnect", "cm", srv, "ctl")
+	ra.expect("disconnected", c)
+	ma.mustWrite("disconnect", "cm", c, "ctl")
+	rb.expect("disconnected", srv)
+	if n := ma.dev.Counters.WirePacketsSent.Load(); n < 3 {
+		t.Fatalf("wire packets sent: %d", n)
 	}
 }
