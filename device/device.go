@@ -41,7 +41,10 @@
 // turn, whatever another user's QPs are doing. Lock order:
 // Device.mu, then the per-queue producer locks (postMu, pollMu). Timers and
 // doorbells never take Device.mu: they mark a QP runnable under the
-// scheduler's own lock and wake the engine.
+// scheduler's own lock and wake the engine. The GSI's handler (the CM
+// agent) runs on the GSI's own goroutine without Device.mu and may call
+// SendMAD, which takes Device.mu for one send: the agent's lock orders
+// before Device.mu, and nothing under Device.mu waits for the agent.
 package device
 
 import (
