@@ -343,3 +343,34 @@ func TestCMWire(t *testing.T) {
 		t.Fatalf("wire packets sent: %d", n)
 	}
 }
+
+// TestCMUDFlow: a UD id resolves a UD listener through SIDR on one mount.
+func TestCMUDFlow(t *testing.T) {
+	m := mount(t)
+	ch := m.create("cm/channel", "")
+	r := m.openChannel(ch)
+	l := m.create("cm", "ps=udp channel="+ch)
+	if a := m.attrs("cm", l, "attr"); a["qp_type"] != "ud" {
+		t.Fatal(a)
+	}
+	m.mustWrite("bind addr=127.0.0.1 port=7174", "cm", l, "ctl")
+	m.mustWrite("listen", "cm", l, "ctl")
+	c := m.create("cm", "ps=udp channel="+ch)
+	m.mustWrite("resolve_addr dst=127.0.0.1 port=7174", "cm", c, "ctl")
+	r.expect("addr_resolved", c)
+	m.mustWrite("resolve_route", "cm", c, "ctl")
+	r.expect("route_resolved", c)
+	m.mustWrite("connect private_data=0a0b", "cm", c, "ctl")
+	ev := r.next(10 * time.Second)
+	if ev["event"] != "connect_request" || ev["listen_id"] != l || !strings.HasPrefix(ev["private_data"], "0a0b00") || len(ev["private_data"]) != 360 {
+		t.Fatal(ev)
+	}
+	m.mustWrite("accept qp_num=4242", "cm", ev["id"], "ctl")
+	ev = r.expect("established", c)
+	if ev["qp_num"] != "4242" || ev["qkey"] != "19088743" {
+		t.Fatal(ev)
+	}
+	if a := m.attrs("cm", c, "attr"); a["remote_qp_num"] != "4242" || a["remote_qkey"] != "19088743" {
+		t.Fatal(a)
+	}
+}
