@@ -374,3 +374,86 @@ func TestCMUDFlow(t *testing.T) {
 		t.Fatal(a)
 	}
 }
+
+// TestCMChannelBackpressure: a reader that does not read lets the FIFO
+// fill (64 KiB, 64 records); the rest wait in the channel's backlog and
+// reach the reader in order once it drains: no event is lost.
+func TestCMChannelBackpressure(t *testing.T) {
+	m := mount(t)
+	ch := m.create("cm/channel", "")
+	const n = 200
+	var ids []string
+	for range n {
+		id := m.create("cm", "ps=tcp channel="+ch)
+		m.mustWrite("resolve_addr dst=127.0.0.1 port=1", "cm", id, "ctl")
+		ids = append(ids, id)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a := m.attrs("cm", "channel", ch, "attr")
+		if a["pending"] != "0" && a["pending"] != "" {
+			if a["dropped"] != "0" {
+				t.Fatal(a)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing waits in the backlog: %v", a)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := m.openChannel(ch)
+	for _, id := range ids {
+		r.expect("addr_resolved", id)
+	}
+	if a := m.attrs("cm", "channel", ch, "attr"); a["pending"] != "0" || a["dropped"] != "0" || a["ids"] != fmt.Sprint(n) {
+		t.Fatal(a)
+	}
+}
+
+// TestCMConcurrentConnects: many connections set up at once on one mount
+// (under -race: commands, the GSI goroutine and the FIFO writer together).
+func TestCMConcurrentConnects(t *testing.T) {
+	m := mount(t)
+	ch := m.create("cm/channel", "")
+	r := m.openChannel(ch)
+	l := m.create("cm", "ps=tcp channel="+ch)
+	m.mustWrite("bind addr=0.0.0.0 port=9000", "cm", l, "ctl")
+	m.mustWrite("listen", "cm", l, "ctl")
+	const n = 32
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			id, err := m.tryCreate("cm", "ps=tcp channel="+ch)
+			if err == nil {
+				err = m.write("resolve_addr dst=127.0.0.1 port=9000", "cm", id, "ctl")
+			}
+			if err == nil {
+				err = m.write("resolve_route", "cm", id, "ctl")
+			}
+			if err == nil {
+				err = m.write(fmt.Sprintf("connect qp_num=%d", 100+i), "cm", id, "ctl")
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := map[string]int{}
+	for counts["established"] < n {
+		ev := r.next(10 * time.Second)
+		counts[ev["event"]]++
+		switch ev["event"] {
+		case "connect_request":
+			m.mustWrite("accept qp_num=7", "cm", ev["id"], "ctl")
+		case "connect_response":
+			m.mustWrite("establish", "cm", ev["id"], "ctl")
+		}
+	}
+	if counts["connect_request"] != n || counts["connect_response"] != n || counts["addr_resolved"] != n {
+		t.Fatal(counts)
+	}
+}
