@@ -270,6 +270,17 @@ func (a *Agent) NewChannel(owner uint32) (*Channel, error) {
 	if len(a.channels) >= a.cfg.MaxChannels {
 		return nil, cmErr("create_event_channel", syscall.ENOMEM, "the device has its %d channels", a.cfg.MaxChannels)
 	}
+	if owner != 0 {
+		share, n := max(1, a.cfg.MaxChannels*a.cfg.UserShare/100), 0
+		for _, c := range a.channels {
+			if c.Owner == owner {
+				n++
+			}
+		}
+		if n >= share {
+			return nil, cmErr("create_event_channel", syscall.ENOMEM, "uid %d has its share of %d channels", owner, share)
+		}
+	}
 	c := newChannel(a.nextCh, owner)
 	a.nextCh++
 	a.channels[c.Num] = c
@@ -528,11 +539,21 @@ func (a *Agent) listenerFor(sid uint64, dst netip.Addr) *ID {
 		switch {
 		case la == dst.Unmap():
 			return l
-		case la.IsUnspecified() && wild == nil && (la.Is4() == dst.Unmap().Is4() || !l.afonly):
+		case la.IsUnspecified() && wild == nil && wildcardTakes(la, l.afonly, dst.Unmap()):
 			wild = l
 		}
 	}
 	return wild
+}
+
+// wildcardTakes reports whether a listener on the wildcard any takes a
+// request for dst: 0.0.0.0 takes IPv4, :: takes IPv6 and, unless afonly,
+// IPv4 too (as sockets and rdma_cm do).
+func wildcardTakes(any netip.Addr, afonly bool, dst netip.Addr) bool {
+	if any.Is4() {
+		return dst.Is4()
+	}
+	return !dst.Is4() || !afonly
 }
 
 // --- sending -------------------------------------------------------------

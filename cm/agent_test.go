@@ -679,3 +679,31 @@ func FuzzHandleMAD(f *testing.F) {
 		}
 	})
 }
+
+func TestWildcardListeners(t *testing.T) {
+	for _, c := range []struct {
+		any    string
+		afonly bool
+		dst    string
+		takes  bool
+	}{
+		{"0.0.0.0", false, "10.0.0.1", true},
+		{"0.0.0.0", false, "fd00::1", false},
+		{"::", false, "fd00::1", true},
+		{"::", false, "10.0.0.1", true},
+		{"::", true, "10.0.0.1", false},
+	} {
+		if got := wildcardTakes(netip.MustParseAddr(c.any), c.afonly, netip.MustParseAddr(c.dst)); got != c.takes {
+			t.Errorf("%s afonly=%v for %s: %v", c.any, c.afonly, c.dst, got)
+		}
+	}
+	w := newWorld(t)
+	s := w.localSide(func(c *Config) { c.MaxChannels = 8 })
+	// uid 1000 has one channel (the side's) of its share of 2.
+	if _, err := s.a.NewChannel(1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.a.NewChannel(1000); device.Errno(err) != syscall.ENOMEM {
+		t.Fatalf("channel past the user's share: %v", err)
+	}
+}

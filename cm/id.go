@@ -321,7 +321,7 @@ func (a *Agent) destroyLocked(id *ID) {
 		if id.qpType == QPTypeRC {
 			// As the kernel: the requester gives up with a timeout REJ
 			// that names its CA GUID.
-			rej := &REJ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm, MessageRejected: MsgREQ, Reason: RejTimeout, ARILength: 8}
+			rej := &REJ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm, MessageRejected: MsgOther, Reason: RejTimeout, ARILength: 8}
 			be.PutUint64(rej.ARI[:], a.cfg.NodeGUID)
 			a.sendLocked(id.peerGID, id.tid, rej)
 		}
