@@ -105,3 +105,76 @@ func TestAttachLoopback(t *testing.T) {
 		t.Log(s)
 	}
 }
+
+// TestAttachLossyLoopback: with the device's fault injector losing and
+// duplicating MADs, the CM's retries and duplicate handling still set up
+// and tear down a connection (fake clock: the retries' seconds pass at
+// once).
+func TestAttachLossyLoopback(t *testing.T) {
+	clk := clock.NewFake()
+	dev, err := device.New(device.Config{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if err := dev.SetFaults(device.Faults{Drop: 0.3, Dup: 0.2, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	a := cm.Attach(dev, cm.Config{Clock: clk})
+	defer a.Close()
+	var made *cm.ID
+	a.SetNewIDHook(func(id *cm.ID) { made = id })
+	ch, _ := a.NewChannel(0)
+	l, _ := a.Create(0, ch, cm.PSTCP, cm.QPTypeRC)
+	do(t, l, "listen")
+	port := strings.TrimPrefix(attrLine(l, "src_port"), "src_port=")
+	c, _ := a.Create(0, ch, cm.PSTCP, cm.QPTypeRC)
+	do(t, c, "resolve_addr dst=127.0.0.1 port="+port)
+	do(t, c, "resolve_route")
+	nextEvent(t, ch)
+	nextEvent(t, ch)
+	do(t, c, "connect qp_num=20")
+	// await steps the clock until an event comes (the GSI goroutine
+	// delivers asynchronously: give it a moment at each step).
+	await := func(name string) cm.Event {
+		t.Helper()
+		for range 400 {
+			done := make(chan struct{})
+			timer := time.AfterFunc(5*time.Millisecond, func() { close(done) })
+			e, ok := ch.Next(done)
+			timer.Stop()
+			if ok {
+				if e.Name != name {
+					t.Fatalf("%s, want %s", e.Line(), name)
+				}
+				return e
+			}
+			clk.Advance(time.Second)
+		}
+		t.Fatalf("no %s", name)
+		return cm.Event{}
+	}
+	await(cm.EvConnectRequest)
+	do(t, made, "accept qp_num=21")
+	await(cm.EvConnectResponse)
+	do(t, c, "establish")
+	await(cm.EvEstablished)
+	do(t, c, "disconnect")
+	await(cm.EvDisconnected)
+	do(t, made, "disconnect")
+	await(cm.EvDisconnected)
+	if dev.Counters.FaultDrops.Load() == 0 {
+		t.Log("no MAD was lost (the seed's luck)")
+	}
+	t.Logf("faults: %d drops, %d dups; %s", dev.Counters.FaultDrops.Load(), dev.Counters.FaultDups.Load(),
+		strings.Join(strings.Fields(a.CountersText())[18:24], " "))
+}
+
+func attrLine(id *cm.ID, key string) string {
+	for _, l := range strings.Split(id.Attr(), "\n") {
+		if strings.HasPrefix(l, key+"=") {
+			return l
+		}
+	}
+	return ""
+}
