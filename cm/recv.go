@@ -92,31 +92,13 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 		a.rejectLocked(sgid, tid, m.LocalCommID, MsgREQ, RejInvalidTransport)
 		return
 	}
-	if l.pending >= l.backlog {
-		a.Counters.RejectedBacklog.Add(1)
+	if !a.admitRequestLocked(l) {
 		a.rejectLocked(sgid, tid, m.LocalCommID, MsgREQ, RejNoResources)
 		return
 	}
-	if a.admitLocked("connect_request", l.Owner) != nil || !l.ch.room() {
-		a.Counters.RejectedNoResources.Add(1)
-		if !l.ch.room() {
-			l.ch.dropped.Add(1)
-		}
-		a.rejectLocked(sgid, tid, m.LocalCommID, MsgREQ, RejNoResources)
-		return
-	}
-	id := a.newIDLocked(l.Owner, l.ch, ps, QPTypeRC)
-	id.listener, id.ListenID = l, l.Num
-	id.src = netip.AddrPortFrom(hdr.Dst.Addr(), port)
-	id.dst = hdr.Src
-	id.serviceID = m.ServiceID
-	id.tid = tid
-	id.peerGID = sgid
+	id := a.requestIDLocked(l, QPTypeRC, ps, port, hdr, m.ServiceID, tid, sgid, key)
 	id.localComm = a.newCommIDLocked()
-	id.remoteComm = m.LocalCommID
-	id.remoteKey, id.hasRemoteKey = key, true
 	a.byComm[id.localComm] = id
-	a.byRemote[key] = id
 	id.remoteQPN, id.remotePSN = m.LocalQPN, m.StartingPSN
 	// As the kernel reports them to the passive side: what the peer can
 	// take is what this side may issue, and the other way round.
@@ -154,6 +136,40 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 	id.addrKV(&e)
 	e.add("private_data", hexPrivate(m.PrivateData[CMAHdrLen:]))
 	id.emitLocked(e)
+}
+
+// admitRequestLocked reports whether listener l may take one more request:
+// its backlog, its owner's share of ids and its channel's backlog; a
+// refusal is counted.
+func (a *Agent) admitRequestLocked(l *ID) bool {
+	switch {
+	case l.pending >= l.backlog:
+		a.Counters.RejectedBacklog.Add(1)
+	case a.admitLocked("connect_request", l.Owner) != nil:
+		a.Counters.RejectedNoResources.Add(1)
+	case !l.ch.room():
+		a.Counters.RejectedNoResources.Add(1)
+		l.ch.dropped.Add(1)
+	default:
+		return true
+	}
+	return false
+}
+
+// requestIDLocked makes the id of a request for listener l from the peer
+// at sgid, whose comm ID (REQ) or request ID (SIDR) is key.commID.
+func (a *Agent) requestIDLocked(l *ID, t QPType, ps PortSpace, port uint16, hdr CMAHdr, sid, tid uint64, sgid [16]byte, key remoteKey) *ID {
+	id := a.newIDLocked(l.Owner, l.ch, ps, t)
+	id.listener, id.ListenID = l, l.Num
+	id.src = netip.AddrPortFrom(hdr.Dst.Addr(), port)
+	id.dst = hdr.Src
+	id.serviceID = sid
+	id.tid = tid
+	id.peerGID = sgid
+	id.remoteComm = key.commID
+	id.remoteKey, id.hasRemoteKey = key, true
+	a.byRemote[key] = id
+	return id
 }
 
 // requestListener finds the listener a REQ or SIDR_REQ is for, from its
@@ -359,25 +375,11 @@ func (a *Agent) onSIDRReq(sgid [16]byte, tid uint64, m *SIDRReq) {
 		a.sendLocked(sgid, tid, &SIDRRep{RequestID: m.RequestID, Status: SIDRUnsupported, ServiceID: m.ServiceID})
 		return
 	}
-	if l.pending >= l.backlog || a.admitLocked("connect_request", l.Owner) != nil || !l.ch.room() {
-		if l.pending >= l.backlog {
-			a.Counters.RejectedBacklog.Add(1)
-		} else {
-			a.Counters.RejectedNoResources.Add(1)
-		}
+	if !a.admitRequestLocked(l) {
 		a.sendLocked(sgid, tid, &SIDRRep{RequestID: m.RequestID, Status: SIDRReject, ServiceID: m.ServiceID})
 		return
 	}
-	id := a.newIDLocked(l.Owner, l.ch, ps, QPTypeUD)
-	id.listener, id.ListenID = l, l.Num
-	id.src = netip.AddrPortFrom(hdr.Dst.Addr(), port)
-	id.dst = hdr.Src
-	id.serviceID = m.ServiceID
-	id.tid = tid
-	id.peerGID = sgid
-	id.remoteComm = m.RequestID
-	id.remoteKey, id.hasRemoteKey = key, true
-	a.byRemote[key] = id
+	id := a.requestIDLocked(l, QPTypeUD, ps, port, hdr, m.ServiceID, tid, sgid, key)
 	id.route = Route{SGID: a.cfg.GID, DGID: sgid, HopLimit: 1, PathMTU: a.cfg.ActiveMTU,
 		PacketLifeTime: roceLifeTime, PKey: m.PKey}
 	if sgid != a.cfg.GID {
