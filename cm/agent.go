@@ -309,7 +309,24 @@ func (a *Agent) DestroyChannel(c *Channel) error {
 	return nil
 }
 
-// IDs is the number of ids reporting to c.
+// DestroyChannelIDs destroys every id that reports to c, as Destroy
+// would each, and returns their numbers: what closing a program's event
+// channel does when the program is gone (the kernel's rdma_cm destroys a
+// closed file's ids, those its connect requests made included).
+func (a *Agent) DestroyChannelIDs(c *Channel) []uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var nums []uint32
+	for _, id := range a.sortedIDsLocked() {
+		if id.ch == c {
+			a.destroyLocked(id)
+			nums = append(nums, id.Num)
+		}
+	}
+	return nums
+}
+
+// ChannelIDs is the number of ids reporting to c.
 func (a *Agent) ChannelIDs(c *Channel) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -66,6 +66,15 @@ func (t *tree) createCMChannel(ctx context.Context, text string) (string, error)
 	startRecordWriter(fifo, c)
 	o := t.newObject(ctx, "cm_channel", c.Num)
 	o.destroy = func() error { return t.cm.DestroyChannel(c) }
+	// A program that leased its channel is gone: the ids still on the
+	// channel (those its listeners' requests made and it never leased)
+	// go with it, as they go with a closed rdma_cm file.
+	o.expire = func() error {
+		for _, n := range t.cm.DestroyChannelIDs(c) {
+			t.forgetID(n)
+		}
+		return t.cm.DestroyChannel(c)
+	}
 	o.cleanup = append(o.cleanup, func() { t.closeChannel(fifo) })
 	ow := o.owner
 	ow.perm = 0777
@@ -102,6 +111,20 @@ func startRecordWriter(fifo *channel, c *cm.Channel) {
 		fifo.f.SetWriteDeadline(time.Now())
 		wg.Wait()
 	}
+}
+
+// forgetID removes the directory of an id the agent destroyed (not from
+// inside a FUSE request: it notifies the kernel).
+func (t *tree) forgetID(num uint32) {
+	kd := t.kinds["cm"]
+	name := strconv.FormatUint(uint64(num), 10)
+	o := objectIn(kd, name)
+	if o == nil {
+		return
+	}
+	o.gone.Store(true)
+	kd.RmChild(name)
+	kd.NotifyEntry(name)
 }
 
 func (t *tree) createCMID(ctx context.Context, text string) (string, error) {

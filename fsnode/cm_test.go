@@ -246,13 +246,31 @@ func TestCMErrorsAndOwnership(t *testing.T) {
 	}
 }
 
-// TestCMLease: a lease holding an id and its channel destroys them when
-// it is closed, the id first.
+// TestCMLease: a lease holding a listener and its channel destroys them
+// when it is closed, the listener first, and with the channel the id a
+// connect request made on it, which the program never leased: its peer is
+// rejected.
 func TestCMLease(t *testing.T) {
 	m := mount(t)
 	ch := m.create("cm/channel", "")
 	id := m.create("cm", "ps=tcp channel="+ch)
+	m.mustWrite("bind addr=127.0.0.1 port=4000", "cm", id, "ctl")
 	m.mustWrite("listen", "cm", id, "ctl")
+	peerCh := m.create("cm/channel", "")
+	pr := m.openChannel(peerCh)
+	c := m.create("cm", "ps=tcp channel="+peerCh)
+	m.mustWrite("resolve_addr dst=127.0.0.1 port=4000", "cm", c, "ctl")
+	m.mustWrite("resolve_route", "cm", c, "ctl")
+	m.mustWrite("connect qp_num=5", "cm", c, "ctl")
+	pr.expect("addr_resolved", c)
+	pr.expect("route_resolved", c)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(m.read("cm", "listeners"), "pending=1") {
+		if time.Now().After(deadline) {
+			t.Fatal("no connect request")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	f, err := os.OpenFile(m.path("lease"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +279,7 @@ func TestCMLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for {
 		_, e1 := os.Stat(m.path("cm", id))
 		_, e2 := os.Stat(m.path("cm", "channel", ch))
@@ -275,6 +293,20 @@ func TestCMLease(t *testing.T) {
 	}
 	if got := m.read("cm", "listeners"); got != "" {
 		t.Fatalf("listener survived its lease: %q", got)
+	}
+	if ev := pr.expect("rejected", c); ev["status"] != "28" {
+		t.Fatal(ev)
+	}
+	if a := m.attrs("cm", "counters"); a["ids"] != "1" {
+		t.Fatalf("ids left: %v", a)
+	}
+	ents, _ := os.ReadDir(m.path("cm"))
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if got := strings.Join(names, " "); got != c+" addrs channel counters listeners new" {
+		t.Fatalf("cm/: %s", got)
 	}
 }
 

@@ -212,7 +212,11 @@ func (t *tree) expire(held []leased) {
 		if o == nil || o != l.obj {
 			continue
 		}
-		if err := o.destroy(); err != nil {
+		destroy := o.destroy
+		if o.expire != nil {
+			destroy = o.expire
+		}
+		if err := destroy(); err != nil {
 			o.record("lease", err)
 			continue
 		}
