@@ -370,6 +370,12 @@ func TestDuplicateAndOutOfOrder(t *testing.T) {
 		t.Fatalf("answer to an unknown DREQ: %v", l)
 	}
 	w.net.q = nil
+	// A DREQ of this connection that names another QP is dropped.
+	wrongQP := Encode(6, &DREQ{LocalCommID: c.localComm, RemoteCommID: srv.localComm, RemoteQPN: 999})
+	ss.a.HandleMAD(cs.a.cfg.GID, wrongQP[:])
+	if srv.State() != StateEstablished || counter(ss.a, "dropped_unknown") != "2" {
+		t.Fatal(srv.State(), ss.a.CountersText())
+	}
 	// Malformed MADs are counted.
 	short := make([]byte, 100)
 	ss.a.HandleMAD(cs.a.cfg.GID, short)

@@ -321,6 +321,12 @@ func (a *Agent) onDREQ(sgid [16]byte, tid uint64, m *DREQ) {
 		a.sendLocked(sgid, tid, &DREP{LocalCommID: m.RemoteCommID, RemoteCommID: m.LocalCommID})
 		return
 	}
+	if m.RemoteQPN != id.qpNum && id.qpNum != 0 {
+		// Not for the QP of this connection: dropped, as the kernel's CM
+		// drops it.
+		a.Counters.DroppedUnknown.Add(1)
+		return
+	}
 	switch id.state {
 	case StateEstablished, StateRepSent, StateRepRcvd:
 		id.stopTimerLocked()
