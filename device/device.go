@@ -31,6 +31,9 @@
 //     device's own GID, RoCEv2 over IPv4 for Config.Addr's peers) and the
 //     RoCEv2 sockets, encoding, ICRC checks and receive goroutine.
 //   - capture.go: pcap capture of every packet sent and received.
+//   - gsi.go: QP1, the management QP. MADs for it go to a handler (the
+//     CM agent, package cm) through a bounded queue and a goroutine of
+//     their own, never under Device.mu; SendMAD sends one through the link.
 //
 // # Locking
 //
@@ -42,7 +45,10 @@
 // turn, whatever another user's QPs are doing. Lock order:
 // Device.mu, then the per-queue producer locks (postMu, pollMu). Timers and
 // doorbells never take Device.mu: they mark a QP runnable under the
-// scheduler's own lock and wake the engine.
+// scheduler's own lock and wake the engine. The GSI's handler (the CM
+// agent) runs on the GSI's own goroutine without Device.mu and may call
+// SendMAD, which takes Device.mu for one send: the agent's lock orders
+// before Device.mu, and nothing under Device.mu waits for the agent.
 package device
 
 import (
@@ -266,6 +272,7 @@ type Device struct {
 	// check (-device.wire).
 	wireSelf bool
 	capture  captureHub
+	gsi      gsi // QP1, for the CM (gsi.go)
 }
 
 // objects are a device's verbs objects, its key and QPN tables, its event
@@ -371,6 +378,7 @@ func (d *Device) Close() error {
 			t.Close()
 		}
 	}
+	d.stopGSI()
 	d.engine.stop()
 	d.stopDoorbell()
 	d.mu.Lock()

@@ -130,6 +130,44 @@ mr/H/mem   the registered memory: mmap it, or read and write it at offsets
            from offset 0.
 mw/H/, ah/H/, pd/H/: attr and error only.
 
+RDMA CM (cm/)
+-------------
+The connection manager librdmacm needs: IB CM MADs on QP1 (REQ, REP, RTU,
+REJ, MRA, DREQ, DREP, SIDR_REQ, SIDR_REP), on loopback and over RoCEv2.
+  addrs          the addresses this device answers for, one a line
+  counters       MADs sent and received per type, retries, timeouts, drops
+  listeners      id=I uid=U ps=tcp addr=A port=P service_id=0x... backlog=N pending=M
+  channel/new    (empty line) -> C; channel/C/fifo is a FIFO in RUNTIME (0600,
+                 yours): each event is one 1024-byte record, a line
+                 "event=NAME id=I status=N key=value ..." padded with spaces;
+                 channel/C/attr: ids pending dropped. rmdir: EBUSY while ids use it
+  new            ps=tcp|udp|ib|ipoib [qp_type=rc|ud] channel=C -> I
+  I/ctl          one command a write:
+                   bind addr=A [port=P]          (port 0: 32768-60999)
+                   resolve_addr dst=A port=P [src=A]  -> addr_resolved | addr_error
+                   resolve_route                 -> route_resolved
+                   listen [backlog=N]            (at most 1024)
+                   connect qp_num=N psn=N [private_data=HEX] [responder_resources=N]
+                     [initiator_depth=N] [flow_control=0|1] [retry_count=N]
+                     [rnr_retry_count=N] [srq=0|1]
+                     -> connect_response | rejected | unreachable (UD: established)
+                   establish                     (after connect_response: RTU)
+                   accept qp_num=N psn=N [private_data=HEX] ... [qkey=N]
+                   reject [private_data=HEX]
+                   disconnect                    -> disconnected, later timewait_exit
+                   notify                        (in rep_sent: as if the RTU came)
+                   set_option tos=N | ack_timeout=N | reuseaddr=0|1 | afonly=0|1
+                   migrate channel=C
+  I/attr         state, addresses, the route (sgid dgid hop_limit path_mtu ...),
+                 comm IDs, this side's and the peer's QPN and PSN: what the QP's
+                 RTR and RTS need
+  I/state        idle addr_bound addr_resolved route_resolved listen req_sent
+                 req_rcvd rep_sent rep_rcvd established dreq_sent dreq_rcvd
+                 timewait closed
+A connect request makes a new id (cm/I, the listener's owner's) before its
+connect_request event names it. rmdir cm/I rejects a pending request or
+disconnects a connection. "cm I" and "cm_channel C" can be leased.
+
 Ownership and errors
 --------------------
 An object's files belong to the user who created it. ring, mem, ctl, post_*,

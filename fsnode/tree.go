@@ -12,6 +12,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
+	"rdmafs/cm"
 	"rdmafs/device"
 	"rdmafs/qp"
 )
@@ -24,6 +25,7 @@ type tree struct {
 	root       *root
 	kinds      map[string]*dir // pd, mr, ... once OnAdd ran
 	maxLease   int             // objects one open lease file holds
+	cm         *cm.Agent       // the connection manager (cm.go)
 
 	mu       sync.Mutex
 	channels map[*channel]bool // live CQ channels; guarded by mu
@@ -96,6 +98,7 @@ func (r *root) OnAdd(ctx context.Context) {
 		addChild(ctx, &kd.Inode, "new", t.newFile(k), syscall.S_IFREG)
 		t.kinds[k.name] = kd
 	}
+	t.addCM(ctx, in)
 }
 
 func (t *tree) deviceText() string {
