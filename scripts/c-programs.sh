@@ -32,7 +32,7 @@ hp=/proc/sys/vm/nr_hugepages
 hp_was=$(cat $hp 2>/dev/null || echo 0)
 if ((hp_was == 0)) && [[ -w $hp ]]; then
 	echo 2 >$hp
-	trap 'echo 0 >'$hp'; cleanup' EXIT
+	at_exit "echo 0 >$hp"
 fi
 
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"

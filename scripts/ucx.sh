@@ -39,11 +39,8 @@ fi
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
 pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
 pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
-# (cleanup exits with the status it finds in $?: the one the script ended
-# with is kept across the commands before it, with errexit off so that
-# setting it back does not end the trap)
-trap 'rc=$?; set +e; "$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null
-	[[ -z "$made_devdir" ]] || rmdir /dev/infiniband 2>/dev/null; (exit $rc); cleanup' EXIT
+at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null
+	[[ -z "$made_devdir" ]] || rmdir /dev/infiniband 2>/dev/null'
 
 # on MOUNT PROG ARGS: run an unmodified program on MOUNT's device.
 on() {
