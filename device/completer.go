@@ -71,7 +71,7 @@ func (q *QP) ackThroughLocked(psn qp.PSN) {
 	if psn.Sub(q.comp.acked) > 0 {
 		q.comp.acked = psn
 	}
-	for i := q.sqCons.Tail(); i != q.reqIdx; i++ {
+	for i := q.sqHead; i != q.reqIdx; i++ {
 		w := &q.swq[i&q.sqMask()]
 		if w.state == wqeDone {
 			continue
@@ -196,7 +196,7 @@ func (q *QP) handleAETHLocked(p *packet) {
 
 // wqeAtLocked finds the outstanding WQE whose PSN range holds psn.
 func (q *QP) wqeAtLocked(psn qp.PSN) *sendWQE {
-	for i := q.sqCons.Tail(); i != q.reqIdx+1 && i != q.sqFetched; i++ {
+	for i := q.sqHead; i != q.reqIdx+1 && i != q.sqFetched; i++ {
 		w := &q.swq[i&q.sqMask()]
 		if w.state == wqeDone || w.state == wqePosted || w.info.Local {
 			continue
@@ -304,33 +304,26 @@ func (q *QP) retryLocked() {
 // takes the QP to ERR after its own completion.
 func (q *QP) retireLocked() {
 	moved := false
-	for q.sqCons.Tail() != q.reqIdx && q.sqCons.Tail() != q.sqFetched {
-		w := &q.swq[q.sqCons.Tail()&q.sqMask()]
+	for q.sqHead != q.reqIdx && q.sqHead != q.sqFetched {
+		w := &q.swq[q.sqHead&q.sqMask()]
 		if w.state != wqeDone {
 			break
 		}
-		// The slot is free before its completion is visible (as rxe), so a
-		// client that polls the CQE can post into it at once. w stays valid:
-		// the shadow slot is overwritten only when the engine fetches.
-		q.sqCons.Advance(1)
-		q.sqCons.Publish()
-		q.completeSendLocked(w, w.status)
+		q.popLocked(w, w.status)
 		moved = true
 		if w.status != qp.WCSuccess {
-			if q.reqIdx == q.sqCons.Tail()-1 {
-				q.reqIdx = q.sqCons.Tail()
+			if q.reqIdx == q.sqHead-1 {
+				q.reqIdx = q.sqHead
 			}
 			q.enterErrLocked()
 			break
 		}
 	}
 	// A failed WQE the requester stopped at (it is at reqIdx) retires too.
-	if q.sqCons.Tail() == q.reqIdx && q.reqIdx != q.sqFetched {
+	if q.sqHead == q.reqIdx && q.reqIdx != q.sqFetched {
 		w := &q.swq[q.reqIdx&q.sqMask()]
 		if w.state == wqeDone && w.status != qp.WCSuccess {
-			q.sqCons.Advance(1)
-			q.sqCons.Publish()
-			q.completeSendLocked(w, w.status)
+			q.popLocked(w, w.status)
 			q.reqIdx++
 			moved = true
 			q.enterErrLocked()
@@ -338,18 +331,39 @@ func (q *QP) retireLocked() {
 	}
 	if moved {
 		q.sqCons.Publish()
-		if q.sqCons.Tail() == q.reqIdx {
+		if q.sqHead == q.reqIdx {
 			q.armRetryLocked() // nothing outstanding: lets the timer lapse
 		}
 	}
 }
 
+// popLocked retires the WQE at the head of swq with status. A client's
+// WQE frees its ring slot before its completion is visible (as rxe), so a
+// client that polls the CQE can post into it at once (w stays valid: the
+// engine's copy is overwritten only when the engine fetches again); a
+// reserved one is unreserved first, so its slot is free before it can be
+// reused, and it completes without a CQE.
+func (q *QP) popLocked(w *sendWQE, status qp.WCStatus) {
+	q.sqHead++
+	if w.reserved {
+		q.unreserveLocked(w, status)
+	} else {
+		q.sqCons.Advance(1)
+		q.sqCons.Publish()
+	}
+	q.completeSendLocked(w, status)
+}
+
 // completeSendLocked writes a send completion when it is due: signaled, or
-// sq_sig_all, or an error (IBA 10.7.3.1). It returns the initiator slot.
+// sq_sig_all, or an error (IBA 10.7.3.1); never for a reserved WQE. It
+// returns the initiator slot.
 func (q *QP) completeSendLocked(w *sendWQE, status qp.WCStatus) {
 	if w.rdAtomic {
 		w.rdAtomic = false
 		q.req.rdAtomic++
+	}
+	if w.reserved {
+		return
 	}
 	if status == qp.WCSuccess && !q.SQSigAll && w.wr.SendFlags&qp.SendSignaled == 0 {
 		return

@@ -59,10 +59,7 @@ func (d *Device) CreateCQ(owner Owner, req qp.CreateCQ) (*CQ, error) {
 	if err := d.checkOpenLocked(op); err != nil {
 		return nil, err
 	}
-	if uint32(d.cqs.len()) >= d.cfg.MaxCQ {
-		return nil, errf(op, syscall.ENOMEM, "max_cq (%d) reached", d.cfg.MaxCQ)
-	}
-	if err := d.userShareLocked(op, owner, "cq", 0); err != nil {
+	if err := d.admitLocked(op, "cq", d.cqs.len(), d.cfg.MaxCQ, owner, 0); err != nil {
 		return nil, err
 	}
 	cq := &CQ{dev: d, Owner: owner, evWake: make(chan struct{})}
@@ -89,11 +86,7 @@ func (cq *CQ) allocRing(cqe uint32) error {
 }
 
 // CQ looks a CQ up by handle.
-func (d *Device) CQ(h uint32) *CQ {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cqs.get(h)
-}
+func (d *Device) CQ(h uint32) *CQ { return lookup(d, &d.cqs, h) }
 
 func (d *Device) lookupCQLocked(op, key string, h uint32, owner Owner) (*CQ, error) {
 	cq := d.cqs.get(h)
@@ -127,8 +120,8 @@ func (cq *CQ) Destroy() error {
 	defer cq.pollMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.cqs.get(cq.Handle) != cq {
-		return errf("destroy_cq", syscall.ENOENT, "cq %d does not exist", cq.Handle)
+	if err := d.cqs.live("destroy_cq", "cq", cq.Handle, cq); err != nil {
+		return err
 	}
 	if cq.users > 0 {
 		return errf("destroy_cq", syscall.EBUSY, "cq %d is used by %d QPs", cq.Handle, cq.users)
@@ -156,8 +149,8 @@ func (cq *CQ) Resize(cqe uint32) error {
 	defer cq.pollMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.cqs.get(cq.Handle) != cq {
-		return errf(op, syscall.ENOENT, "cq %d does not exist", cq.Handle)
+	if err := d.cqs.live(op, "cq", cq.Handle, cq); err != nil {
+		return err
 	}
 	if err := d.checkOpenLocked(op); err != nil {
 		return err
@@ -197,7 +190,7 @@ func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
 			cq.overflowed = true
 			cq.overflows++
 			d.Counters.CQOverflows.Add(1)
-			d.raise(EventCQErr, "cq", cq.Handle)
+			d.raise(qp.EventCQErr, "cq", cq.Handle)
 		}
 		return false
 	}

@@ -15,6 +15,10 @@
 //     shared receive queues.
 //   - qp.go: create, modify (validate everything, then apply), query, reset,
 //     destroy and the post verbs.
+//   - reserved.go: the reserved operations (rdmavt's reserved_operations):
+//     send WQEs of the device's own in a QP's engine queue, beside the
+//     client's but taking none of its ring, completing without a CQE; the
+//     liveness probe (qp/N/ctl probe) is their user.
 //   - engine.go: the scheduler. One goroutine per device runs every QP that
 //     has work; an idle device parks and uses no CPU.
 //   - packet.go, requester.go, responder.go, completer.go: the transport, in
@@ -27,6 +31,9 @@
 //     device's own GID, RoCEv2 over IPv4 for Config.Addr's peers) and the
 //     RoCEv2 sockets, encoding, ICRC checks and receive goroutine.
 //   - capture.go: pcap capture of every packet sent and received.
+//   - gsi.go: QP1, the management QP. MADs for it go to a handler (the
+//     CM agent, package cm) through a bounded queue and a goroutine of
+//     their own, never under Device.mu; SendMAD sends one through the link.
 //
 // # Locking
 //
@@ -38,7 +45,10 @@
 // turn, whatever another user's QPs are doing. Lock order:
 // Device.mu, then the per-queue producer locks (postMu, pollMu). Timers and
 // doorbells never take Device.mu: they mark a QP runnable under the
-// scheduler's own lock and wake the engine.
+// scheduler's own lock and wake the engine. The GSI's handler (the CM
+// agent) runs on the GSI's own goroutine without Device.mu and may call
+// SendMAD, which takes Device.mu for one send: the agent's lock orders
+// before Device.mu, and nothing under Device.mu waits for the agent.
 package device
 
 import (
@@ -48,6 +58,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"rdmafs/clock"
@@ -75,6 +86,10 @@ type Config struct {
 	MaxQPRdAtom     uint8 // max_qp_rd_atom: responder resources (max_dest_rd_atomic)
 	MaxQPInitRdAtom uint8 // max_qp_init_rd_atom: initiator depth (max_rd_atomic)
 	MaxInlineData   uint32
+	// ReservedOps is how many send WQEs each QP keeps for the device's own
+	// work (rdmavt's reserved_operations): they are not counted against
+	// max_send_wr and never complete to the user's CQ (reserved.go).
+	ReservedOps uint32
 	// UserShare is the percentage of each object limit and of
 	// MaxTotalMRBytes one uid other than root may take (quota.go); 0 is
 	// DefaultUserShare, 100 lets one user take everything.
@@ -125,6 +140,7 @@ func DefaultConfig() Config {
 		MaxQPRdAtom:     128,
 		MaxQPInitRdAtom: 128,
 		MaxInlineData:   512,
+		ReservedOps:     2,
 		MaxMTU:          qp.MTU4096,
 		// ActiveMTU 0: MaxMTU, or on the wire what the interface allows.
 	}
@@ -150,6 +166,7 @@ func (c *Config) fill() error {
 	set32(&c.MaxSRQWR, d.MaxSRQWR)
 	set32(&c.MaxSRQSGE, d.MaxSRQSGE)
 	set32(&c.MaxInlineData, d.MaxInlineData)
+	set32(&c.ReservedOps, d.ReservedOps)
 	set32(&c.UserShare, DefaultUserShare)
 	if c.MaxMRSize == 0 {
 		c.MaxMRSize = d.MaxMRSize
@@ -255,6 +272,7 @@ type Device struct {
 	// check (-device.wire).
 	wireSelf bool
 	capture  captureHub
+	gsi      gsi // QP1, for the CM (gsi.go)
 }
 
 // objects are a device's verbs objects, its key and QPN tables, its event
@@ -360,6 +378,7 @@ func (d *Device) Close() error {
 			t.Close()
 		}
 	}
+	d.stopGSI()
 	d.engine.stop()
 	d.stopDoorbell()
 	d.mu.Lock()
@@ -478,6 +497,7 @@ func (d *Device) Attr() DeviceAttr {
 		PhysPortCnt:      1,
 		MaxInlineData:    c.MaxInlineData,
 		MaxTotalMRBytes:  c.MaxTotalMRBytes,
+		ReservedOps:      c.ReservedOps,
 	}
 }
 
@@ -541,8 +561,34 @@ func (t *table[T]) add(v *T) uint32 {
 }
 
 func (t *table[T]) get(h uint32) *T { return t.m[h] }
-func (t *table[T]) del(h uint32)    { delete(t.m, h) }
-func (t *table[T]) len() int        { return len(t.m) }
+
+// live is the check every verb on an existing object makes first: x is
+// still the object its handle names (ENOENT once destroyed).
+func (t *table[T]) live(op, kind string, h uint32, x *T) error {
+	if t.m[h] != x {
+		return errf(op, syscall.ENOENT, "%s %d does not exist", kind, h)
+	}
+	return nil
+}
+
+// lookup is the Device's exported lookup of an object by handle.
+func lookup[T any](d *Device, t *table[T], h uint32) *T {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return t.get(h)
+}
+
+// admitLocked is the check every creation makes before it allocates:
+// fewer than limit objects of the kind (n now), and the owner's share
+// (with bytes of registered memory, for an MR).
+func (d *Device) admitLocked(op, kind string, n int, limit uint32, owner Owner, bytes uint64) error {
+	if uint32(n) >= limit {
+		return errf(op, syscall.ENOMEM, "max_%s (%d) reached", kind, limit)
+	}
+	return d.userShareLocked(op, owner, kind, bytes)
+}
+func (t *table[T]) del(h uint32) { delete(t.m, h) }
+func (t *table[T]) len() int     { return len(t.m) }
 func (t *table[T]) each(f func(*T)) {
 	for _, v := range t.m {
 		f(v)
@@ -636,45 +682,8 @@ func (c *Counters) List() []Counter {
 	}
 }
 
-// EventType is an ibv_event_type rdmafs raises.
-type EventType uint8
-
-const (
-	EventCQErr EventType = iota
-	EventQPFatal
-	EventQPReqErr
-	EventQPAccessErr
-	EventCommEst
-	EventSQDrained
-	EventPathMig
-	EventPathMigErr
-	EventDeviceFatal
-	EventPortActive
-	EventPortErr
-	EventLIDChange
-	EventPKeyChange
-	EventSMChange
-	EventSRQErr
-	EventSRQLimitReached
-	EventQPLastWQEReached
-	EventClientReregister
-	EventGIDChange
-)
-
-var eventNames = map[EventType]string{
-	EventCQErr: "cq_err", EventQPFatal: "qp_fatal", EventQPReqErr: "qp_req_err",
-	EventQPAccessErr: "qp_access_err", EventCommEst: "comm_est", EventSQDrained: "sq_drained",
-	EventDeviceFatal: "device_fatal", EventSRQErr: "srq_err",
-	EventSRQLimitReached: "srq_limit_reached", EventQPLastWQEReached: "qp_last_wqe_reached",
-	EventPortActive: "port_active",
-}
-
-func (t EventType) String() string {
-	if n, ok := eventNames[t]; ok {
-		return n
-	}
-	return fmt.Sprintf("event(%d)", uint8(t))
-}
+// EventType is the ibv_event_type of an async event (qp.EventType).
+type EventType = qp.EventType
 
 // Event is one asynchronous event (ibv_async_event).
 type Event struct {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"rdmafs/qp"
 )
 
 // take reads what r has now, without blocking.
@@ -20,7 +22,7 @@ func take(r *EventReader) string {
 // raiseFor raises comm_est on q as the engine would.
 func raiseFor(d *Device, q *QP) {
 	d.mu.Lock()
-	d.raise(EventCommEst, "qp", q.QPN)
+	d.raise(qp.EventCommEst, "qp", q.QPN)
 	d.mu.Unlock()
 }
 
@@ -109,7 +111,7 @@ func TestEventsBounded(t *testing.T) {
 	defer r.Close()
 	const n = maxQueuedEvents + 904
 	for i := range n {
-		d.events.push(Event{Type: EventSRQLimitReached, Kind: "srq", Handle: uint32(i), Owner: 5})
+		d.events.push(Event{Type: qp.EventSRQLimitReached, Kind: "srq", Handle: uint32(i), Owner: 5})
 	}
 	evs := r.TryRead(0)
 	if len(evs) != maxQueuedEvents || evs[0].Handle != 904 || evs[len(evs)-1].Handle != n-1 {

@@ -251,16 +251,21 @@ func (e *env) pair(t qp.Type) (a, b *QP, acq, bcq *CQ) {
 
 func itoa(n uint32) string { return fmt.Sprint(n) }
 
+// postSend posts the WRs in one call, as one ibv_post_send of a list: the
+// engine sees them all at once (a test that counts what went out before
+// a NAK came back depends on it).
 func (e *env) postSend(q *QP, lines ...string) {
 	e.t.Helper()
+	var wrs []qp.SendWR
 	for _, l := range lines {
 		wr, err := qp.ParseSendWR(l)
 		if err != nil {
 			e.t.Fatalf("parse %q: %v", l, err)
 		}
-		if _, err := q.PostSend([]qp.SendWR{wr}); err != nil {
-			e.t.Fatalf("post_send %q: %v", l, err)
-		}
+		wrs = append(wrs, wr)
+	}
+	if n, err := q.PostSend(wrs); err != nil {
+		e.t.Fatalf("post_send %q: %v", lines[n], err)
 	}
 }
 

@@ -176,8 +176,8 @@ func (g *integ) collectFake(e *env, cq *CQ, want int) []string {
 			e.d.mu.Lock()
 			a, b := g.a, g.b
 			t.Logf("a %v req.psn %d comp.psn %d acked %d reqIdx %d tail %d fetched %d waitRNR %v needRetry %v timer %v retryLeft %d",
-				a.attr.QPState, a.req.psn, a.comp.psn, a.comp.acked, a.reqIdx, a.sqCons.Tail(), a.sqFetched, a.req.waitRNR, a.req.needRetry, a.retryTimer != nil, a.comp.retryLeft)
-			for i := a.sqCons.Tail(); i != a.sqFetched; i++ {
+				a.attr.QPState, a.req.psn, a.comp.psn, a.comp.acked, a.reqIdx, a.sqHead, a.sqFetched, a.req.waitRNR, a.req.needRetry, a.retryTimer != nil, a.comp.retryLeft)
+			for i := a.sqHead; i != a.sqFetched; i++ {
 				w := &a.swq[i&a.sqMask()]
 				t.Logf("  wqe %d %v state %d status %v psn %d..%d len %d sent %d", i, w.wr.Opcode, w.state, w.status, w.firstPSN, w.lastPSN, w.length, w.sent)
 			}

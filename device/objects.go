@@ -31,10 +31,7 @@ func (d *Device) AllocPD(owner Owner) (*PD, error) {
 	if err := d.checkOpenLocked(op); err != nil {
 		return nil, err
 	}
-	if uint32(d.pds.len()) >= d.cfg.MaxPD {
-		return nil, errf(op, syscall.ENOMEM, "max_pd (%d) reached", d.cfg.MaxPD)
-	}
-	if err := d.userShareLocked(op, owner, "pd", 0); err != nil {
+	if err := d.admitLocked(op, "pd", d.pds.len(), d.cfg.MaxPD, owner, 0); err != nil {
 		return nil, err
 	}
 	pd := &PD{dev: d, Owner: owner}
@@ -43,19 +40,15 @@ func (d *Device) AllocPD(owner Owner) (*PD, error) {
 }
 
 // PD looks a PD up by handle.
-func (d *Device) PD(h uint32) *PD {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.pds.get(h)
-}
+func (d *Device) PD(h uint32) *PD { return lookup(d, &d.pds, h) }
 
 // Dealloc is ibv_dealloc_pd: EBUSY while anything lives on the PD.
 func (pd *PD) Dealloc() error {
 	d := pd.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.pds.get(pd.Handle) != pd {
-		return errf("dealloc_pd", syscall.ENOENT, "pd %d does not exist", pd.Handle)
+	if err := d.pds.live("dealloc_pd", "pd", pd.Handle, pd); err != nil {
+		return err
 	}
 	if pd.users > 0 {
 		return errf("dealloc_pd", syscall.EBUSY, "pd %d still has %d objects", pd.Handle, pd.users)
@@ -151,14 +144,11 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	if iova+req.Length < iova {
 		return nil, errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", iova, req.Length)
 	}
-	if uint32(d.mrs.len()) >= d.cfg.MaxMR {
-		return nil, errf(op, syscall.ENOMEM, "max_mr (%d) reached", d.cfg.MaxMR)
-	}
 	newBytes := req.Length
 	if req.Share != 0 {
 		newBytes = 0 // memory the owner already has
 	}
-	if err := d.userShareLocked(op, owner, "mr", newBytes); err != nil {
+	if err := d.admitLocked(op, "mr", d.mrs.len(), d.cfg.MaxMR, owner, newBytes); err != nil {
 		return nil, err
 	}
 	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access, valid: true}
@@ -207,8 +197,8 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 	d := mr.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.mrs.get(mr.Handle) != mr {
-		return errf(op, syscall.ENOENT, "mr %d does not exist", mr.Handle)
+	if err := d.mrs.live(op, "mr", mr.Handle, mr); err != nil {
+		return err
 	}
 	if mr.boundMWs > 0 {
 		return errf(op, syscall.EBUSY, "mr %d has %d memory windows bound", mr.Handle, mr.boundMWs)
@@ -282,11 +272,7 @@ func (mr *MR) Attr() MRAttr {
 }
 
 // MR looks an MR up by handle.
-func (d *Device) MR(h uint32) *MR {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.mrs.get(h)
-}
+func (d *Device) MR(h uint32) *MR { return lookup(d, &d.mrs, h) }
 
 // Region is the MR's shared memory (for mapping by clients): its
 // backing's whole region, in which the MR's bytes start at MemOffset.
@@ -309,8 +295,8 @@ func (mr *MR) Dereg() error {
 	d := mr.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.mrs.get(mr.Handle) != mr {
-		return errf("dereg_mr", syscall.ENOENT, "mr %d does not exist", mr.Handle)
+	if err := d.mrs.live("dereg_mr", "mr", mr.Handle, mr); err != nil {
+		return err
 	}
 	if mr.boundMWs > 0 {
 		return errf("dereg_mr", syscall.EBUSY, "mr %d has %d memory windows bound", mr.Handle, mr.boundMWs)
@@ -361,10 +347,7 @@ func (d *Device) AllocMW(owner Owner, req qp.CreateMW) (*MW, error) {
 	if err != nil {
 		return nil, err
 	}
-	if uint32(d.mws.len()) >= d.cfg.MaxMW {
-		return nil, errf(op, syscall.ENOMEM, "max_mw (%d) reached", d.cfg.MaxMW)
-	}
-	if err := d.userShareLocked(op, owner, "mw", 0); err != nil {
+	if err := d.admitLocked(op, "mw", d.mws.len(), d.cfg.MaxMW, owner, 0); err != nil {
 		return nil, err
 	}
 	mw := &MW{dev: d, Owner: owner, PD: pd, Type: req.Type}
@@ -376,11 +359,7 @@ func (d *Device) AllocMW(owner Owner, req qp.CreateMW) (*MW, error) {
 }
 
 // MW looks an MW up by handle.
-func (d *Device) MW(h uint32) *MW {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.mws.get(h)
-}
+func (d *Device) MW(h uint32) *MW { return lookup(d, &d.mws, h) }
 
 // MWAttr is what cat mw/H/attr shows.
 type MWAttr struct {
@@ -418,8 +397,8 @@ func (mw *MW) Dealloc() error {
 	d := mw.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.mws.get(mw.Handle) != mw {
-		return errf("dealloc_mw", syscall.ENOENT, "mw %d does not exist", mw.Handle)
+	if err := d.mws.live("dealloc_mw", "mw", mw.Handle, mw); err != nil {
+		return err
 	}
 	mw.unbindLocked()
 	d.mws.del(mw.Handle)
@@ -458,10 +437,7 @@ func (d *Device) CreateAH(owner Owner, req qp.CreateAH) (*AH, error) {
 	if err != nil {
 		return nil, err
 	}
-	if uint32(d.ahs.len()) >= d.cfg.MaxAH {
-		return nil, errf(op, syscall.ENOMEM, "max_ah (%d) reached", d.cfg.MaxAH)
-	}
-	if err := d.userShareLocked(op, owner, "ah", 0); err != nil {
+	if err := d.admitLocked(op, "ah", d.ahs.len(), d.cfg.MaxAH, owner, 0); err != nil {
 		return nil, err
 	}
 	ah := &AH{dev: d, Owner: owner, PD: pd, Attr: req.AH}
@@ -471,11 +447,7 @@ func (d *Device) CreateAH(owner Owner, req qp.CreateAH) (*AH, error) {
 }
 
 // AH looks an AH up by handle.
-func (d *Device) AH(h uint32) *AH {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.ahs.get(h)
-}
+func (d *Device) AH(h uint32) *AH { return lookup(d, &d.ahs, h) }
 
 // Destroy is ibv_destroy_ah. A UD send that names it and that the engine
 // has not yet taken from the ring fails with LOC_QP_OP_ERR.
@@ -483,8 +455,8 @@ func (ah *AH) Destroy() error {
 	d := ah.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.ahs.get(ah.Handle) != ah {
-		return errf("destroy_ah", syscall.ENOENT, "ah %d does not exist", ah.Handle)
+	if err := d.ahs.live("destroy_ah", "ah", ah.Handle, ah); err != nil {
+		return err
 	}
 	d.ahs.del(ah.Handle)
 	ah.PD.users--

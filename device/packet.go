@@ -239,6 +239,10 @@ type link interface {
 func (d *Device) receiveLocked(p *packet) *QP {
 	d.Counters.PacketsRecv.Add(1)
 	d.Counters.BytesRecv.Add(uint64(len(p.payload)))
+	if p.destQPN == GSIQPN {
+		d.gsiReceiveLocked(p)
+		return nil
+	}
 	q := d.qps[p.destQPN]
 	if q != nil && q.dev != d {
 		q = nil // a twin's QP: not on this device

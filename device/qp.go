@@ -45,16 +45,23 @@ type QP struct {
 	// spin loop compares it with the ring's without Device.mu.
 	sqSeen atomic.Uint32
 
-	// Send side. WQEs in [sqCons.Tail(), sqFetched) have been copied out of
-	// the ring into swq (the client may scribble on the ring, never on
-	// swq); the consumer index moves when they complete.
-	sqCons    *ring.Consumer
-	swq       []sendWQE
-	sqFetched uint32
-	reqIdx    uint32 // the requester's current WQE
-	req       reqState
-	comp      compState
-	ssn       uint32
+	// Send side. WQEs in [sqHead, sqFetched) of swq are the engine's: the
+	// client's WQEs copied out of the ring (the client may scribble on the
+	// ring, never on swq) and the device's own reserved ones, in the order
+	// they execute. ringFetched is how far the client's ring has been
+	// copied; the ring's consumer index moves when a client WQE completes.
+	// swq has room for the ring's slots plus the reserved operations, so
+	// reserved WQEs never take a slot of the client's queue.
+	sqCons      *ring.Consumer
+	swq         []sendWQE
+	sqHead      uint32
+	sqFetched   uint32
+	ringFetched uint32
+	resv        reserved // the device's own send WQEs (reserved.go)
+	reqIdx      uint32   // the requester's current WQE
+	req         reqState
+	comp        compState
+	ssn         uint32
 
 	// Receive side.
 	rqCons *ring.Consumer // nil with an SRQ
@@ -121,6 +128,11 @@ type QPCounters struct {
 	// BytesSent and BytesRecv count the payload bytes of the packets this
 	// QP sent and of those that reached it (requests and responses).
 	BytesSent, BytesRecv uint64
+	// Probes counts the liveness probes (qp/N/ctl probe) sent through the
+	// reserved WQEs, ProbesOK those acknowledged, ProbesFailed those that
+	// ended otherwise (flushed, retries exhausted, NAKed); ProbeRTTMicros
+	// is the last acknowledged probe's round trip.
+	Probes, ProbesOK, ProbesFailed, ProbeRTTMicros uint64
 }
 
 // List names the counters in a fixed order.
@@ -142,6 +154,8 @@ func (c *QPCounters) List() []Counter {
 		{"foreign_packets_dropped", c.ForeignDropped},
 		{"queue_overflows", c.QueueOverflows},
 		{"bytes_sent", c.BytesSent}, {"bytes_recv", c.BytesRecv},
+		{"probes", c.Probes}, {"probes_ok", c.ProbesOK}, {"probes_failed", c.ProbesFailed},
+		{"probe_rtt_us", c.ProbeRTTMicros},
 	}
 }
 
@@ -198,10 +212,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 			// IBA allows SRQs with RC, UC and UD alike.
 		}
 	}
-	if uint32(len(d.qps)) >= d.cfg.MaxQP {
-		return nil, errf(op, syscall.ENOMEM, "max_qp (%d) reached", d.cfg.MaxQP)
-	}
-	if err := d.userShareLocked(op, owner, "qp", 0); err != nil {
+	if err := d.admitLocked(op, "qp", len(d.qps), d.cfg.MaxQP, owner, 0); err != nil {
 		return nil, err
 	}
 	qpn, ok := d.allocQPNLocked()
@@ -229,7 +240,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	q.sqCons = ring.NewConsumer(q.sq)
 	// Nobody watches a new SQ: the first post rings the doorbell.
 	q.sq.SetNeedWakeup(true)
-	q.swq = make([]sendWQE, sqSlots)
+	q.swq = make([]sendWQE, ring.SlotCount(sqSlots+d.cfg.ReservedOps))
 	if srq == nil {
 		rqSlots := ring.SlotCount(max(c.MaxRecvWR, 1))
 		rqSlot, capRSGE := ring.RecvSlotSize(max(c.MaxRecvSGE, 1))
@@ -317,7 +328,7 @@ func (q *QP) Query() qp.Attr {
 	a := q.attr
 	a.CurQPState = a.QPState
 	a.Cap = q.Cap
-	a.SQDraining = a.QPState == qp.StateSQD && q.sqCons.Tail() != q.reqIdx
+	a.SQDraining = a.QPState == qp.StateSQD && q.sqHead != q.reqIdx
 	return a
 }
 
@@ -356,7 +367,7 @@ func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	if err := qp.CheckAttr(q.Type, attr, mask, d.limits()); err != nil {
 		return fail(op, err)
 	}
-	if cur == qp.StateSQD && next != qp.StateErr && next != qp.StateReset && q.sqCons.Tail() != q.reqIdx {
+	if cur == qp.StateSQD && next != qp.StateErr && next != qp.StateReset && q.sqHead != q.reqIdx {
 		// rxe: while the SQ drains only ERR (and RESET) are allowed.
 		return errf(op, syscall.EBUSY, "qp_state: qp %d is still draining its send queue", q.QPN)
 	}
@@ -443,8 +454,9 @@ func (q *QP) resetLocked() {
 		q.sqCons.Reset(p)
 		q.sqCons.Publish()
 	}
-	q.sqFetched = q.sqCons.Tail()
-	q.reqIdx = q.sqFetched
+	q.ringFetched = q.sqCons.Tail()
+	q.sqHead, q.sqFetched, q.reqIdx = 0, 0, 0
+	q.resv.used = 0
 	clear(q.swq)
 	if q.rqCons != nil {
 		q.rqCons.Reset(q.rq.LoadProducer())
@@ -669,7 +681,7 @@ func (q *QP) PostRecv(wrs []qp.RecvWR) (int, error) {
 // slot.
 func (q *QP) outstandingRdAtomicLocked() int {
 	n := 0
-	for i := q.sqCons.Tail(); i != q.reqIdx; i++ {
+	for i := q.sqHead; i != q.reqIdx; i++ {
 		if q.swq[i&q.sqMask()].rdAtomic {
 			n++
 		}

@@ -2,6 +2,7 @@ package device
 
 import (
 	"encoding/binary"
+	"time"
 
 	"rdmafs/qp"
 	"rdmafs/ring"
@@ -31,6 +32,8 @@ type sendWQE struct {
 	rdAtomic bool   // holds an initiator (max_rd_atomic) slot
 	dgid     [16]byte
 	qkey     uint32 // UD: the Q_Key to send
+	reserved bool   // the device's own (reserved.go): no ring slot, no CQE
+	posted   time.Time
 }
 
 // reqState is the requester's transport state.
@@ -74,17 +77,17 @@ func npkts(n uint64, mtu int) uint32 {
 func (q *QP) fetchLocked() bool {
 	avail, err := q.sqCons.Pending()
 	if err != nil {
-		q.fatalLocked(EventQPFatal)
+		q.fatalLocked(qp.EventQPFatal)
 		return false
 	}
 	end := q.sqCons.Tail() + avail
-	for ; q.sqFetched != end; q.sqFetched++ {
+	for ; q.ringFetched != end; q.ringFetched, q.sqFetched = q.ringFetched+1, q.sqFetched+1 {
 		w := &q.swq[q.sqFetched&q.sqMask()]
 		sgl, inl := w.wr.SGL[:0], w.wr.InlineData[:0]
 		*w = sendWQE{}
 		w.wr.SGL, w.wr.InlineData = sgl, inl
 		q.Counters.SendWQEs++
-		slot := q.sqCons.Peek(q.sqFetched - q.sqCons.Tail())
+		slot := q.sqCons.Peek(q.ringFetched - q.sqCons.Tail())
 		if derr := ring.DecodeSendWQE(slot, &w.wr); derr != nil {
 			// The completion still names the WR: its wr_id and, when
 			// it is one, its opcode are where they always are.
@@ -254,7 +257,7 @@ func (q *QP) requesterLocked() bool {
 // waits for earlier READs and atomics; READs, atomics and ATOMIC WRITEs
 // need a free slot.
 func (q *QP) mayStartLocked(w *sendWQE) bool {
-	if w.wr.Opcode == qp.WRLocalInv && q.sqCons.Tail() != q.reqIdx {
+	if w.wr.Opcode == qp.WRLocalInv && q.sqHead != q.reqIdx {
 		return false
 	}
 	if w.wr.SendFlags&qp.SendFence != 0 && q.req.rdAtomic < int(q.attr.MaxRdAtomic) {
@@ -425,7 +428,7 @@ func (q *QP) rewindLocked() {
 	mtu := q.mtu()
 	psn := q.comp.psn
 	q.req.psn = psn
-	for i := q.sqCons.Tail(); i != q.reqIdx+1 && i != q.sqFetched; i++ {
+	for i := q.sqHead; i != q.reqIdx+1 && i != q.sqFetched; i++ {
 		w := &q.swq[i&q.sqMask()]
 		if w.state == wqeDone || w.info.Local || w.state == wqePosted {
 			continue

@@ -83,7 +83,7 @@ func (q *QP) respondLocked(p *packet) {
 func (q *QP) noteCommEstLocked() {
 	if q.attr.QPState == qp.StateRTR && !q.commEst {
 		q.commEst = true
-		q.dev.raise(EventCommEst, "qp", q.QPN)
+		q.dev.raise(qp.EventCommEst, "qp", q.QPN)
 	}
 }
 
@@ -170,9 +170,9 @@ func (q *QP) nakLocked(psn qp.PSN, syndrome uint8, status qp.WCStatus) {
 		q.completeRecvLocked(status, 0, 0, 0, false)
 	}
 	if syndrome == aethNAKRemAccess {
-		q.fatalLocked(EventQPAccessErr)
+		q.fatalLocked(qp.EventQPAccessErr)
 	} else {
-		q.fatalLocked(EventQPReqErr)
+		q.fatalLocked(qp.EventQPReqErr)
 	}
 }
 
@@ -775,7 +775,7 @@ func (q *QP) respondUCLocked(p *packet) {
 		}
 		if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.payload); f != faultNone {
 			q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
-			q.fatalLocked(EventQPFatal)
+			q.fatalLocked(qp.EventQPFatal)
 			return
 		}
 		q.resp.offset += uint64(len(p.payload))
@@ -845,7 +845,7 @@ func (q *QP) ucRWQELocked() bool {
 	}
 	if malformed {
 		q.completeRecvLocked(qp.WCLocQPOpErr, 0, 0, 0, false)
-		q.fatalLocked(EventQPFatal)
+		q.fatalLocked(qp.EventQPFatal)
 		return false
 	}
 	return true
@@ -888,7 +888,7 @@ func (q *QP) respondUDLocked(p *packet) {
 		}
 		if malformed {
 			q.completeRecvLocked(qp.WCLocQPOpErr, 0, 0, 0, false)
-			q.fatalLocked(EventQPFatal)
+			q.fatalLocked(qp.EventQPFatal)
 			return
 		}
 	}
@@ -909,12 +909,12 @@ func (q *QP) respondUDLocked(p *packet) {
 	}
 	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, 0, grh[:]); f != faultNone {
 		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
-		q.fatalLocked(EventQPFatal)
+		q.fatalLocked(qp.EventQPFatal)
 		return
 	}
 	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, grhSize, p.payload); f != faultNone {
 		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
-		q.fatalLocked(EventQPFatal)
+		q.fatalLocked(qp.EventQPFatal)
 		return
 	}
 	q.noteCommEstLocked()

@@ -53,9 +53,9 @@ func (q *QP) runLocked() {
 	if q.attr.QPState.FlushRecv() {
 		q.flushRecvLocked()
 	}
-	if q.attr.QPState == qp.StateSQD && !q.drainSent && q.sqCons.Tail() == q.reqIdx {
+	if q.attr.QPState == qp.StateSQD && !q.drainSent && q.sqHead == q.reqIdx {
 		q.drainSent = true
-		q.dev.raise(EventSQDrained, "qp", q.QPN)
+		q.dev.raise(qp.EventSQDrained, "qp", q.QPN)
 	}
 	if more {
 		q.dev.engine.schedule(q)
@@ -93,15 +93,13 @@ func (q *QP) dropQueuedLocked() {
 // flushed like the rest.
 func (q *QP) flushSendLocked() {
 	q.fetchLocked()
-	for q.sqCons.Tail() != q.sqFetched {
-		w := &q.swq[q.sqCons.Tail()&q.sqMask()]
+	for q.sqHead != q.sqFetched {
+		w := &q.swq[q.sqHead&q.sqMask()]
 		status := qp.WCWRFlushErr
 		if w.state == wqeDone && w.status != qp.WCSuccess && !w.rejected {
 			status = w.status
 		}
-		q.sqCons.Advance(1)
-		q.sqCons.Publish() // free before the completion shows, as in retireLocked
-		q.completeSendLocked(w, status)
+		q.popLocked(w, status)
 	}
 	q.reqIdx = q.sqFetched
 	q.sqCons.Publish()
@@ -117,7 +115,7 @@ func (q *QP) flushRecvLocked() {
 	if q.srq != nil {
 		if !q.lastWQE {
 			q.lastWQE = true
-			q.dev.raise(EventQPLastWQEReached, "qp", q.QPN)
+			q.dev.raise(qp.EventQPLastWQEReached, "qp", q.QPN)
 		}
 		return
 	}

@@ -52,10 +52,7 @@ func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	if uint32(d.srqs.len()) >= d.cfg.MaxSRQ {
-		return nil, errf(op, syscall.ENOMEM, "max_srq (%d) reached", d.cfg.MaxSRQ)
-	}
-	if err := d.userShareLocked(op, owner, "srq", 0); err != nil {
+	if err := d.admitLocked(op, "srq", d.srqs.len(), d.cfg.MaxSRQ, owner, 0); err != nil {
 		return nil, err
 	}
 	slotSize, capSGE := ring.RecvSlotSize(req.MaxSGE)
@@ -76,11 +73,7 @@ func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
 }
 
 // SRQ looks an SRQ up by handle.
-func (d *Device) SRQ(h uint32) *SRQ {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.srqs.get(h)
-}
+func (d *Device) SRQ(h uint32) *SRQ { return lookup(d, &d.srqs, h) }
 
 // Region is the SRQ ring's shared memory.
 func (s *SRQ) Region() *ring.Region { return s.region }
@@ -111,8 +104,8 @@ func (s *SRQ) Modify(limit uint32) error {
 	const op = "modify_srq"
 	s.dev.mu.Lock()
 	defer s.dev.mu.Unlock()
-	if s.dev.srqs.get(s.Handle) != s {
-		return errf(op, syscall.ENOENT, "srq %d does not exist", s.Handle)
+	if err := s.dev.srqs.live(op, "srq", s.Handle, s); err != nil {
+		return err
 	}
 	if limit > s.MaxWR {
 		return errf(op, syscall.EINVAL, "srq_limit: %d exceeds max_wr %d", limit, s.MaxWR)
@@ -164,8 +157,8 @@ func (s *SRQ) Destroy() error {
 	defer s.postMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.srqs.get(s.Handle) != s {
-		return errf("destroy_srq", syscall.ENOENT, "srq %d does not exist", s.Handle)
+	if err := d.srqs.live("destroy_srq", "srq", s.Handle, s); err != nil {
+		return err
 	}
 	if s.users > 0 {
 		return errf("destroy_srq", syscall.EBUSY, "srq %d has %d QPs attached", s.Handle, s.users)
@@ -193,7 +186,7 @@ func (s *SRQ) takeLocked(wr *qp.RecvWR) (ok bool, malformed bool) {
 	s.cons.Publish()
 	if s.Limit != 0 && n-1 < s.Limit {
 		s.Limit = 0
-		s.dev.raise(EventSRQLimitReached, "srq", s.Handle)
+		s.dev.raise(qp.EventSRQLimitReached, "srq", s.Handle)
 	}
 	return true, derr != nil || uint32(len(wr.SGL)) > s.MaxSGE
 }

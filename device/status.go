@@ -36,13 +36,12 @@ func (q *QP) Queues() QueueStatus {
 	if q.destroyed || d.closed {
 		return s // the rings may be unmapped
 	}
-	tail := q.sqCons.Tail()
 	// The producer is the client's word: whatever it holds, report no
 	// more than the ring has slots.
-	s.SQPosted = min(q.sq.LoadProducer()-tail, q.sq.SlotCount())
-	for i := tail; i != q.sqFetched; i++ {
+	s.SQPosted = min(q.sq.LoadProducer()-q.sqCons.Tail(), q.sq.SlotCount())
+	for i := q.sqHead; i != q.sqFetched; i++ {
 		w := &q.swq[i&q.sqMask()]
-		if w.state != wqePosted && !w.rejected {
+		if w.state != wqePosted && !w.rejected && !w.reserved {
 			s.SQInFlight++
 		}
 	}

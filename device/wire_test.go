@@ -806,8 +806,8 @@ func (q *QP) debugState() string {
 		q.QPN, q.attr.QPState, q.req.psn, q.comp.psn, q.comp.acked, q.comp.retryLeft, q.comp.rnrLeft, q.retryTimer != nil,
 		q.comp.timeoutFired, q.comp.idle, q.comp.progress, q.req.needRetry, q.req.waitRNR, q.rnrTimer != nil,
 		q.req.rdAtomic, q.req.inMsg, q.resp.psn, len(q.reqIn), len(q.respIn), q.resp.reading, q.queued.Load())
-	fmt.Fprintf(&b, "  sq tail %d reqIdx %d fetched %d; engine idle %v\n", q.sqCons.Tail(), q.reqIdx, q.sqFetched, d.engine.idle())
-	for i := q.sqCons.Tail(); i != q.sqFetched; i++ {
+	fmt.Fprintf(&b, "  sq head %d reqIdx %d fetched %d; engine idle %v\n", q.sqHead, q.reqIdx, q.sqFetched, d.engine.idle())
+	for i := q.sqHead; i != q.sqFetched; i++ {
 		w := &q.swq[i&q.sqMask()]
 		fmt.Fprintf(&b, "  wqe %d wr_id %d %v state %d psn %d..%d sent %d/%d\n", i, w.wr.WRID, w.wr.Opcode, w.state, w.firstPSN, w.lastPSN, w.sent, w.length)
 	}

@@ -12,30 +12,12 @@ import (
 
 	"rdmafs/device"
 	"rdmafs/fsnode"
+	"rdmafs/internal/testmount"
 )
 
 func TestExamples(t *testing.T) {
-	dev, err := device.New(device.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	dir := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0755); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := fsnode.Mount(dir, dev, fsnode.Options{})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount: %v", err)
-		}
-		t.Skipf("cannot mount rdmafs here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	dev := testmount.Device(t, device.DefaultConfig())
+	dir, _ := testmount.Mount(t, dev, fsnode.Options{})
 	bin := t.TempDir()
 	for _, c := range []struct {
 		name string

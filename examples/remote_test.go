@@ -16,6 +16,7 @@ import (
 
 	"rdmafs/device"
 	"rdmafs/fsnode"
+	"rdmafs/internal/testmount"
 )
 
 // mountOnAddr serves a device with a RoCEv2 address on a fresh mount
@@ -38,22 +39,7 @@ func mountOnAddr(t *testing.T) string {
 		t.Skipf("no RoCEv2 device here: %v", err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	dir := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0755); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := fsnode.Mount(dir, dev, fsnode.Options{})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount: %v", err)
-		}
-		t.Skipf("cannot mount rdmafs here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	dir, _ := testmount.Mount(t, dev, fsnode.Options{})
 	return dir
 }
 

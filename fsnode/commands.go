@@ -138,10 +138,19 @@ func (t *tree) replaceRing(ctx context.Context, o *object, cq *device.CQ, cur **
 type channel struct {
 	path string
 	f    *os.File
+	// stop, when set, ends the goroutine that writes to the FIFO (a CM
+	// event channel's); closeChannel calls it before closing the file.
+	stop func()
 }
 
 func (t *tree) newChannel(handle uint32, uid, gid uint32) (*channel, error) {
-	path := filepath.Join(t.runtimeDir, fmt.Sprintf("cq%d", handle))
+	return t.newFIFO(fmt.Sprintf("cq%d", handle), uid, gid)
+}
+
+// newFIFO makes a FIFO called name in the runtime directory, owned by
+// uid and gid (0600), and holds it open read-write without blocking.
+func (t *tree) newFIFO(name string, uid, gid uint32) (*channel, error) {
+	path := filepath.Join(t.runtimeDir, name)
 	os.Remove(path) // a stale one from an earlier mount
 	if err := unix.Mkfifo(path, 0600); err != nil {
 		return nil, fmt.Errorf("channel: mkfifo %s: %w", path, err)
@@ -180,6 +189,9 @@ func (t *tree) closeChannel(c *channel) {
 	delete(t.channels, c)
 	t.mu.Unlock()
 	if live {
+		if c.stop != nil {
+			c.stop()
+		}
 		c.f.Close()
 		os.Remove(c.path)
 	}

@@ -21,6 +21,9 @@
 //     directories of each kind.
 //   - commands.go: small parsers of the control commands fsnode owns
 //     (command word, resize cqe=N, post lines), the CQ channel FIFOs.
+//   - cm.go: the cm/ tree over package cm (the RDMA CM agent): ids and
+//     event channels as objects, a goroutine per channel writing its
+//     events to the channel's FIFO as 1024-byte records.
 //
 // # Sizes
 //
@@ -70,4 +73,11 @@
 // kernel except stream.mu, which only orders reads of one open file.
 // Notifications to the kernel (NotifyEntry after a CQ resize) are made with
 // no fsnode lock held but the CQ's, which no FUSE request waits on.
+//
+// The CM agent's lock (cm.Agent's) is taken by every cm/ node that calls
+// the agent, and the agent calls back into fsnode under it in one place:
+// publishing the directory of an id a connect request made (AddChild,
+// which takes go-fuse's inode locks for a moment). go-fuse holds no inode
+// lock while it runs a node's method, so the order is always the agent's
+// lock, then go-fuse's.
 package fsnode

@@ -14,6 +14,7 @@ import (
 
 	"rdmafs/device"
 	"rdmafs/fsnode"
+	"rdmafs/internal/testmount"
 )
 
 // mnt is one mounted device under test.
@@ -36,35 +37,9 @@ func mount(t *testing.T) *mnt {
 // mountWith is mount with a device configuration and mount options.
 func mountWith(t *testing.T, cfg device.Config, opts fsnode.Options) *mnt {
 	t.Helper()
-	dev, err := device.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	base := t.TempDir()
-	// t.TempDir's directories are 0700; the second user must get through.
-	for _, d := range []string{filepath.Dir(base), base} {
-		if err := os.Chmod(d, 0755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := filepath.Join(base, "mnt")
-	if err := os.Mkdir(dir, 0755); err != nil {
-		t.Fatal(err)
-	}
+	dev := testmount.Device(t, cfg)
 	opts.Debug = testing.Verbose() && os.Getenv("RDMAFS_FUSE_DEBUG") != ""
-	srv, err := fsnode.Mount(dir, dev, opts)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount: %v", err)
-		}
-		t.Skipf("cannot mount rdmafs here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	dir, srv := testmount.Mount(t, dev, opts)
 	return &mnt{t: t, dir: dir, dev: dev, srv: srv}
 }
 

@@ -29,7 +29,9 @@ import (
 // "error: REASON", until the next write succeeds.
 
 // leaseOrder is the destruction order: dependents before what they use.
-var leaseOrder = map[string]int{"qp": 0, "srq": 1, "ah": 2, "mw": 3, "mr": 4, "cq": 5, "pd": 6}
+// CM ids go first (their peers get REJ or DREQ while the QP still
+// exists), then their event channels.
+var leaseOrder = map[string]int{"cm": -2, "cm_channel": -1, "qp": 0, "srq": 1, "ah": 2, "mw": 3, "mr": 4, "cq": 5, "pd": 6}
 
 type leased struct {
 	kind, name string
@@ -210,7 +212,11 @@ func (t *tree) expire(held []leased) {
 		if o == nil || o != l.obj {
 			continue
 		}
-		if err := o.destroy(); err != nil {
+		destroy := o.destroy
+		if o.expire != nil {
+			destroy = o.expire
+		}
+		if err := destroy(); err != nil {
 			o.record("lease", err)
 			continue
 		}

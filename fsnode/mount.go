@@ -3,6 +3,7 @@ package fsnode
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"rdmafs/cm"
 	"rdmafs/device"
 )
 
@@ -24,6 +26,11 @@ type Options struct {
 	// MaxLease caps the objects one open of MOUNT/lease holds; 0 is the
 	// sum of the device's object limits (no program can own more).
 	MaxLease int
+	// CM is the device's connection manager (cm.Attach); nil makes one
+	// for the mount, with CMAddrs as extra addresses it answers for, and
+	// closes it at unmount.
+	CM      *cm.Agent
+	CMAddrs []netip.Addr
 }
 
 // Server is one mounted device.
@@ -34,6 +41,7 @@ type Server struct {
 	connID uint32 // the FUSE connection (fusectl directory name)
 
 	ownRuntime bool // RuntimeDir was made by Mount and is removed at the end
+	ownCM      bool // the CM agent was made by Mount and is closed at the end
 	once       sync.Once
 	unmountMu  sync.Mutex // one Unmount at a time
 }
@@ -85,9 +93,17 @@ func Mount(dir string, dev *device.Device, opts Options) (*Server, error) {
 		if own {
 			os.RemoveAll(rt)
 		}
+		if s.ownCM {
+			s.tree.cm.Close()
+		}
 		return nil, err
 	}
 	s.tree = newTree(dev, rt)
+	s.tree.cm = opts.CM
+	if s.tree.cm == nil {
+		s.tree.cm = cm.Attach(dev, cm.Config{Addrs: opts.CMAddrs})
+		s.ownCM = true
+	}
 	s.tree.maxLease = opts.MaxLease
 	if s.tree.maxLease <= 0 {
 		c := dev.Config()
@@ -212,6 +228,10 @@ func (s *Server) Wait() {
 
 func (s *Server) cleanup() {
 	s.once.Do(func() {
+		if s.ownCM {
+			// Peers get the REJs and DREQs of the ids still open.
+			s.tree.cm.Close()
+		}
 		s.tree.closeChannels()
 		if s.ownRuntime {
 			os.RemoveAll(s.tree.runtimeDir)

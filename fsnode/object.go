@@ -21,6 +21,9 @@ type object struct {
 	// succeeded.
 	destroy func() error
 	cleanup []func()
+	// expire, when set, is what a lease does instead of destroy (a CM
+	// channel takes its ids with it).
+	expire func() error
 	// gone is set once destroy succeeded (a lease drops the object).
 	gone atomic.Bool
 

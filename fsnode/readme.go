@@ -79,6 +79,9 @@ qp/N/
                modify key=value ...   ibv_modify_qp; the mask is the set of keys
                reset                  modify to RESET
                error                  modify to ERR
+               probe                  RC in RTS: a zero-length RDMA WRITE from one of the
+                                      device's reserved WQEs (no slot of sq, no CQE);
+                                      its outcome and round trip show in counters
              keys are ibv_qp_attr's fields: qp_state path_mtu (bytes) dest_qp_num
              rq_psn sq_psn qp_access_flags pkey_index port_num timeout retry_cnt
              rnr_retry min_rnr_timer max_rd_atomic max_dest_rd_atomic qkey dgid
@@ -96,7 +99,8 @@ qp/N/
                remote_addr=N rkey=N compare_add=N swap=N ah=H remote_qpn=N
                remote_qkey=N inline_data=HEX
   post_recv  one receive a line: wr_id=N sge=LKEY:ADDR:LENGTH ...
-  counters   per-QP counters (packets, bytes, retransmits, NAKs by kind, ...),
+  counters   per-QP counters (packets, bytes, retransmits, NAKs by kind, probes,
+             probes_ok, probes_failed, probe_rtt_us of the last probe, ...),
              then gauges: sq_posted sq_in_flight rq_posted rnr_wait send_psn
              expected_psn (WRs in the queues, WRs started and not completed, an
              RNR wait in progress, the live PSNs)
@@ -125,6 +129,44 @@ mr/H/mem   the registered memory: mmap it, or read and write it at offsets
            (dd conv=notrunc, cat). Truncation is ignored, so "> mem" writes
            from offset 0.
 mw/H/, ah/H/, pd/H/: attr and error only.
+
+RDMA CM (cm/)
+-------------
+The connection manager librdmacm needs: IB CM MADs on QP1 (REQ, REP, RTU,
+REJ, MRA, DREQ, DREP, SIDR_REQ, SIDR_REP), on loopback and over RoCEv2.
+  addrs          the addresses this device answers for, one a line
+  counters       MADs sent and received per type, retries, timeouts, drops
+  listeners      id=I uid=U ps=tcp addr=A port=P service_id=0x... backlog=N pending=M
+  channel/new    (empty line) -> C; channel/C/fifo is a FIFO in RUNTIME (0600,
+                 yours): each event is one 1024-byte record, a line
+                 "event=NAME id=I status=N key=value ..." padded with spaces;
+                 channel/C/attr: ids pending dropped. rmdir: EBUSY while ids use it
+  new            ps=tcp|udp|ib|ipoib [qp_type=rc|ud] channel=C -> I
+  I/ctl          one command a write:
+                   bind addr=A [port=P]          (port 0: 32768-60999)
+                   resolve_addr dst=A port=P [src=A]  -> addr_resolved | addr_error
+                   resolve_route                 -> route_resolved
+                   listen [backlog=N]            (at most 1024)
+                   connect qp_num=N psn=N [private_data=HEX] [responder_resources=N]
+                     [initiator_depth=N] [flow_control=0|1] [retry_count=N]
+                     [rnr_retry_count=N] [srq=0|1]
+                     -> connect_response | rejected | unreachable (UD: established)
+                   establish                     (after connect_response: RTU)
+                   accept qp_num=N psn=N [private_data=HEX] ... [qkey=N]
+                   reject [private_data=HEX]
+                   disconnect                    -> disconnected, later timewait_exit
+                   notify                        (in rep_sent: as if the RTU came)
+                   set_option tos=N | ack_timeout=N | reuseaddr=0|1 | afonly=0|1
+                   migrate channel=C
+  I/attr         state, addresses, the route (sgid dgid hop_limit path_mtu ...),
+                 comm IDs, this side's and the peer's QPN and PSN: what the QP's
+                 RTR and RTS need
+  I/state        idle addr_bound addr_resolved route_resolved listen req_sent
+                 req_rcvd rep_sent rep_rcvd established dreq_sent dreq_rcvd
+                 timewait closed
+A connect request makes a new id (cm/I, the listener's owner's) before its
+connect_request event names it. rmdir cm/I rejects a pending request or
+disconnects a connection. "cm I" and "cm_channel C" can be leased.
 
 Ownership and errors
 --------------------

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
+	"rdmafs/cm"
 	"rdmafs/device"
 	"rdmafs/qp"
 )
@@ -24,6 +25,7 @@ type tree struct {
 	root       *root
 	kinds      map[string]*dir // pd, mr, ... once OnAdd ran
 	maxLease   int             // objects one open lease file holds
+	cm         *cm.Agent       // the connection manager (cm.go)
 
 	mu       sync.Mutex
 	channels map[*channel]bool // live CQ channels; guarded by mu
@@ -96,6 +98,7 @@ func (r *root) OnAdd(ctx context.Context) {
 		addChild(ctx, &kd.Inode, "new", t.newFile(k), syscall.S_IFREG)
 		t.kinds[k.name] = kd
 	}
+	t.addCM(ctx, in)
 }
 
 func (t *tree) deviceText() string {
@@ -133,6 +136,7 @@ func (t *tree) deviceText() string {
 	kv("local_ca_ack_delay", a.LocalCAAckDelay)
 	kv("phys_port_cnt", a.PhysPortCnt)
 	kv("max_inline_data", a.MaxInlineData)
+	kv("reserved_operations", a.ReservedOps)
 	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
 	// What one user other than root may take (root: the limits above).
 	cfg := t.dev.Config()
@@ -550,18 +554,21 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 				return err
 			}
 			return q.Modify(&a, mask)
-		case "reset", "error":
+		case "reset", "error", "probe":
 			if rest != "" {
 				return invalid("modify_qp", "%s takes no arguments", cmd)
 			}
-			if cmd == "reset" {
+			switch cmd {
+			case "reset":
 				return q.Reset()
+			case "probe":
+				return q.Probe()
 			}
 			return q.Error()
 		case "":
-			return invalid("modify_qp", "empty command (want: modify key=value ..., reset or error)")
+			return invalid("modify_qp", "empty command (want: modify key=value ..., reset, error or probe)")
 		}
-		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset or error)", clip(cmd))
+		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset, error or probe)", clip(cmd))
 	})
 	postSend := o.cmdFile("post_send", func(ctx context.Context, text string) error {
 		return postLines("post_send", text, qp.ParseSendWR, q.PostSend)

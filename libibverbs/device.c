@@ -136,7 +136,15 @@ static void scan(void)
 		d->dev.node_type = IBV_NODE_CA;
 		d->dev.transport_type = IBV_TRANSPORT_IB;
 		snprintf(d->dev.name, sizeof(d->dev.name), "rdmafs%d", d->index);
-		snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", d->index);
+		/* dev_name is the uverbs character device's name under
+		 * /dev/infiniband, which a kernel device has and ours does not
+		 * (nothing is opened there: the mount is the device). UCX
+		 * lists only devices for which "/dev/infiniband/" + dev_name
+		 * is a character device it may read and write
+		 * (uct_ib_device_is_accessible): for ours that resolves to
+		 * /dev/null wherever /dev/infiniband exists, and a device is
+		 * listed here only if its mount could be read. */
+		snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "../null");
 		/* the mount is the device's "sysfs" directory (longer paths are
 		 * cut: the fields are 256 bytes) */
 		copy_str(d->dev.dev_path, sizeof(d->dev.dev_path), d->mount);

@@ -129,7 +129,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	if (attr->is_global)
 		snprintf(req + strlen(req), sizeof(req) - strlen(req),
 			 " hop_limit=%u traffic_class=%u flow_label=%u sgid_index=%u", attr->grh.hop_limit,
-			 attr->grh.traffic_class, attr->grh.flow_label, attr->grh.sgid_index);
+			 attr->grh.traffic_class, rf_flow_label(attr->grh.flow_label), attr->grh.sgid_index);
 	if (rf_transact(ctx, "ah", req, &ah->handle)) {
 		int err = errno;
 		free(ah);

@@ -282,7 +282,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 		ADD(" dgid=%s sl=%u", gid, ah->sl);
 		if (ah->is_global)
 			ADD(" sgid_index=%u hop_limit=%u traffic_class=%u flow_label=%u", ah->grh.sgid_index,
-			    ah->grh.hop_limit, ah->grh.traffic_class, ah->grh.flow_label);
+			    ah->grh.hop_limit, ah->grh.traffic_class, rf_flow_label(ah->grh.flow_label));
 	}
 	if (mask & IBV_QP_PATH_MTU)
 		ADD(" path_mtu=%u", a->path_mtu);

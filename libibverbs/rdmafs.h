@@ -246,6 +246,12 @@ uint32_t rf_backing_pd(struct rf_context *ctx, int *err);
 
 /* pd.c */
 void rf_dest_gid(struct rf_context *ctx, const struct ibv_ah_attr *ah, char *out, size_t len);
+/* A GRH's flow label is 20 bits; ibv_global_route's field is 32. The
+ * kernel keeps the low 20 (the UDP source port of RoCEv2 is derived from
+ * them) and so do we: UCX passes ~0 on purpose, "a workaround for
+ * rdma-core's flow label to UDP sport conversion", and the daemon's text
+ * interface refuses anything past 20 bits. */
+static inline uint32_t rf_flow_label(uint32_t fl) { return fl & 0xfffff; }
 
 /* events.c */
 void rf_track(struct rf_context *ctx, enum rf_kind kind, uint32_t handle, void *ptr);

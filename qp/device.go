@@ -38,4 +38,7 @@ type DeviceAttr struct {
 	PhysPortCnt      uint32
 	MaxInlineData    uint32
 	MaxTotalMRBytes  uint64
+	// ReservedOps: send WQEs each QP keeps for the device (rdmavt's
+	// reserved_operations), beyond max_send_wr.
+	ReservedOps uint32
 }

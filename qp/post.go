@@ -33,9 +33,12 @@ func ValidateSendWR(t Type, wr *SendWR, c SendCaps) error {
 	}
 	total := sgeTotal(wr.SGL)
 	inline := wr.SendFlags&SendInline != 0
-	if wr.InlineData != nil {
+	if wr.InlineData != nil && (inline || len(wr.InlineData) != 0) {
 		// inline_data replaces the SGL as the source of the bytes; with
 		// both, or without the flag, what to send would be ambiguous.
+		// Without the flag an empty one is no data: the engine decodes
+		// every WQE into the WR its slot last held, so a send with SGEs
+		// keeps the (emptied) buffer of an inline one before it.
 		if !inline {
 			return errorf("inline_data", "given without send_flags=inline")
 		}

@@ -7,7 +7,9 @@
 # several threads at once), libibverbs/tests/memkinds (ibv_reg_mr on every kind of memory, with
 # two huge pages reserved for the run when the machine has none),
 # libibverbs/tests/atomic_write (IBV_WR_ATOMIC_WRITE by ibv_post_send and by
-# ibv_wr_atomic_write), and libibverbs/tests/hostile, a program that misuses
+# ibv_wr_atomic_write), libibverbs/tests/ucx_verbs (what UCX's verbs
+# transports need: the accessibility check, 32-bit flow labels, inline and
+# SGE sends in one SQ slot), and libibverbs/tests/hostile, a program that misuses
 # the verbs and scribbles its rings. Every run must pass; the sanitizers must stay quiet. Also: the
 # library loads with LD_PRELOAD as well, and the system's is never mapped.
 NEED_LIBIBVERBS=1
@@ -24,12 +26,13 @@ for v in plain asan; do
 	cc $flags -o "$work/events-$v" "$repo/libibverbs/tests/events.c" -libverbs
 	cc $flags -pthread -o "$work/threads-$v" "$repo/libibverbs/tests/threads.c" -libverbs
 	cc $flags -o "$work/atomic_write-$v" "$repo/libibverbs/tests/atomic_write.c" -libverbs
+	cc $flags -o "$work/ucx_verbs-$v" "$repo/libibverbs/tests/ucx_verbs.c" -libverbs
 done
 hp=/proc/sys/vm/nr_hugepages
 hp_was=$(cat $hp 2>/dev/null || echo 0)
 if ((hp_was == 0)) && [[ -w $hp ]]; then
 	echo 2 >$hp
-	trap 'echo 0 >'$hp'; cleanup' EXIT
+	at_exit "echo 0 >$hp"
 fi
 
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
@@ -44,6 +47,7 @@ for v in plain asan; do
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/events-$v" || die "events ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 120 "$work/threads-$v" || die "threads ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/atomic_write-$v" || die "atomic_write ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/ucx_verbs-$v" || die "ucx_verbs ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
 	ASAN_OPTIONS=detect_leaks=0 RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- \
 		timeout 120 "$work/hostile-$v" "$M" || die "hostile ($v) failed"
@@ -59,4 +63,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, threads, memkinds, atomic_write and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, threads, memkinds, atomic_write, ucx_verbs and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"

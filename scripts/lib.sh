@@ -19,8 +19,20 @@ else
 	(cd "$repo" && go build -o "$RDMAFS" ./cmd/rdmafs)
 fi
 
+# at_exit CMD: run CMD (through eval) when the script exits, before the
+# unmount of $M, latest first. Scripts register their own teardown here
+# rather than replacing the EXIT trap: a trap that runs a command before
+# cleanup would hand cleanup that command's status instead of the
+# script's, and a failed script would exit 0.
+exit_hooks=()
+at_exit() { exit_hooks=("$1" "${exit_hooks[@]}"); }
+
 cleanup() {
-	local rc=$?
+	local rc=$? h
+	set +e
+	for h in "${exit_hooks[@]}"; do
+		eval "$h"
+	done
 	if ((rc != 0)) && [[ -s "$work/daemon.log" ]]; then
 		echo "--- daemon log" >&2
 		tail -n 40 "$work/daemon.log" >&2

@@ -31,7 +31,7 @@ MR=$work/mnt-roce
 mkdir -p "$MR"
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
 pp "$RDMAFS" mount --log "$work/daemon-roce.log" --addr "$ADDR" "$MR"
-trap '"$RDMAFS" umount "$MR" 2>/dev/null || true; [[ -n "${release_huge:-}" ]] && echo 0 >$hp; cleanup' EXIT
+at_exit '"$RDMAFS" umount "$MR" 2>/dev/null; [[ -z "${release_huge:-}" ]] || echo 0 >$hp'
 
 # run MOUNT LOG: every test file, each in its own python under a timeout (a
 # lost completion costs the suite's 10 s poll timeout; a hang costs 120 s).

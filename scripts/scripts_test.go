@@ -23,7 +23,7 @@ func TestScripts(t *testing.T) {
 	}
 	// verbs-tools.sh, c-programs.sh and rdma-core-suite.sh run unmodified
 	// programs on the drop-in libibverbs (RDMAFS_LIBDIR, or built by lib.sh).
-	for _, s := range []string{"demo.sh", "ud.sh", "flush.sh", "wire.sh", "c-programs.sh", "rdma-core-suite.sh", "verbs-tools.sh"} {
+	for _, s := range []string{"demo.sh", "ud.sh", "flush.sh", "wire.sh", "c-programs.sh", "rdma-core-suite.sh", "verbs-tools.sh", "ucx.sh"} {
 		t.Run(s, func(t *testing.T) {
 			cmd := exec.Command("bash", s)
 			cmd.Env = append(os.Environ(), "RDMAFS="+bin)
@@ -36,6 +36,46 @@ func TestScripts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A script that fails exits non-zero whatever teardown it registered:
+// lib.sh's EXIT trap runs the at_exit hooks (here one that succeeds and
+// one that fails) and still exits with the script's own status, so a
+// script's failure cannot pass for success in TestScripts.
+func TestLibKeepsExitStatus(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want int
+	}{
+		{"at_exit 'true'; at_exit 'false'; exit 3", 3},
+		{"at_exit 'true'; false", 1},
+		{"at_exit 'echo hook'; true", 0},
+	} {
+		script := filepath.Join(t.TempDir(), "s.sh")
+		if err := os.WriteFile(script, []byte("source "+filepath.Join(mustWd(t), "lib.sh")+"\n"+c.body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", script)
+		cmd.Env = append(os.Environ(), "RDMAFS=/bin/true")
+		out, err := cmd.CombinedOutput()
+		rc := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			rc = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if rc != c.want {
+			t.Errorf("%q: exit %d, want %d\n%s", c.body, rc, c.want, out)
+		}
+	}
+}
+
+func mustWd(t *testing.T) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wd
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -24,7 +24,7 @@ done
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
 pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
 pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
-trap '"$RDMAFS" umount "$MA" 2>/dev/null || true; "$RDMAFS" umount "$MB" 2>/dev/null || true; cleanup' EXIT
+at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null'
 
 # on MOUNT PROG ARGS: run an unmodified program on MOUNT's device.
 on() {

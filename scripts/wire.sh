@@ -12,7 +12,7 @@ MB=$work/mntb
 mkdir -p "$MB"
 pp "$RDMAFS" mount --log "$work/daemon.log" --addr "$A_ADDR" "$M"
 pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
-trap '"$RDMAFS" umount "$MB" 2>/dev/null || true; cleanup' EXIT
+at_exit '"$RDMAFS" umount "$MB" 2>/dev/null'
 show "grep -E '^(gid|active_mtu)=' $M/port $MB/port"
 gid_a=$(sed -n 's/^gid=//p' "$M/port")
 gid_b=$(sed -n 's/^gid=//p' "$MB/port")

@@ -10,48 +10,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"rdmafs/qp"
 )
 
-// AsyncEventType is ibv_event_type (same numbering).
-type AsyncEventType uint8
-
-// Asynchronous event types (IBV_EVENT_*).
-const (
-	EventCQErr AsyncEventType = iota
-	EventQPFatal
-	EventQPReqErr
-	EventQPAccessErr
-	EventCommEst
-	EventSQDrained
-	EventPathMig
-	EventPathMigErr
-	EventDeviceFatal
-	EventPortActive
-	EventPortErr
-	EventLIDChange
-	EventPKeyChange
-	EventSMChange
-	EventSRQErr
-	EventSRQLimitReached
-	EventQPLastWQEReached
-	EventClientReregister
-	EventGIDChange
-	numEvents
-)
-
-var eventNames = [numEvents]string{
-	"cq_err", "qp_fatal", "qp_req_err", "qp_access_err", "comm_est", "sq_drained",
-	"path_mig", "path_mig_err", "device_fatal", "port_active", "port_err", "lid_change",
-	"pkey_change", "sm_change", "srq_err", "srq_limit_reached", "qp_last_wqe_reached",
-	"client_reregister", "gid_change",
-}
-
-func (t AsyncEventType) String() string {
-	if t < numEvents {
-		return eventNames[t]
-	}
-	return fmt.Sprintf("AsyncEventType(%d)", uint8(t))
-}
+// AsyncEventType is ibv_event_type (same numbering); the constants are
+// qp's (qp.EventQPFatal, ...).
+type AsyncEventType = qp.EventType
 
 // AsyncEvent is ibv_async_event: what happened and to which object. Kind is
 // "qp" (Handle is the QPN), "cq", "srq" or "port".
@@ -72,15 +37,11 @@ func parseAsyncEvent(line string) (AsyncEvent, error) {
 		return ev, fmt.Errorf("malformed event line %q", line)
 	}
 	name := strings.TrimPrefix(f[0], "event=")
-	ev.Type = numEvents
-	for i, n := range eventNames {
-		if n == name {
-			ev.Type = AsyncEventType(i)
-		}
-	}
-	if ev.Type == numEvents {
+	t, ok := qp.ParseEventType(name)
+	if !ok {
 		return ev, fmt.Errorf("unknown event %q", name)
 	}
+	ev.Type = t
 	k, v, ok := strings.Cut(f[1], "=")
 	n, err := strconv.ParseUint(v, 10, 32)
 	if !ok || err != nil {
@@ -195,6 +156,6 @@ func deviceGone(err error) bool {
 // fatalEvent is the IBV_EVENT_DEVICE_FATAL a client gets when the daemon
 // dies or the device is unmounted under it. Mapped memory stays readable.
 func fatalEvent(err error) AsyncEvent {
-	return AsyncEvent{Type: EventDeviceFatal, Kind: "port", Handle: 1,
+	return AsyncEvent{Type: qp.EventDeviceFatal, Kind: "port", Handle: 1,
 		Line: "event=device_fatal port=1 (" + err.Error() + ")"}
 }

@@ -2,14 +2,13 @@ package verbs
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"rdmafs/device"
 	"rdmafs/fsnode"
+	"rdmafs/internal/testmount"
 )
 
 // env is one mounted device and a Context on it.
@@ -33,27 +32,8 @@ func mountConfig(t testing.TB, opts Options, set func(*device.Config)) *env {
 	if set != nil {
 		set(&cfg)
 	}
-	dev, err := device.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	dir := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0755); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := fsnode.Mount(dir, dev, fsnode.Options{})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount: %v", err)
-		}
-		t.Skipf("cannot mount rdmafs here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	dev := testmount.Device(t, cfg)
+	dir, srv := testmount.Mount(t, dev, fsnode.Options{})
 	ctx, err := OpenWithOptions(dir, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"rdmafs/qp"
 )
 
 // Closing a Context destroys what it created (the lease), as closing a
@@ -77,7 +79,7 @@ func TestDeviceFatalOnUnmount(t *testing.T) {
 	}
 	select {
 	case evs := <-got:
-		if len(evs) != 1 || evs[0].Type != EventDeviceFatal {
+		if len(evs) != 1 || evs[0].Type != qp.EventDeviceFatal {
 			t.Fatalf("events after unmount: %v", evs)
 		}
 	case <-time.After(10 * time.Second):
@@ -88,7 +90,7 @@ func TestDeviceFatalOnUnmount(t *testing.T) {
 	}
 	// Later reads fail fast with device_fatal too.
 	evs, err := e.ctx.ReadAsyncEvents(context.Background())
-	if err != nil || len(evs) != 1 || evs[0].Type != EventDeviceFatal {
+	if err != nil || len(evs) != 1 || evs[0].Type != qp.EventDeviceFatal {
 		t.Fatalf("second read: %v %v", evs, err)
 	}
 }

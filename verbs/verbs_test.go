@@ -623,7 +623,7 @@ func TestAsyncEvents(t *testing.T) {
 	pollN(t, cq, 2)
 	evs, err = e.ctx.ReadAsyncEvents(context.Background())
 	e.must(err)
-	if len(evs) != 1 || evs[0].Type != EventCommEst || evs[0].Kind != "qp" || evs[0].Handle != b.QPN {
+	if len(evs) != 1 || evs[0].Type != qp.EventCommEst || evs[0].Kind != "qp" || evs[0].Handle != b.QPN {
 		t.Errorf("events: %+v", evs)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"rdmafs/bench"
 	"rdmafs/device"
 	"rdmafs/fsnode"
+	"rdmafs/internal/testmount"
 )
 
 // benchMount mounts a device served by this process in a temporary
@@ -19,27 +21,8 @@ import (
 // skips, except in CI, where it fails.
 func benchMount(t testing.TB) string {
 	t.Helper()
-	dev, err := device.New(device.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	dir := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := fsnode.Mount(dir, dev, fsnode.Options{RuntimeDir: filepath.Join(t.TempDir(), "run")})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount: %v", err)
-		}
-		t.Skipf("cannot mount rdmafs here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	dev := testmount.Device(t, device.DefaultConfig())
+	dir, _ := testmount.Mount(t, dev, fsnode.Options{RuntimeDir: filepath.Join(t.TempDir(), "run")})
 	return dir
 }
 
@@ -53,12 +36,12 @@ func runBench(t testing.TB, wantRC int, args ...string) string {
 	return out.String()
 }
 
-func parseJSONResults(t testing.TB, out string) []benchResult {
+func parseJSONResults(t testing.TB, out string) []bench.Result {
 	t.Helper()
-	var rs []benchResult
+	var rs []bench.Result
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		var r benchResult
+		var r bench.Result
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("not JSON: %q: %v", sc.Text(), err)
 		}
@@ -176,30 +159,6 @@ func TestBenchQPsDurationSend(t *testing.T) {
 	}
 }
 
-// The data check is not vacuous: memory spoiled after the run fails it,
-// and the bench exits 1.
-func TestBenchCheckCatchesBadData(t *testing.T) {
-	mnt := benchMount(t)
-	for _, op := range []string{"write", "read", "fetch_add"} {
-		benchBeforeCheck = func(b *bench, size int) {
-			p := b.pairs[0]
-			switch op {
-			case "write":
-				p.mb.Buf[b.buf+size/2]++
-			case "read":
-				p.ma.Buf[b.buf+size/2]++
-			case "fetch_add":
-				p.mb.Buf[p.atomicWord]++
-			}
-		}
-		out := runBench(t, 1, "--op", op, "-s", "64", "--iters", "10", mnt)
-		if !strings.Contains(out, "data check: FAILED") {
-			t.Errorf("%s: spoiled memory passed:\n%s", op, out)
-		}
-	}
-	benchBeforeCheck = nil
-}
-
 // memcpy needs no mount; bad flags are usage errors.
 func TestBenchMemcpyAndFlags(t *testing.T) {
 	rs := parseJSONResults(t, runBench(t, 0, "--op", "memcpy", "-s", "65536", "--iters", "1000", "--json"))
@@ -249,7 +208,7 @@ func BenchmarkLoopback(b *testing.B) {
 			if d == "" {
 				d = "2s"
 			}
-			var rs []benchResult
+			var rs []bench.Result
 			for b.Loop() {
 				out := runBench(b, 0, "--op", c.op, "--mode", c.mode, "-s", c.size, "--duration", d, "--json", mnt)
 				if rs = parseJSONResults(b, out); len(rs) != 1 {

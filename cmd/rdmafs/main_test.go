@@ -46,7 +46,7 @@ func TestHelp(t *testing.T) {
 	if rc := run([]string{"mount", "--help"}, &out, &errb); rc != 0 {
 		t.Fatalf("mount --help exit %d", rc)
 	}
-	for _, f := range []string{"--foreground", "--max-qp", "--max-qp-wr", "--max-sge", "--max-cqe", "--max-mr-size", "--max-inline-data", "--mtu"} {
+	for _, f := range []string{"--foreground", "--max-qp", "--max-qp-wr", "--max-sge", "--max-cqe", "--max-mr-size", "--max-inline-data", "--mtu", "--cm-addr"} {
 		if !strings.Contains(errb.String(), f) {
 			t.Errorf("mount --help does not document %s", f)
 		}
@@ -56,6 +56,45 @@ func TestHelp(t *testing.T) {
 	}
 	if rc := run([]string{"mount", "--mtu", "1000", "/"}, &out, &errb); rc != 2 {
 		t.Errorf("bad --mtu exit %d, want 2", rc)
+	}
+	errb.Reset()
+	if rc := run([]string{"mount", "--cm-addr", "nowhere", "/"}, &out, &errb); rc != 2 || !strings.Contains(errb.String(), "--cm-addr") {
+		t.Errorf("bad --cm-addr exit %d: %q", rc, errb.String())
+	}
+}
+
+// TestMountCMAddr: a local mount answers for 127.0.0.1, ::1 and every
+// --cm-addr, and resolves them to itself.
+func TestMountCMAddr(t *testing.T) {
+	needRoot(t)
+	bin := buildBinary(t)
+	mnt := t.TempDir()
+	if out, err := exec.Command(bin, "mount", "--cm-addr", "10.55.0.1", "--cm-addr", "fd00::5", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(bin, "umount", mnt).Run() })
+	b, err := os.ReadFile(filepath.Join(mnt, "cm", "addrs"))
+	if err != nil || string(b) != "127.0.0.1\n::1\n10.55.0.1\nfd00::5\n" {
+		t.Fatalf("cm/addrs %q %v", b, err)
+	}
+	ch, err := exec.Command(bin, "new", mnt, "cm/channel").CombinedOutput()
+	if err != nil {
+		t.Fatalf("new cm/channel: %v %s", err, ch)
+	}
+	id, err := exec.Command(bin, "new", mnt, "cm", "ps=tcp", "channel="+strings.TrimSpace(string(ch))).CombinedOutput()
+	if err != nil {
+		t.Fatalf("new cm: %v %s", err, id)
+	}
+	ctl := filepath.Join(mnt, "cm", strings.TrimSpace(string(id)), "ctl")
+	if err := os.WriteFile(ctl, []byte("resolve_addr dst=10.55.0.1 port=1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ctl, []byte("resolve_route"), 0); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(filepath.Join(mnt, "cm", strings.TrimSpace(string(id)), "attr"))
+	if !strings.Contains(string(b), "state=route_resolved") || !strings.Contains(string(b), "src_addr=10.55.0.1") {
+		t.Fatalf("attr:\n%s", b)
 	}
 }
 

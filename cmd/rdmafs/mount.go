@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"rdmafs/cm"
 	"rdmafs/device"
 	"rdmafs/fsnode"
 	"rdmafs/qp"
@@ -61,8 +62,17 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID, or ::ffff:ADDR with --addr)")
 	fs.BoolVar(&cfg.AnySourcePort, "any-source-port", false, "with --addr: take a connected QP's packets from any UDP source port of its peer's address (for RoCE peers whose source port is not rxe's per-QP port)")
 	addr := fs.String("addr", "", "IPv4 address to speak RoCEv2 on (UDP 4791; needs CAP_NET_RAW): the port GID becomes ::ffff:ADDR and QPs reach other hosts' devices")
+	cmAddrFlags := fs.StringArray("cm-addr", nil, "an IP address the connection manager answers for besides the device's own (127.0.0.1 and ::1 on a local mount, ADDR with --addr); repeatable. rdma_resolve_addr to it reaches this device")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var cmAddrs []netip.Addr
+	for _, s := range *cmAddrFlags {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+			return usageError{fmt.Errorf("--cm-addr %q: want a unicast IPv4 or IPv6 address", s)}
+		}
+		cmAddrs = append(cmAddrs, a.Unmap())
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
@@ -99,7 +109,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	if !*foreground {
 		return spawnDaemon(mnt, args, *logFile)
 	}
-	return serve(mnt, cfg, fsnode.Options{Debug: *debug, RuntimeDir: *runtimeDir, MaxLease: *maxLease}, *readyFD, stderr)
+	return serve(mnt, cfg, fsnode.Options{Debug: *debug, RuntimeDir: *runtimeDir, MaxLease: *maxLease, CMAddrs: cmAddrs}, *readyFD, stderr)
 }
 
 // spawnDaemon re-executes rdmafs in the foreground, detached in its own
@@ -178,6 +188,11 @@ func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, stde
 		return report(err)
 	}
 	defer dev.Close()
+	// The connection manager speaks for the device on QP1; closed before
+	// the device, so its ids' peers get their REJs and DREQs.
+	agent := cm.Attach(dev, cm.Config{Addrs: opts.CMAddrs, Logf: logger.Printf})
+	defer agent.Close()
+	opts.CM = agent
 	id := mountID(mnt)
 	if opts.RuntimeDir == "" {
 		opts.RuntimeDir = filepath.Join(stateDir, id)

@@ -17,6 +17,7 @@ import (
 
 	"rdmafs/device"
 	"rdmafs/fsnode"
+	"rdmafs/internal/testmount"
 )
 
 // chmodUp lets other users run bin (t.TempDir's directories are 0700).
@@ -41,33 +42,8 @@ type tmount struct {
 func mountDevice(t *testing.T) *tmount {
 	t.Helper()
 	needRoot(t)
-	dev, err := device.New(device.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	base := t.TempDir()
-	for _, d := range []string{filepath.Dir(base), base} {
-		if err := os.Chmod(d, 0755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := filepath.Join(base, "mnt")
-	if err := os.Mkdir(dir, 0755); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := fsnode.Mount(dir, dev, fsnode.Options{})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount: %v", err)
-		}
-		t.Skipf("cannot mount rdmafs here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	dev := testmount.Device(t, device.Config{})
+	dir, _ := testmount.Mount(t, dev, fsnode.Options{})
 	return &tmount{t: t, dir: dir, dev: dev}
 }
 

@@ -1,0 +1,477 @@
+package cm
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"syscall"
+	"time"
+
+	"rdmafs/clock"
+	"rdmafs/qp"
+)
+
+// State is an id's state: rdma_cm's address states, then the IB CM's
+// connection states.
+//
+//	idle → addr_bound → listen
+//	idle|addr_bound → addr_query → addr_resolved → route_query → route_resolved
+//	route_resolved → req_sent → rep_rcvd → established          (active)
+//	listen ⇒ (new id) req_rcvd → rep_sent → established          (passive)
+//	established → dreq_sent → timewait → closed                  (we disconnect)
+//	established → dreq_rcvd → timewait → closed                  (the peer does)
+//	req_sent|req_rcvd|rep_sent|rep_rcvd → closed                 (rejected, timed out)
+//
+// addr_query and route_query are never seen: resolution is local and
+// finishes inside the command.
+type State uint8
+
+const (
+	StateIdle State = iota
+	StateAddrBound
+	StateAddrQuery
+	StateAddrResolved
+	StateRouteQuery
+	StateRouteResolved
+	StateListen
+	StateReqSent
+	StateReqRcvd
+	StateRepSent
+	StateRepRcvd
+	StateEstablished
+	StateDreqSent
+	StateDreqRcvd
+	StateTimewait
+	StateClosed
+)
+
+var stateNames = [...]string{"idle", "addr_bound", "addr_query", "addr_resolved", "route_query",
+	"route_resolved", "listen", "req_sent", "req_rcvd", "rep_sent", "rep_rcvd", "established",
+	"dreq_sent", "dreq_rcvd", "timewait", "closed"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// connected reports the states in which the peer holds a connection
+// (a disconnect sends DREQ or DREP).
+func (s State) connected() bool {
+	return s == StateEstablished || s == StateDreqRcvd
+}
+
+// QPType is the QP type an id connects.
+type QPType uint8
+
+const (
+	QPTypeRC QPType = iota
+	QPTypeUD
+)
+
+func (t QPType) String() string {
+	if t == QPTypeUD {
+		return "ud"
+	}
+	return "rc"
+}
+
+// Route is the path of a connection, built locally as the kernel does on
+// RoCE (no subnet administrator).
+type Route struct {
+	SGID, DGID     [16]byte
+	HopLimit       uint8
+	TrafficClass   uint8
+	FlowLabel      uint32
+	PathMTU        qp.MTU
+	PacketLifeTime uint8
+	PKey           uint16
+	SL             uint8
+	SLID, DLID     uint16
+}
+
+// ID is one rdma_cm_id. Every field is guarded by Agent.mu.
+type ID struct {
+	a     *Agent
+	Num   uint32
+	Owner uint32
+
+	ps        PortSpace
+	qpType    QPType
+	ch        *Channel
+	state     State
+	destroyed bool // a zombie: gone for its owner, still answering its peer
+
+	src, dst     netip.AddrPort
+	bound        bool
+	reuseaddr    bool
+	afonly       bool
+	routeOK      bool
+	route        Route
+	tos          uint8
+	tosSet       bool
+	ackTimeout   uint8
+	ackTimeoutOK bool
+
+	// listening
+	backlog, pending int
+	// made by a connect request
+	listener *ID
+	// ListenID is the listener a connect request's id came from (0 for
+	// others); it never changes.
+	ListenID uint32
+
+	// the connection
+	localComm, remoteComm uint32
+	remoteKey             remoteKey
+	hasRemoteKey          bool
+	serviceID             uint64
+	tid                   uint64
+	peerGID               [16]byte // where MADs go
+	qpNum, psn            uint32
+	remoteQPN, remotePSN  uint32
+	remoteQKey            uint32
+	qkey                  uint32
+	responderResources    uint8
+	initiatorDepth        uint8
+	flowControl           bool
+	retryCount            uint8
+	rnrRetryCount         uint8
+	srq                   bool
+	peerCMTimeout         uint8 // the peer's CM response timeout
+	localAckTimeout       uint8
+
+	// retransmission of the last request (REQ, REP, DREQ, SIDR_REQ)
+	timer     clock.Timer
+	timerGen  uint64
+	tries     int
+	retryMAD  [MADSize]byte
+	retryWait time.Duration
+	lastRTU   *[MADSize]byte // resent for a duplicate REP
+	lastDREP  uint64         // TID of the DREP sent, for a duplicate DREQ
+}
+
+// State is the id's state now.
+func (id *ID) State() State {
+	id.a.mu.Lock()
+	defer id.a.mu.Unlock()
+	return id.state
+}
+
+// ChannelNum is the channel the id reports to.
+func (id *ID) ChannelNum() uint32 {
+	id.a.mu.Lock()
+	defer id.a.mu.Unlock()
+	return id.ch.Num
+}
+
+// setStateLocked moves id to s, keeping its listener's count of
+// unanswered requests.
+func (id *ID) setStateLocked(s State) {
+	if id.state == StateReqRcvd && s != StateReqRcvd && id.listener != nil {
+		id.listener.pending--
+	}
+	id.state = s
+}
+
+// emitLocked queues an event for the id's owner (none for a zombie).
+func (id *ID) emitLocked(e Event) {
+	if id.destroyed {
+		return
+	}
+	e.ID = id.Num
+	id.ch.push(e)
+}
+
+func (id *ID) event(name string, status int) Event {
+	return Event{Name: name, ID: id.Num, Status: status}
+}
+
+// --- timers --------------------------------------------------------------
+
+// armLocked starts the id's one timer; a timer already running is
+// replaced (a callback of an old one sees another generation and does
+// nothing).
+func (id *ID) armLocked(d time.Duration, f func()) {
+	id.stopTimerLocked()
+	gen := id.timerGen
+	a := id.a
+	id.timer = a.clock.AfterFunc(d, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if id.timerGen != gen || a.closed {
+			return
+		}
+		id.timer = nil
+		f()
+	})
+}
+
+func (id *ID) stopTimerLocked() {
+	id.timerGen++
+	if id.timer != nil {
+		id.timer.Stop()
+		id.timer = nil
+	}
+}
+
+// requestTimeout is how long a REQ, REP or DREQ waits for its answer:
+// twice the packet life time plus the peer's CM response time.
+func (id *ID) requestTimeout() time.Duration {
+	return 2*ibTime(id.route.PacketLifeTime) + ibTime(id.peerCMTimeout)
+}
+
+// timewait is how long a closed connection's comm IDs stay reserved
+// (stray packets of the old connection die out).
+func (id *ID) timewait() time.Duration { return ibTime(id.route.PacketLifeTime + 1) }
+
+// sendRequestLocked sends a request MAD and retries it until answered,
+// maxCMRetries times; then expire runs.
+func (id *ID) sendRequestLocked(m Msg, tid uint64, wait time.Duration, expire func()) {
+	id.retryMAD = Encode(tid, m)
+	id.tries = 0
+	id.retryWait = wait
+	id.a.sendRawLocked(id.peerGID, id.retryMAD)
+	id.armRetryLocked(expire)
+}
+
+func (id *ID) armRetryLocked(expire func()) {
+	id.armLocked(id.retryWait, func() {
+		if id.tries >= maxCMRetries {
+			id.a.Counters.Timeouts.Add(1)
+			expire()
+			return
+		}
+		id.tries++
+		id.a.Counters.Retries.Add(1)
+		id.a.sendRawLocked(id.peerGID, id.retryMAD)
+		id.armRetryLocked(expire)
+	})
+}
+
+// enterTimewaitLocked holds the connection's comm IDs for the timewait,
+// then reports timewait_exit and closes (a zombie then goes for good).
+func (id *ID) enterTimewaitLocked() {
+	id.setStateLocked(StateTimewait)
+	id.armLocked(id.timewait(), func() {
+		id.setStateLocked(StateClosed)
+		id.emitLocked(id.event(EvTimewaitExit, 0))
+		id.a.forgetCommLocked(id)
+	})
+}
+
+// closeLocked ends a connection attempt (rejected, timed out).
+func (id *ID) closeLocked() {
+	id.stopTimerLocked()
+	id.setStateLocked(StateClosed)
+	id.a.forgetCommLocked(id)
+}
+
+// forgetCommLocked drops the id's comm IDs from the tables (and a zombie
+// altogether).
+func (a *Agent) forgetCommLocked(id *ID) {
+	if id.localComm != 0 && a.byComm[id.localComm] == id {
+		delete(a.byComm, id.localComm)
+	}
+	if id.hasRemoteKey && a.byRemote[id.remoteKey] == id {
+		delete(a.byRemote, id.remoteKey)
+	}
+	if id.destroyed {
+		for i, z := range a.zombies {
+			if z == id {
+				a.zombies = append(a.zombies[:i], a.zombies[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// --- destroy -------------------------------------------------------------
+
+// Destroy is rdma_destroy_id: a pending or answered request is rejected,
+// a connection disconnected, a listener removed, the port released. It
+// never waits for the peer.
+func (id *ID) Destroy() error {
+	a := id.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ids[id.Num] != id {
+		return nil
+	}
+	a.destroyLocked(id)
+	return nil
+}
+
+func (a *Agent) destroyLocked(id *ID) {
+	delete(a.ids, id.Num)
+	a.perUser[id.Owner]--
+	if a.perUser[id.Owner] <= 0 {
+		delete(a.perUser, id.Owner)
+	}
+	id.ch.ids--
+	a.unbindLocked(id)
+	if id.state == StateListen {
+		a.unlistenLocked(id)
+	}
+	id.destroyed = true
+	linger := false
+	switch id.state {
+	case StateReqSent:
+		if id.qpType == QPTypeRC {
+			// As the kernel: the requester gives up with a timeout REJ
+			// that names its CA GUID.
+			rej := &REJ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm, MessageRejected: MsgOther, Reason: RejTimeout, ARILength: 8}
+			be.PutUint64(rej.ARI[:], a.cfg.NodeGUID)
+			a.sendLocked(id.peerGID, id.tid, rej)
+		}
+	case StateReqRcvd:
+		if id.qpType == QPTypeUD {
+			a.sendLocked(id.peerGID, id.tid, &SIDRRep{RequestID: id.remoteComm, Status: SIDRReject, ServiceID: id.serviceID})
+		} else {
+			a.sendLocked(id.peerGID, id.tid, &REJ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
+				MessageRejected: MsgREQ, Reason: RejConsumerDefined})
+		}
+	case StateRepSent, StateRepRcvd:
+		msg := uint8(MsgREP)
+		if id.state == StateRepSent {
+			msg = MsgOther
+		}
+		a.sendLocked(id.peerGID, id.tid, &REJ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
+			MessageRejected: msg, Reason: RejConsumerDefined})
+	case StateEstablished:
+		if id.qpType == QPTypeRC {
+			a.sendLocked(id.peerGID, a.nextTIDLocked(), &DREQ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm, RemoteQPN: id.remoteQPN})
+			linger = true
+		}
+	case StateDreqRcvd:
+		a.sendLocked(id.peerGID, id.tid, &DREP{LocalCommID: id.localComm, RemoteCommID: id.remoteComm})
+		linger = true
+	case StateDreqSent, StateTimewait:
+		linger = true
+	}
+	id.stopTimerLocked()
+	if id.state == StateReqRcvd {
+		id.setStateLocked(StateClosed) // the listener's pending count
+	}
+	if !linger {
+		id.state = StateClosed
+		a.forgetCommLocked(id)
+		return
+	}
+	// The comm IDs stay reserved for the timewait, so the peer's retries
+	// and stray MADs still find their connection (a DREP for the DREQ, a
+	// stale REQ its REJ), as the kernel's CM keeps a destroyed id.
+	if len(a.zombies) >= a.cfg.MaxIDs {
+		old := a.zombies[0]
+		old.stopTimerLocked()
+		a.forgetCommLocked(old)
+	}
+	a.zombies = append(a.zombies, id)
+	id.enterTimewaitLocked()
+}
+
+func (a *Agent) unlistenLocked(id *ID) {
+	l := a.listeners[id.serviceID]
+	for i, o := range l {
+		if o == id {
+			l = append(l[:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(l) == 0 {
+		delete(a.listeners, id.serviceID)
+	} else {
+		a.listeners[id.serviceID] = l
+	}
+}
+
+// --- attr ----------------------------------------------------------------
+
+// Attr is cm/I/attr: key=value lines; what is not known yet is absent.
+func (id *ID) Attr() string {
+	a := id.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b strings.Builder
+	kv := func(k string, v any) { fmt.Fprintf(&b, "%s=%v\n", k, v) }
+	kv("state", id.state)
+	kv("ps", id.ps)
+	kv("qp_type", id.qpType)
+	kv("channel", id.ch.Num)
+	if id.bound || id.src.Addr().IsValid() {
+		kv("src_addr", id.src.Addr())
+		kv("src_port", id.src.Port())
+	}
+	if id.dst.Addr().IsValid() {
+		kv("dst_addr", id.dst.Addr())
+		kv("dst_port", id.dst.Port())
+	}
+	if id.ListenID != 0 {
+		kv("listen_id", id.ListenID)
+	}
+	if id.state == StateListen {
+		kv("backlog", id.backlog)
+		kv("pending", id.pending)
+	}
+	if id.routeOK {
+		r := &id.route
+		kv("sgid", qp.FormatGID(r.SGID))
+		kv("dgid", qp.FormatGID(r.DGID))
+		kv("slid", r.SLID)
+		kv("dlid", r.DLID)
+		kv("hop_limit", r.HopLimit)
+		kv("traffic_class", r.TrafficClass)
+		kv("flow_label", r.FlowLabel)
+		kv("path_mtu", r.PathMTU.Bytes())
+		kv("packet_life_time", r.PacketLifeTime)
+		kv("pkey", fmt.Sprintf("0x%04x", r.PKey))
+		kv("sl", r.SL)
+	}
+	kv("tos", id.tos)
+	if id.ackTimeoutOK {
+		kv("ack_timeout", id.ackTimeout)
+	}
+	if id.localComm != 0 {
+		kv("local_comm_id", id.localComm)
+	}
+	if id.remoteComm != 0 {
+		kv("remote_comm_id", id.remoteComm)
+	}
+	if id.serviceID != 0 {
+		kv("service_id", fmt.Sprintf("0x%016x", id.serviceID))
+	}
+	if id.state >= StateReqSent && id.state != StateListen {
+		if id.qpNum != 0 {
+			kv("qp_num", id.qpNum)
+			kv("psn", id.psn)
+		}
+		if id.remoteQPN != 0 {
+			kv("remote_qp_num", id.remoteQPN)
+			kv("remote_psn", id.remotePSN)
+		}
+		if id.remoteQKey != 0 {
+			kv("remote_qkey", id.remoteQKey)
+		}
+		kv("responder_resources", id.responderResources)
+		kv("initiator_depth", id.initiatorDepth)
+		kv("flow_control", boolNum(id.flowControl))
+		kv("retry_count", id.retryCount)
+		kv("rnr_retry_count", id.rnrRetryCount)
+		kv("srq", boolNum(id.srq))
+		kv("local_ack_timeout", id.localAckTimeout)
+	}
+	return b.String()
+}
+
+func boolNum(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// opError is a failed command: EINVAL unless said otherwise.
+func opError(op string, errno syscall.Errno, format string, args ...any) error {
+	return cmErr(op, errno, format, args...)
+}

@@ -1,0 +1,63 @@
+// Package testmount is the one helper every package's FUSE tests use to
+// serve a device on a real mount. A test that cannot mount (no /dev/fuse,
+// not root) skips on a developer's machine and fails under CI=true, where
+// a skipped FUSE test would hide a broken product.
+package testmount
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"rdmafs/device"
+	"rdmafs/fsnode"
+)
+
+// Device makes a device with cfg and closes it when the test ends.
+func Device(t testing.TB, cfg device.Config) *device.Device {
+	t.Helper()
+	dev, err := device.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// Mount serves dev on a fresh directory and unmounts it when the test
+// ends (an unmount error fails the test). The directories above the
+// mount point are 0755, so a second user's test process can reach it.
+func Mount(t testing.TB, dev *device.Device, opts fsnode.Options) (string, *fsnode.Server) {
+	t.Helper()
+	base := t.TempDir()
+	// t.TempDir's directories are 0700.
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(base, "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fsnode.Mount(dir, dev, opts)
+	if err != nil {
+		CannotMount(t, err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return dir, srv
+}
+
+// CannotMount ends a test whose mount failed with err: a skip here, a
+// failure in CI. For the tests that mount and unmount by themselves.
+func CannotMount(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("mount: %v", err)
+	}
+	t.Skipf("cannot mount rdmafs here: %v", err)
+}
