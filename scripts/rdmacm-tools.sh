@@ -43,8 +43,7 @@ if [[ -z "$quick" ]]; then
 	pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
 	pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
 fi
-# (the status is kept for cleanup, which exits with it)
-trap 'st=$?; "$RDMAFS" umount "$MA" 2>/dev/null || true; "$RDMAFS" umount "$MB" 2>/dev/null || true; (exit $st); cleanup' EXIT
+at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null'
 
 on() { # MOUNT PROG ARGS: an unmodified program on MOUNT's device
 	local mnt=$1
