@@ -713,3 +713,30 @@ func TestWildcardListeners(t *testing.T) {
 		t.Fatalf("channel past the user's share: %v", err)
 	}
 }
+
+// FuzzIDCommand: whatever a user writes to cm/I/ctl, in whatever state,
+// is a command or an error; nothing panics and the tables stay bounded.
+func FuzzIDCommand(f *testing.F) {
+	for _, s := range []string{
+		"bind addr=10.0.0.2 port=5", "resolve_addr dst=10.0.0.2 port=5", "resolve_route",
+		"listen backlog=4", "connect qp_num=17 psn=1 private_data=00ff", "accept qp_num=18 psn=2",
+		"reject private_data=zz", "disconnect", "establish", "notify", "set_option tos=999",
+		"migrate channel=7", "bind addr=::1 port=65536", "connect", "",
+	} {
+		f.Add(s, "resolve_route")
+	}
+	f.Fuzz(func(t *testing.T, first, second string) {
+		w := newWorld(t)
+		s := w.wireSide("10.0.0.2", func(c *Config) { c.MaxIDs = 8 })
+		l := s.listen(PSTCP, 5, "")
+		id := s.newID(PSTCP)
+		for _, cmd := range []string{first, second, first} {
+			id.Do(cmd)
+			l.Do(cmd)
+		}
+		w.clk.Advance(time.Hour)
+		if len(s.a.ids) > 8 {
+			t.Fatal("ids beyond the bound")
+		}
+	})
+}

@@ -18,6 +18,12 @@ echo "== libibverbs: make, make check, make check-asan"
 make -C libibverbs
 make -C libibverbs check
 make -C libibverbs check-asan
+# librdmacm links against the libibverbs above (ours at run time); its
+# tests run against both builds (check-asan against libibverbs's ASan one).
+echo "== librdmacm: make, make check, make check-asan"
+make -C librdmacm
+make -C librdmacm check
+make -C librdmacm check-asan
 export RDMAFS_LIBDIR=$PWD/libibverbs/build
 echo "== go vet"
 go vet ./...
