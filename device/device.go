@@ -251,10 +251,12 @@ type Device struct {
 	// chain is the device's link (link.go), built at creation; link is
 	// what the transport writes to, its head (a test may put a link of its
 	// own in front). Guarded by mu, the chain's lock.
-	chain  *link.Chain
-	link   link.Endpoint
-	txOne  [1]link.Packet
-	txBusy bool
+	chain *link.Chain
+	link  link.Endpoint
+	// txq holds the packets of an engine turn for the chain while
+	// txBatching (link.go, xmitLocked); guarded by mu.
+	txq        []link.Packet
+	txBatching bool
 	bell   *doorbell // the futex doorbell (doorbell.go)
 	// bellQPs are the device's QPs that can send, which a doorbell wake
 	// looks at (doorbell.go); guarded by bellMu, which orders after
@@ -622,6 +624,10 @@ func (c *Counters) List() []Counter {
 		{"wire_packets_recv", c.WirePacketsRecv.Load()},
 		{"wire_send_errors", c.WireSendErrors.Load()},
 		{"wire_recv_errors", c.WireRecvErrors.Load()},
+		{"wire_send_calls", c.WireSendCalls.Load()},
+		{"wire_recv_calls", c.WireRecvCalls.Load()},
+		{"wire_send_full", c.WireSendFull.Load()},
+		{"wire_recv_overruns", c.WireRecvOverruns.Load()},
 		{"capture_drops", c.CaptureDrops.Load()},
 		{"foreign_packets_dropped", c.ForeignPacketsDropped.Load()},
 	}

@@ -182,7 +182,11 @@ func (e *engine) runBatches() {
 		held := time.Now()
 		for _, q := range batch {
 			if !q.destroyed {
+				// The packets of one turn go to the link together
+				// (one system call on the wire).
+				d.batchTxLocked(true)
 				q.runLocked()
+				d.batchTxLocked(false)
 				e.watch(q)
 			}
 			if d.mu.contended() || time.Since(held) > maxHold {

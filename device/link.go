@@ -38,7 +38,7 @@ func (d *Device) newChain() error {
 		AfterFunc: func(t time.Duration, f func()) { d.clock.AfterFunc(t, f) },
 	}
 	if d.cfg.Addr.IsValid() {
-		o.Wire = &link.WireConfig{Addr: d.cfg.Addr, SpinIdle: d.cfg.SpinIdle}
+		o.Wire = &link.WireConfig{Addr: d.cfg.Addr}
 		d.wireAddr, d.hasWire = d.cfg.Addr.As4(), true
 	}
 	c, err := link.NewChain(o, (*dispatcher)(d))
@@ -50,19 +50,45 @@ func (d *Device) newChain() error {
 }
 
 // xmitLocked sends p (the transport is done with it) on its way: the
-// device picks the route, the chain does the rest.
+// device picks the route, the chain does the rest. Inside an engine turn
+// the packets wait in d.txq and go to the chain as one batch when the turn
+// ends (flushTxLocked: one sendmmsg for the wire); anywhere else at once.
 func (d *Device) xmitLocked(p *packet) {
 	d.routeLocked(p)
-	if d.txBusy {
-		// A write from inside a write (not done today): its own slice.
-		d.link.WritePackets([]link.Packet{p})
+	d.txq = append(d.txq, p)
+	if !d.txBatching || len(d.txq) >= maxTxBatch {
+		d.flushTxLocked()
+	}
+}
+
+// maxTxBatch bounds the packets one engine turn holds back: a turn's
+// budget is larger (run.go), and the first packets need not wait for the
+// last.
+const maxTxBatch = 64
+
+// flushTxLocked writes the packets held in d.txq to the chain.
+func (d *Device) flushTxLocked() {
+	if len(d.txq) == 0 {
 		return
 	}
-	d.txBusy = true
-	d.txOne[0] = p
-	d.link.WritePackets(d.txOne[:])
-	d.txOne[0] = nil
-	d.txBusy = false
+	q := d.txq
+	// Taken from d while the chain has it: a delivery may make the device
+	// send again (not today), which must not write into this batch.
+	d.txq = nil
+	d.link.WritePackets(q)
+	clear(q)
+	if d.txq == nil {
+		d.txq = q[:0]
+	}
+}
+
+// batchTxLocked starts (on) or ends holding packets back for one batch;
+// ending sends what is held.
+func (d *Device) batchTxLocked(on bool) {
+	if !on {
+		d.flushTxLocked()
+	}
+	d.txBatching = on
 }
 
 // routeLocked is the device's routing table: loopback for its own GID, the

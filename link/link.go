@@ -149,6 +149,13 @@ type Counters struct {
 	WirePacketsRecv  atomic.Uint64
 	WireSendErrors   atomic.Uint64
 	WireRecvErrors   atomic.Uint64
+	// System calls of the wire (datagrams per call: WirePacketsSent /
+	// WireSendCalls, WirePacketsRecv / WireRecvCalls), sends that found
+	// the socket buffer full, datagrams the socket dropped (SO_RXQ_OVFL).
+	WireSendCalls    atomic.Uint64
+	WireRecvCalls    atomic.Uint64
+	WireSendFull     atomic.Uint64
+	WireRecvOverruns atomic.Uint64
 	// Capture.
 	CaptureDrops atomic.Uint64
 }

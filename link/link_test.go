@@ -291,3 +291,58 @@ func TestWireAddressInUse(t *testing.T) {
 		t.Fatalf("second wire: %v", err)
 	}
 }
+
+// A batch goes out in one sendmmsg and comes in with few recvmmsg calls,
+// which the counters show; an idle wire makes no system call.
+func TestWireBatches(t *testing.T) {
+	addr := netip.MustParseAddr("127.0.83.4")
+	var cnt Counters
+	var mu sync.Mutex
+	c, d, _ := newTestChain(t, Options{Lock: &mu, Counters: &cnt, Wire: &WireConfig{Addr: addr}})
+	var done []string
+	const n = 40
+	psns := make([]uint32, n)
+	for i := range psns {
+		psns[i] = uint32(i)
+	}
+	ps := pkts(&done, Wire, psns...)
+	for _, p := range ps {
+		p.(*tpkt).m.Src, p.(*tpkt).m.Dst = addr.As4(), addr.As4()
+	}
+	// Nobody reads while the lock is held: the socket queues them all.
+	mu.Lock()
+	c.Head.WritePackets(ps)
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		got := len(d.dgs)
+		mu.Unlock()
+		if got == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s, calls := cnt.WirePacketsSent.Load(), cnt.WireSendCalls.Load(); s != n || calls != 1 {
+		t.Fatalf("%d datagrams sent in %d calls, want %d in 1", s, calls, n)
+	}
+	mu.Lock()
+	for i, dg := range d.dgs {
+		if dg.Status != OK || dg.Packet.PSN != uint32(i) {
+			t.Fatalf("datagram %d: %v psn %d", i, dg.Status, dg.Packet.PSN)
+		}
+	}
+	mu.Unlock()
+	calls := cnt.WireRecvCalls.Load()
+	if calls >= n/2 {
+		t.Errorf("%d datagrams took %d receive calls", n, calls)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if cnt.WireRecvCalls.Load() != calls || cnt.WireRecvErrors.Load() != 0 {
+		t.Errorf("an idle wire went on calling: %d calls, %d errors", cnt.WireRecvCalls.Load(), cnt.WireRecvErrors.Load())
+	}
+	t.Logf("%d datagrams: 1 send call, %d receive calls", n, calls)
+}

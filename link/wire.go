@@ -21,9 +21,6 @@ import (
 type WireConfig struct {
 	// Addr is the IPv4 address the wire speaks RoCEv2 on (UDP port 4791).
 	Addr netip.Addr
-	// SpinIdle is how long the receive goroutine polls the socket without
-	// blocking after a datagram (negative: never).
-	SpinIdle time.Duration
 }
 
 // WireEndpoint is RoCEv2 over IPv4 through the kernel: the raw socket it
@@ -56,15 +53,25 @@ type WireConfig struct {
 // with an ICMP port-unreachable. The kernel counts what that filter drops
 // as UDP InErrors.
 //
-// # The receive goroutine
+// # Batches
 //
-// It reads the raw socket itself, not through Go's netpoller: a process
-// whose goroutines spin (the engine, in-process clients) gets netpoller
-// wake-ups only every few milliseconds. It blocks in read(2) when the wire
-// is quiet and polls without blocking for SpinIdle after each datagram, so
-// a burst or a ping-pong does not pay a thread wake-up per packet. It
-// checks each batch of datagrams without locks and delivers it under one
-// hold of the chain's lock. Close shuts the socket down, which wakes it.
+// Both directions move many datagrams per system call. WritePackets
+// encodes a batch into the send vector and hands it to the kernel with
+// one sendmmsg(2) per sendBatch datagrams (the device writes what one QP
+// turn produced as one batch). The receive goroutine sleeps in
+// recvmmsg(2) while the link is quiet, so an idle link costs no CPU, and
+// wakes with every datagram the socket holds (up to recvBatch); it checks
+// them without locks (IPv4, UDP, ICRC, IB headers) and delivers them
+// under one hold of the chain's lock. It reads the raw socket itself, not
+// through Go's netpoller, whose wake-ups a process with spinning
+// goroutines (the engine, in-process clients) sees only every few
+// milliseconds. Close shuts the socket down, which wakes it.
+//
+// The counters say how well batching works: WireSendCalls and
+// WireRecvCalls against WirePacketsSent and WirePacketsRecv are the
+// datagrams per system call; WireSendFull counts sends that found the
+// socket buffer full (and were retried), WireRecvOverruns the datagrams
+// the kernel dropped for want of receive buffer (SO_RXQ_OVFL).
 //
 // Raw sockets need CAP_NET_RAW; OpenWire fails with a clear error without
 // it.
@@ -77,9 +84,9 @@ type WireEndpoint struct {
 
 	udp *net.UDPConn // reserves Addr:4791
 	fd  int          // the raw socket: a blocking descriptor
-	to  unix.SockaddrInet4
-	tx  []byte      // datagram being built; under the chain's lock
+	tx  *mmsgs      // the send vector; under the chain's lock
 	rp  roce.Packet // scratch; under the chain's lock
+	rx  *mmsgs      // the receive vector; the receive goroutine's
 
 	started bool
 	done    chan struct{}
@@ -143,7 +150,15 @@ func OpenWire(cfg WireConfig, lock sync.Locker, c *Counters) (*WireEndpoint, err
 		}
 		return nil, fmt.Errorf("roce: raw socket on %v: %w", a, err)
 	}
-	w.tx = make([]byte, 0, 8192)
+	w.tx = newSendMmsgs(sendBatch)
+	for i := range w.tx.bufs {
+		w.tx.bufs[i] = make([]byte, 0, 256) // grown to the MTU as used
+	}
+	bufs := make([][]byte, recvBatch)
+	for i := range bufs {
+		bufs[i] = make([]byte, recvBufSize)
+	}
+	w.rx = newRecvMmsgs(bufs, unix.CmsgSpace(4))
 	return w, nil
 }
 
@@ -173,6 +188,8 @@ func openRaw(a netip.Addr) (int, error) {
 	}
 	sockBuf(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, wireBufBytes)
 	sockBuf(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, wireBufBytes)
+	// Report the socket's drops with the datagrams (the overruns counter).
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 	return fd, nil
 }
 
@@ -236,98 +253,106 @@ func (w *WireEndpoint) Close() {
 	w.udp.Close()
 }
 
-// WritePackets implements Endpoint.WritePackets: each packet is encoded
-// and sent to Meta.Dst.
+// WritePackets implements Endpoint.WritePackets: the packets are encoded
+// into the send vector and go out with one sendmmsg(2) for up to
+// sendBatch of them.
 func (w *WireEndpoint) WritePackets(pkts []Packet) {
-	for _, p := range pkts {
-		p.Done(w.send(p))
+	for len(pkts) > 0 {
+		n := min(len(pkts), sendBatch)
+		w.sendBatch(pkts[:n])
+		pkts = pkts[n:]
 	}
 }
 
-func (w *WireEndpoint) send(p Packet) bool {
-	b, err := Encode(w.tx, p, &w.rp)
-	if cap(b) > cap(w.tx) {
-		w.tx = b[:0]
-	}
-	if err != nil {
-		w.c.WireSendErrors.Add(1)
-		return false
-	}
-	w.to.Addr = p.Meta().Dst
-	for try := 0; ; try++ {
-		err = unix.Sendto(w.fd, b, unix.MSG_DONTWAIT, &w.to)
-		if err == unix.EINTR || (err == unix.EAGAIN && try < 1000) {
-			runtime.Gosched()
+// sendBatch is how many datagrams one sendmmsg(2) carries at most.
+const sendBatch = 64
+
+func (w *WireEndpoint) sendBatch(pkts []Packet) {
+	// k counts the datagrams in the vector; msg maps each back to its
+	// packet, ok says which went out.
+	k := 0
+	var msg [sendBatch]int
+	var ok [sendBatch]bool
+	for i, p := range pkts {
+		b, err := Encode(w.tx.bufs[k], p, &w.rp)
+		if err != nil {
+			w.c.WireSendErrors.Add(1)
 			continue
 		}
-		break
+		w.tx.bufs[k] = b[:0] // keep a grown buffer
+		w.tx.set(k, b, p.Meta().Dst)
+		msg[k] = i
+		k++
 	}
-	if err != nil {
-		w.c.WireSendErrors.Add(1)
-		return false
+	for sent, tries := 0, 0; sent < k; {
+		n, err := w.tx.send(w.fd, sent, k)
+		w.c.WireSendCalls.Add(1)
+		switch {
+		case n > 0:
+			for j := sent; j < sent+n; j++ {
+				ok[msg[j]] = true
+			}
+			sent += n
+			tries = 0
+		case err == unix.EINTR:
+		case (err == unix.EAGAIN || err == unix.ENOBUFS) && tries < 1000:
+			// The socket's send buffer is full: the kernel frees it as
+			// lo delivers, within microseconds.
+			w.c.WireSendFull.Add(1)
+			tries++
+			runtime.Gosched()
+		default:
+			// This datagram cannot go (EMSGSIZE, no route): the rest can.
+			w.c.WireSendErrors.Add(1)
+			sent++
+			tries = 0
+		}
 	}
-	w.c.WirePacketsSent.Add(1)
-	return true
+	for i, p := range pkts {
+		if ok[i] {
+			w.c.WirePacketsSent.Add(1)
+		}
+		p.Done(ok[i])
+	}
 }
 
-// recvBatch is how many datagrams the receive goroutine takes from the
-// socket before it delivers them under one hold of the chain's lock.
-const recvBatch = 32
+// recvBatch is how many datagrams one recvmmsg(2) takes at most, and so
+// how many the receive goroutine delivers under one hold of the chain's
+// lock.
+const recvBatch = 64
 
 // recvBufSize holds the largest datagram a 4096-byte MTU produces with
 // room to spare; a longer one is truncated and then fails to parse.
 const recvBufSize = 8192
 
-// recvLoop reads datagrams until the socket is closed.
+// recvLoop reads datagrams until the socket is shut down. It sleeps in
+// recvmmsg(2) while the link is quiet (MSG_WAITFORONE: block for the
+// first datagram, then take what else is queued without waiting).
 func (w *WireEndpoint) recvLoop() {
 	defer close(w.done)
-	var (
-		bufs [recvBatch][]byte
-		dgs  [recvBatch]Datagram
-		n    int
-	)
-	for i := range bufs {
-		bufs[i] = make([]byte, recvBufSize)
-	}
-	spin := w.cfg.SpinIdle
-	var lastRecv time.Time
-	for !w.closing.Load() {
-		// While traffic flows, poll without blocking (like the engine's
-		// spin); then block for one datagram. Then take what else is
-		// queued.
-		m, err := 0, error(unix.EAGAIN)
-		if spin > 0 && time.Since(lastRecv) < spin {
-			m, err = recvDontWait(w.fd, bufs[0])
-			if err == unix.EAGAIN {
-				runtime.Gosched()
-				continue
-			}
-		}
-		if err == unix.EAGAIN {
-			m, err = unix.Read(w.fd, bufs[0])
-		}
+	rx := w.rx
+	var dgs [recvBatch]Datagram
+	for {
+		n, err := rx.recv(w.fd, unix.MSG_WAITFORONE)
 		switch {
 		case w.closing.Load():
 			return
 		case err == unix.EINTR:
 			continue
-		case err != nil || m == 0:
+		case err != nil || n == 0:
 			// Not expected on a bound raw socket; counted, and not
 			// allowed to spin.
 			w.c.WireRecvErrors.Add(1)
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		lastRecv = time.Now()
-		dgs[0].Raw = bufs[0][:m]
-		n = 1
-		for n < recvBatch {
-			m, err := recvDontWait(w.fd, bufs[n])
-			if err != nil || m == 0 {
-				break
+		w.c.WireRecvCalls.Add(1)
+		for i := 0; i < n; i++ {
+			h := &rx.hdrs[i]
+			dgs[i].Raw = rx.bufs[i][:h.Len]
+			if h.Hdr.Controllen > 0 {
+				w.overruns(rx.ctl[i][:h.Hdr.Controllen])
 			}
-			dgs[n].Raw = bufs[n][:m]
-			n++
 		}
 		w.verify(dgs[:n])
 		w.lock.Lock()
@@ -340,9 +365,30 @@ func (w *WireEndpoint) recvLoop() {
 			w.backOff(busy)
 		}
 		// The delivery woke the engine goroutine onto this P; blocking in
-		// read now would keep it there until sysmon takes the P back (up
-		// to milliseconds). Let it run first.
+		// recvmmsg now would keep it there until sysmon takes the P back
+		// (up to milliseconds). Let it run first.
 		runtime.Gosched()
+	}
+}
+
+// overruns reads SO_RXQ_OVFL from a datagram's control messages: the
+// number of datagrams the socket has dropped so far for want of receive
+// buffer, which the kernel attaches once there are any.
+func (w *WireEndpoint) overruns(ctl []byte) {
+	msgs, err := unix.ParseSocketControlMessage(ctl)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_RXQ_OVFL && len(m.Data) >= 4 {
+			v := uint64(binary.NativeEndian.Uint32(m.Data))
+			for {
+				old := w.c.WireRecvOverruns.Load()
+				if v <= old || w.c.WireRecvOverruns.CompareAndSwap(old, v) {
+					break
+				}
+			}
+		}
 	}
 }
 
