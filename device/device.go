@@ -257,7 +257,7 @@ type Device struct {
 	// txBatching (link.go, xmitLocked); guarded by mu.
 	txq        []link.Packet
 	txBatching bool
-	bell   *doorbell // the futex doorbell (doorbell.go)
+	bell       *doorbell // the futex doorbell (doorbell.go)
 	// bellQPs are the device's QPs that can send, which a doorbell wake
 	// looks at (doorbell.go); guarded by bellMu, which orders after
 	// Device.mu. bellScans counts the QPs wakes have looked at.

@@ -60,6 +60,24 @@ func (d *tdisp) DeliverDatagrams(dgs []Datagram) func() bool {
 	return nil
 }
 
+// wait waits until the dispatcher has n datagrams (mu is the chain's lock).
+func (d *tdisp) wait(t *testing.T, mu *sync.Mutex, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		got := len(d.dgs)
+		mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d datagrams of %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 type fakeClock struct {
 	mu sync.Mutex
 	fs []func()
@@ -252,19 +270,7 @@ func TestWireSelf(t *testing.T) {
 	defer u.Close()
 	u.Write(dg[roce.HeadroomIPv4:]) // the kernel writes ID 0 only with DF; the ICRC fails anyway
 	u.Write([]byte{1, 2, 3})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		n := len(d.dgs)
-		mu.Unlock()
-		if n >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("received %d datagrams", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	d.wait(t, &mu, 3)
 	mu.Lock()
 	defer mu.Unlock()
 	g := d.dgs[0]
@@ -313,19 +319,7 @@ func TestWireBatches(t *testing.T) {
 	mu.Lock()
 	c.Head.WritePackets(ps)
 	mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		got := len(d.dgs)
-		mu.Unlock()
-		if got == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("received %d of %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	d.wait(t, &mu, n)
 	if s, calls := cnt.WirePacketsSent.Load(), cnt.WireSendCalls.Load(); s != n || calls != 1 {
 		t.Fatalf("%d datagrams sent in %d calls, want %d in 1", s, calls, n)
 	}

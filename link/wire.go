@@ -84,9 +84,9 @@ type WireEndpoint struct {
 
 	udp *net.UDPConn // reserves Addr:4791
 	fd  int          // the raw socket: a blocking descriptor
-	tx  *mmsgs      // the send vector; under the chain's lock
-	rp  roce.Packet // scratch; under the chain's lock
-	rx  *mmsgs      // the receive vector; the receive goroutine's
+	tx  *mmsgs       // the send vector; under the chain's lock
+	rp  roce.Packet  // scratch; under the chain's lock
+	rx  *mmsgs       // the receive vector; the receive goroutine's
 
 	started bool
 	done    chan struct{}
