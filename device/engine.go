@@ -30,7 +30,7 @@ type engine struct {
 	// queued is len(runq), written under mu and read without it by the
 	// spin loop, which asks on every round and must not take mu from
 	// schedule (the wire's receive goroutine, timers, doorbells).
-	queued atomic.Int32
+	queued  atomic.Int32
 	spare   []*QP // guarded by mu
 	retired []*QP // destroyed QPs whose rings the engine unmaps; guarded by mu
 	wake    chan struct{}
