@@ -26,7 +26,9 @@
 //   - link.go: the device's side of its link (package link, which owns
 //     sockets, faults, capture and the wire's receive goroutine): it builds
 //     the chain at creation, routes each packet (loopback for the device's
-//     own GID, the wire for other IPv4-mapped GIDs, else none), is the
+//     own GID, the wire for other IPv4-mapped GIDs, else none), holds the
+//     packets of one engine turn and writes them as one batch (one
+//     sendmmsg on the wire), is the
 //     chain's dispatcher (packets back from loopback, datagrams from the
 //     wire onto the receive path, the wire's back-off from a full QP), and
 //     serves the fault and capture verbs. The device opens no socket and

@@ -882,3 +882,36 @@ func TestWirePortMTUFollowsLink(t *testing.T) {
 		}
 	}
 }
+
+// The packets of one QP turn cross the wire in batches: a 16 KiB WRITE at
+// MTU 512 (32 packets, one turn) leaves device a in one or two sendmmsg
+// calls, and the counters file says so (datagrams per system call).
+func TestWireBatchesPerTurn(t *testing.T) {
+	ea, eb := newWirePair(t)
+	envs := []*env{ea, eb}
+	a, _, acq, _ := wireQPs(ea, eb, qp.TypeUC, "path_mtu=512", "path_mtu=512")
+	src, dst := ea.mr(16384, 0), eb.mr(16384, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+	fill(src.Mem(), 5)
+	c := &ea.d.Counters
+	sent0, calls0 := c.WirePacketsSent.Load(), c.WireSendCalls.Load()
+	ea.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:16384 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
+	wexpect(t, acq, envs, sendWC(1, "success", "rdma_write", a, 16384))
+	sameBytes(t, dst.Mem(), src.Mem())
+	sent, calls := c.WirePacketsSent.Load()-sent0, c.WireSendCalls.Load()-calls0
+	if sent != 32 || calls > 2 {
+		t.Fatalf("%d datagrams in %d sendmmsg calls, want 32 in at most 2", sent, calls)
+	}
+	rc := &eb.d.Counters
+	if r, rcalls := rc.WirePacketsRecv.Load(), rc.WireRecvCalls.Load(); rcalls == 0 || rcalls > r {
+		t.Fatalf("device b: %d datagrams in %d recvmmsg calls", r, rcalls)
+	}
+	names := map[string]bool{}
+	for _, x := range c.List() {
+		names[x.Name] = true
+	}
+	for _, n := range []string{"wire_send_calls", "wire_recv_calls", "wire_send_full", "wire_recv_overruns"} {
+		if !names[n] {
+			t.Errorf("counters lack %s", n)
+		}
+	}
+}
