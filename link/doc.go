@@ -72,9 +72,10 @@
 //
 // Lock order: the chain's lock, then Capture's own (which guards the set
 // of readers, and is all Open and CaptureReader.Close take). Nothing in
-// the chain blocks while it holds the chain's lock, except the wire's
-// sendto on a full socket buffer, which is retried a bounded number of
-// times.
+// the chain sleeps while it holds the chain's lock: the wire sends with
+// MSG_DONTWAIT, and a sendmmsg that finds the socket buffer full is
+// retried, yielding the processor, a bounded number of times
+// (WireSendFull counts them).
 //
 // # Back-off
 //

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"rdmafs/roce"
 )
 
@@ -339,4 +341,48 @@ func TestWireBatches(t *testing.T) {
 		t.Errorf("an idle wire went on calling: %d calls, %d errors", cnt.WireRecvCalls.Load(), cnt.WireRecvErrors.Load())
 	}
 	t.Logf("%d datagrams: 1 send call, %d receive calls", n, calls)
+}
+
+// A raw socket receives every UDP datagram of the host from socket(2)
+// until bind: openRaw discards what came in meanwhile, so a device that
+// has just started counts nobody else's traffic as malformed. Other
+// traffic floods lo (127.0.83.7 to 127.0.83.8) while sockets open.
+func TestOpenRawTakesOnlyItsOwn(t *testing.T) {
+	src, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 83, 7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst := &net.UDPAddr{IP: net.IPv4(127, 0, 83, 8), Port: 9}
+	stop := make(chan struct{})
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		msg := make([]byte, 32)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			src.WriteToUDP(msg, dst)
+		}
+	}()
+	defer func() { close(stop); <-flooded }()
+	a := netip.MustParseAddr("127.0.83.9")
+	for i := 0; i < 50; i++ {
+		fd, err := openRaw(a)
+		if err != nil {
+			if errors.Is(err, syscall.EPERM) && os.Getenv("CI") != "true" {
+				t.Skipf("no CAP_NET_RAW: %v", err)
+			}
+			t.Fatal(err)
+		}
+		var b [64]byte
+		n, _, err := unix.Recvfrom(fd, b[:], unix.MSG_DONTWAIT)
+		unix.Close(fd)
+		if err == nil {
+			t.Fatalf("open %d: a datagram of %d bytes that is not for %v: % x", i, n, a, b[:min(n, 20)])
+		}
+	}
 }

@@ -190,7 +190,23 @@ func openRaw(a netip.Addr) (int, error) {
 	sockBuf(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, wireBufBytes)
 	// Report the socket's drops with the datagrams (the overruns counter).
 	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
+	drain(fd)
 	return fd, nil
+}
+
+// drain discards what the socket queued before bind and the filter took
+// effect: from socket(2) until then a raw UDP socket receives every UDP
+// datagram of the host, to any address (measured: another program's
+// RoCE traffic between two other loopback addresses, counted as malformed
+// by a device that had just started). Nothing queued by then is the
+// device's: it has no QP yet.
+func drain(fd int) {
+	var b [64]byte
+	for i := 0; i < 1<<16; i++ {
+		if _, _, err := unix.Recvfrom(fd, b[:], unix.MSG_DONTWAIT); err != nil && err != unix.EINTR {
+			return
+		}
+	}
 }
 
 // InterfaceMTU is the MTU of the interface that has address a.
