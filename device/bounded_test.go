@@ -189,7 +189,7 @@ func TestDuplicateReadsBounded(t *testing.T) {
 		p.ackReq = true
 		p.sgid, p.dgid = d.cfg.GID, a.attr.AH.DGID
 		p.srcQPN, p.destQPN = a.QPN, b.QPN
-		routeLink{d}.xmitLocked(p)
+		injectLocked(d, p)
 	}
 	d.mu.Unlock()
 	e.d.Quiesce()

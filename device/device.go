@@ -27,10 +27,18 @@
 //     the responder executes them against its QP and answers with ACK, NAK,
 //     read responses and atomic acknowledgements, and the completer retires
 //     WQEs, retries, and writes completions.
-//   - wire.go: the link every packet takes (routeLink: loopback for the
-//     device's own GID, RoCEv2 over IPv4 for Config.Addr's peers) and the
-//     RoCEv2 sockets, encoding, ICRC checks and receive goroutine.
-//   - capture.go: pcap capture of every packet sent and received.
+//   - link.go: the device's side of its link (package link, which owns
+//     sockets, faults, capture and the wire's receive goroutine): it builds
+//     the chain at creation, routes each packet (loopback for the device's
+//     own GID, the wire for other IPv4-mapped GIDs, else none), holds the
+//     packets of one engine turn and writes them as one batch (one
+//     sendmmsg on the wire), is the
+//     chain's dispatcher (packets back from loopback, datagrams from the
+//     wire onto the receive path, the wire's back-off from a full QP), and
+//     serves the fault and capture verbs. The device opens no socket and
+//     makes no system call of the network: it talks to the chain only
+//     through link.Endpoint, and the chain to it through link.Packet.
+//   - faults.go: the text form of the fault injector's settings.
 //   - gsi.go: QP1, the management QP. MADs for it go to a handler (the
 //     CM agent, package cm) through a bounded queue and a goroutine of
 //     their own, never under Device.mu; SendMAD sends one through the link.
@@ -42,10 +50,13 @@
 // Every QP turn does a bounded amount of work (run.go: packet budgets, the
 // READ window), and between two turns the engine lets anyone waiting for
 // Device.mu go first (devMutex, engine.go), so a verb waits for at most one
-// turn, whatever another user's QPs are doing. Lock order:
-// Device.mu, then the per-queue producer locks (postMu, pollMu). Timers and
-// doorbells never take Device.mu: they mark a QP runnable under the
-// scheduler's own lock and wake the engine. The GSI's handler (the CM
+// turn, whatever another user's QPs are doing. Device.mu is also the
+// link's chain lock: the engine sends with it held, and the wire's receive
+// goroutine and the fault injector's delay timers take it to deliver
+// (package link, Locking). Lock order: Device.mu, then the per-queue
+// producer locks (postMu, pollMu) and the link's capture lock. Doorbells
+// never take Device.mu: they mark a QP runnable under the scheduler's own
+// lock and wake the engine. The GSI's handler (the CM
 // agent) runs on the GSI's own goroutine without Device.mu and may call
 // SendMAD, which takes Device.mu for one send: the agent's lock orders
 // before Device.mu, and nothing under Device.mu waits for the agent.
@@ -62,6 +73,7 @@ import (
 	"time"
 
 	"rdmafs/clock"
+	"rdmafs/link"
 	"rdmafs/qp"
 	"rdmafs/roce"
 )
@@ -105,7 +117,7 @@ type Config struct {
 	NodeGUID  uint64
 
 	// Addr, when valid, is the IPv4 address the device speaks RoCEv2 on
-	// (UDP port 4791); the port GID becomes ::ffff:Addr (wire.go).
+	// (UDP port 4791); the port GID becomes ::ffff:Addr (link.go).
 	Addr netip.Addr
 	// AnySourcePort lets a connected QP take wire packets from its peer's
 	// address whatever their UDP source port. By default the port must be
@@ -187,7 +199,7 @@ func (c *Config) fill() error {
 		// As rxe: max_mtu stays 4096 and the active MTU is the largest IB
 		// MTU whose packets fit the interface's MTU with the headers
 		// (RXE_MAX_HDR_LENGTH, 80 bytes), so a 1500-byte link runs 1024.
-		if m, ok := interfaceMTU(c.Addr); ok {
+		if m, ok := link.InterfaceMTU(c.Addr); ok {
 			c.ActiveMTU = qp.MTU256
 			for _, x := range []qp.MTU{qp.MTU4096, qp.MTU2048, qp.MTU1024, qp.MTU512} {
 				if x.Bytes()+80 <= m && x <= c.MaxMTU {
@@ -255,8 +267,16 @@ type Device struct {
 
 	closed bool // guarded by mu
 	engine engine
-	link   link
-	bell   *doorbell // the futex doorbell (doorbell.go)
+	// chain is the device's link (link.go), built at creation; link is
+	// what the transport writes to, its head (a test may put a link of its
+	// own in front). Guarded by mu, the chain's lock.
+	chain *link.Chain
+	link  link.Endpoint
+	// txq holds the packets of an engine turn for the chain while
+	// txBatching (link.go, xmitLocked); guarded by mu.
+	txq        []link.Packet
+	txBatching bool
+	bell       *doorbell // the futex doorbell (doorbell.go)
 	// bellQPs are the device's QPs that can send, which a doorbell wake
 	// looks at (doorbell.go); guarded by bellMu, which orders after
 	// Device.mu. bellScans counts the QPs wakes have looked at.
@@ -264,14 +284,15 @@ type Device struct {
 	bellQPs   []*QP
 	bellScans atomic.Uint64
 	pool      packetPool
-	wire      *wire // the RoCEv2 link, nil without Config.Addr
+	// wireAddr is Config.Addr, the wire's address, when hasWire.
+	wireAddr [4]byte
+	hasWire  bool
 	// wireSelf sends even packets for the device's own GID through the
 	// wire (to its own address) instead of the loopback fast path, with
 	// the GIDs as loopback has them. A test mode: the whole behavioural
 	// suite runs through the RoCEv2 encoding, the kernel and the ICRC
 	// check (-device.wire).
 	wireSelf bool
-	capture  captureHub
 	gsi      gsi // QP1, for the CM (gsi.go)
 }
 
@@ -332,19 +353,12 @@ func newDevice(cfg Config, objs *objects) (*Device, error) {
 		objs.events.init()
 	}
 	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock}
-	d.capture.init()
-	d.link = routeLink{d}
-	if cfg.Addr.IsValid() {
-		w, err := openWire(d, cfg.Addr)
-		if err != nil {
-			return nil, err
-		}
-		d.wire = w
+	d.pool.dev = d
+	if err := d.newChain(); err != nil {
+		return nil, err
 	}
 	if err := d.startDoorbell(); err != nil {
-		if d.wire != nil {
-			d.wire.close()
-		}
+		d.chain.Close()
 		return nil, err
 	}
 	d.mu.Lock()
@@ -381,14 +395,7 @@ func (d *Device) Close() error {
 	d.stopGSI()
 	d.engine.stop()
 	d.stopDoorbell()
-	d.mu.Lock()
-	w := d.wire
-	d.wire = nil
-	d.mu.Unlock()
-	if w != nil {
-		w.close()
-	}
-	d.capture.close()
+	d.chain.Close()
 	if !owner {
 		d.mu.Lock()
 		for i, t := range d.devs {
@@ -597,9 +604,10 @@ func (t *table[T]) each(f func(*T)) {
 
 // Counters are device-wide statistics, readable at any time without locks.
 type Counters struct {
-	PacketsSent     atomic.Uint64
+	// The link's: packets_sent, bytes_sent, no_route, the fault
+	// injector's, the wire's and capture's (link.Counters).
+	link.Counters
 	PacketsRecv     atomic.Uint64
-	BytesSent       atomic.Uint64
 	BytesRecv       atomic.Uint64
 	Retransmits     atomic.Uint64
 	RetryTimeouts   atomic.Uint64
@@ -609,7 +617,6 @@ type Counters struct {
 	DuplicateReqs   atomic.Uint64
 	RemoteErrNaks   atomic.Uint64
 	DroppedPackets  atomic.Uint64
-	NoRoute         atomic.Uint64
 	QKeyViolations  atomic.Uint64
 	CQOverflows     atomic.Uint64
 	Completions     atomic.Uint64
@@ -619,18 +626,6 @@ type Counters struct {
 	EngineParks     atomic.Uint64
 	Doorbells       atomic.Uint64
 	AsyncEvents     atomic.Uint64
-	FaultDrops      atomic.Uint64
-	FaultDups       atomic.Uint64
-	FaultDelays     atomic.Uint64
-	FaultReorders   atomic.Uint64
-	// RoCEv2 and capture (wire.go, capture.go).
-	ICRCErrors       atomic.Uint64
-	MalformedPackets atomic.Uint64
-	WirePacketsSent  atomic.Uint64
-	WirePacketsRecv  atomic.Uint64
-	WireSendErrors   atomic.Uint64
-	WireRecvErrors   atomic.Uint64
-	CaptureDrops     atomic.Uint64
 	// ForeignPacketsDropped counts packets for a connected QP that came
 	// from a QP other than its peer (also counted in DroppedPackets).
 	ForeignPacketsDropped atomic.Uint64
@@ -677,6 +672,10 @@ func (c *Counters) List() []Counter {
 		{"wire_packets_recv", c.WirePacketsRecv.Load()},
 		{"wire_send_errors", c.WireSendErrors.Load()},
 		{"wire_recv_errors", c.WireRecvErrors.Load()},
+		{"wire_send_calls", c.WireSendCalls.Load()},
+		{"wire_recv_calls", c.WireRecvCalls.Load()},
+		{"wire_send_full", c.WireSendFull.Load()},
+		{"wire_recv_overruns", c.WireRecvOverruns.Load()},
 		{"capture_drops", c.CaptureDrops.Load()},
 		{"foreign_packets_dropped", c.ForeignPacketsDropped.Load()},
 	}

@@ -27,6 +27,10 @@ type engine struct {
 	mu      sync.Mutex
 	running bool  // a batch is being run; guarded by mu
 	runq    []*QP // guarded by mu
+	// queued is len(runq), written under mu and read without it by the
+	// spin loop, which asks on every round and must not take mu from
+	// schedule (the wire's receive goroutine, timers, doorbells).
+	queued  atomic.Int32
 	spare   []*QP // guarded by mu
 	retired []*QP // destroyed QPs whose rings the engine unmaps; guarded by mu
 	wake    chan struct{}
@@ -123,6 +127,7 @@ func (e *engine) schedule(q *QP) {
 	}
 	q.queued.Store(true)
 	e.runq = append(e.runq, q)
+	e.queued.Store(int32(len(e.runq)))
 	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
@@ -166,6 +171,7 @@ func (e *engine) runBatches() {
 		// Double buffering: runq and spare never share an array.
 		batch := e.runq
 		e.runq, e.spare = e.spare[:0], nil
+		e.queued.Store(0)
 		for _, q := range batch {
 			q.queued.Store(false)
 		}
@@ -182,7 +188,11 @@ func (e *engine) runBatches() {
 		held := time.Now()
 		for _, q := range batch {
 			if !q.destroyed {
+				// The packets of one turn go to the link together
+				// (one system call on the wire).
+				d.batchTxLocked(true)
 				q.runLocked()
+				d.batchTxLocked(false)
 				e.watch(q)
 			}
 			if d.mu.contended() || time.Since(held) > maxHold {
@@ -278,11 +288,10 @@ func (e *engine) prepareToPark() bool {
 	return e.pending()
 }
 
-func (e *engine) pending() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.runq) > 0
-}
+// pending reports whether a QP is runnable. A QP scheduled just after it
+// looked is not lost: schedule also signals e.wake, which the loop reads
+// before it sleeps.
+func (e *engine) pending() bool { return e.queued.Load() > 0 }
 
 // retire hands a destroyed QP's rings to the engine, which unmaps them
 // once it no longer polls them.

@@ -176,7 +176,7 @@ func (d *Device) SendMAD(dgid [16]byte, mad [MADBytes]byte) error {
 	p.buf = append(p.buf[:0], mad[:]...)
 	p.payload = p.buf
 	d.gsi.sent.Add(1)
-	d.link.xmitLocked(p)
+	d.xmitLocked(p)
 	return nil
 }
 

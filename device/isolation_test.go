@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -168,7 +169,7 @@ func TestForeignQPCannotAnswerForPeer(t *testing.T) {
 	ack.syndrome = 0x1F
 	ack.sgid, ack.dgid = d.cfg.GID, a.attr.AH.DGID
 	ack.srcQPN, ack.destQPN = x.q.QPN, a.QPN
-	routeLink{d}.xmitLocked(ack)
+	injectLocked(d, ack)
 	d.mu.Unlock()
 	if got := e.poll(acq); len(got) != 0 {
 		t.Fatalf("a completed %q on the intruder's word", got)
@@ -304,11 +305,7 @@ func newForger(t testing.TB, from *net.UDPAddr) *forger {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	if err := control(conn, func(fd int) error {
-		return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setDF(t, conn)
 	return &forger{t: t, conn: conn, from: *from}
 }
 
@@ -323,8 +320,17 @@ func (f *forger) send(to *Device, rp roce.Packet) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	before := to.Counters.WirePacketsRecv.Load()
 	if _, err := f.conn.WriteToUDP(dg[28:], &net.UDPAddr{IP: to.Config().Addr.AsSlice(), Port: roce.UDPPort}); err != nil {
 		f.t.Fatal(err)
+	}
+	// wireSettle counts the devices' own packets only: wait until the
+	// receive loop has taken this one (dropped or delivered).
+	for deadline := time.Now().Add(5 * time.Second); to.Counters.WirePacketsRecv.Load() == before; {
+		if time.Now().After(deadline) {
+			f.t.Fatal("the forged datagram never reached the device")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
@@ -405,4 +411,20 @@ func TestWireAnySourcePort(t *testing.T) {
 	}
 	ea.events()
 	eb.events()
+}
+
+// setDF makes the kernel send conn's datagrams with DF (and so IP ID 0),
+// as rdmafs and rxe do, so that a test can compute their ICRC beforehand.
+func setDF(t testing.TB, conn *net.UDPConn) {
+	t.Helper()
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
 }

@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"rdmafs/link"
 	"rdmafs/qp"
 )
 
-// testLink stands between the transport and the device's link (routeLink) so a test
-// can lose, hold and later deliver packets, as a real network would. With
-// twins it stands before each of them (devLink), with one filter.
+// testLink stands between the transport and the device's link (in front
+// of the chain's capture and route, in place of its fault injector) so a
+// test can lose, hold and later deliver packets, as a real network would.
+// With twins it stands before each of them (devLink), with one filter.
 type testLink struct {
 	filter func(p *packet) linkAction // under Device.mu
 	held   []heldPacket
@@ -37,22 +39,35 @@ const (
 	drop
 )
 
-func (dl devLink) xmitLocked(p *packet) {
-	l := dl.l
-	l.seen++
-	act := deliver
-	if l.filter != nil {
-		act = l.filter(p)
+func (dl devLink) WritePackets(pkts []link.Packet) {
+	for _, lp := range pkts {
+		p := lp.(*packet)
+		l := dl.l
+		l.seen++
+		act := deliver
+		if l.filter != nil {
+			act = l.filter(p)
+		}
+		switch act {
+		case deliver:
+			injectLocked(dl.d, p)
+		case hold:
+			p.own()
+			l.held = append(l.held, heldPacket{dl.d, p})
+		case drop:
+			dl.d.pool.put(p)
+		}
 	}
-	switch act {
-	case deliver:
-		routeLink{dl.d}.xmitLocked(p)
-	case hold:
-		p.own()
-		l.held = append(l.held, heldPacket{dl.d, p})
-	case drop:
-		dl.d.pool.put(p)
-	}
+}
+
+func (devLink) Attach(link.Dispatcher) {}
+func (devLink) Close()                 {}
+
+// injectLocked sends p as the device would, but below its fault injector
+// (or a test's link in its place): capture and route.
+func injectLocked(d *Device, p *packet) {
+	d.routeLocked(p)
+	d.chain.Capture.WritePackets([]link.Packet{p})
 }
 
 func (e *env) link(filter func(p *packet) linkAction) *testLink {
@@ -75,7 +90,7 @@ func (e *env) release(l *testLink, n int) {
 	hs := l.held[:n]
 	l.held = append([]heldPacket(nil), l.held[n:]...)
 	for _, h := range hs {
-		routeLink{h.d}.xmitLocked(h.p)
+		injectLocked(h.d, h.p)
 	}
 	e.d.mu.Unlock()
 }

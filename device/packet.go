@@ -1,6 +1,7 @@
 package device
 
 import (
+	"rdmafs/link"
 	"rdmafs/qp"
 )
 
@@ -159,6 +160,12 @@ type packet struct {
 	mr      *MR    // MR payload aliases, nil if payload is owned
 	buf     []byte // owned storage for payload
 	next    *packet
+	dev     *Device // whose pool the packet is from
+
+	// The route the device chose (routeLocked) and, on the wire, the
+	// IPv4 address it goes to.
+	route link.Route
+	hop   [4]byte
 }
 
 // packetPool is a free list of packets. It is used only under Device.mu,
@@ -166,6 +173,7 @@ type packet struct {
 // rest go to the garbage collector), so a burst leaves no lasting trace in
 // the heap: what a large message had in flight is not kept for ever.
 type packetPool struct {
+	dev  *Device
 	free *packet
 	n    int
 }
@@ -182,12 +190,12 @@ const maxPooledBuf = 8192
 func (pp *packetPool) get() *packet {
 	p := pp.free
 	if p == nil {
-		return &packet{}
+		return &packet{dev: pp.dev}
 	}
 	pp.free = p.next
 	pp.n--
 	buf := p.buf
-	*p = packet{buf: buf[:0]}
+	*p = packet{buf: buf[:0], dev: pp.dev}
 	return p
 }
 
@@ -224,13 +232,6 @@ func (d *Device) detachPacketsLocked(mr *MR) {
 			}
 		}
 	}
-}
-
-// link carries packets from a QP's transport to the destination's receive
-// path. routeLink (wire.go) is the device's: loopback to a QP of this
-// device, RoCEv2 to other devices.
-type link interface {
-	xmitLocked(p *packet)
 }
 
 // receiveLocked is the receive entry point every packet takes, whatever
@@ -291,8 +292,8 @@ func (d *Device) receiveLocked(p *packet) *QP {
 // from the two QPNs).
 func (q *QP) peerPortLocked(port uint16) bool {
 	peer := q.attr.DestQPNum
-	return port == udpSourcePort(peer) || port == flowSourcePort(q.attr.AH.FlowLabel, peer, q.QPN) ||
-		port == flowSourcePort(0, peer, q.QPN)
+	return port == udpSourcePort(peer) || port == link.FlowSourcePort(q.attr.AH.FlowLabel, peer, q.QPN) ||
+		port == link.FlowSourcePort(0, peer, q.QPN)
 }
 
 // queuedLocked is the longer of q's two receive queues.

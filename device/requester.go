@@ -380,7 +380,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 	if q.Type == qp.TypeRC {
 		q.armRetryLocked()
 	}
-	d.link.xmitLocked(p)
+	d.xmitLocked(p)
 	return true
 }
 

@@ -3,8 +3,10 @@ package device
 import (
 	"encoding/binary"
 
+	"rdmafs/link"
 	"rdmafs/qp"
 	"rdmafs/ring"
+	"rdmafs/roce"
 )
 
 // respState is the responder's transport state.
@@ -158,7 +160,7 @@ func (q *QP) xmitResponseLocked(r *packet) {
 	r.destQPN = q.attr.DestQPNum
 	q.Counters.PacketsSent++
 	q.Counters.BytesSent += uint64(len(r.payload))
-	d.link.xmitLocked(r)
+	d.xmitLocked(r)
 }
 
 // nakLocked sends a NAK for psn and, for errors of class C/J, ends the
@@ -931,44 +933,18 @@ func (q *QP) respondUDLocked(p *packet) {
 // buildGRH writes the 40 bytes a UD receive buffer starts with. For an
 // IPv4-mapped GID (RoCEv2 over IPv4) that is 20 zero bytes and the IPv4
 // header; otherwise an IPv6 header, as rxe does (union rdma_network_hdr).
+// Both are the headers the datagram would have had on the wire (roce's
+// builders).
 func buildGRH(b []byte, sgid, dgid [16]byte, payload int) {
 	clear(b)
+	const ib = roce.BTHLen + roce.DETHLen
 	if isV4Mapped(sgid) && isV4Mapped(dgid) {
-		h := b[20:40]
-		h[0] = 0x45
-		binary.BigEndian.PutUint16(h[2:], uint16(20+8+12+8+payload+4)) // IP+UDP+BTH+DETH+payload+ICRC
-		h[6] = 0x40                                                    // DF
-		h[8] = 64
-		h[9] = 17 // UDP
-		copy(h[12:16], sgid[12:])
-		copy(h[16:20], dgid[12:])
-		binary.BigEndian.PutUint16(h[10:], ipv4Checksum(h))
+		roce.PutIPv4Header(b[20:40], [4]byte(sgid[12:]), [4]byte(dgid[12:]),
+			roce.HeadroomIPv4+ib+payload+roce.ICRCLen, 0, 0, 64)
 		return
 	}
-	b[0] = 0x60
-	binary.BigEndian.PutUint16(b[4:], uint16(8+12+8+payload+4))
-	b[6] = 17 // next header UDP, as RoCEv2 puts it
-	b[7] = 64
-	copy(b[8:24], sgid[:])
-	copy(b[24:40], dgid[:])
+	roce.PutIPv6Header(b, sgid, dgid, 8+ib+payload+roce.ICRCLen, 0, 0, 64)
 }
 
-func isV4Mapped(g [16]byte) bool {
-	for _, x := range g[:10] {
-		if x != 0 {
-			return false
-		}
-	}
-	return g[10] == 0xff && g[11] == 0xff
-}
-
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
-}
+// isV4Mapped reports whether g is an IPv4-mapped GID (link.V4Mapped).
+func isV4Mapped(g [16]byte) bool { return link.V4Mapped(g) }

@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"rdmafs/clock"
+	"rdmafs/link"
 	"rdmafs/qp"
 	"rdmafs/ring"
 	"rdmafs/roce"
@@ -343,11 +342,7 @@ func TestWireICRCAndMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := control(conn, func(fd int) error {
-		return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setDF(t, conn)
 	to := &net.UDPAddr{IP: eb.d.Config().Addr.AsSlice(), Port: roce.UDPPort}
 	rp := roce.Packet{Opcode: roce.Opcode(transUD | opSendOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: 7,
 		QKey: 0x11111111, SrcQP: 77, Payload: []byte("hello over plain UDP")}
@@ -500,7 +495,7 @@ func TestCaptureBounded(t *testing.T) {
 	e := newEnv(t)
 	c := e.d.OpenCapture()
 	a, b, acq, _ := e.pair(qp.TypeUC)
-	for i := 0; i < 3*captureQueue/64; i++ {
+	for i := 0; i < 3*link.CaptureQueue/64; i++ {
 		lines := make([]string, 64)
 		for j := range lines {
 			lines[j] = "opcode=send"
@@ -514,7 +509,7 @@ func TestCaptureBounded(t *testing.T) {
 		t.Fatal("no drops counted")
 	}
 	c.Close()
-	if e.d.capture.on.Load() {
+	if e.d.chain.Capture.On() {
 		t.Fatal("capture still on after close")
 	}
 }
@@ -540,8 +535,16 @@ func (l *faultLink) clone(p *packet) *packet {
 	return c
 }
 
-func (l *faultLink) xmitLocked(p *packet) {
-	next := routeLink{l.d}
+func (l *faultLink) WritePackets(pkts []link.Packet) {
+	for _, lp := range pkts {
+		l.write(lp.(*packet))
+	}
+}
+
+func (*faultLink) Attach(link.Dispatcher) {}
+func (*faultLink) Close()                 {}
+
+func (l *faultLink) write(p *packet) {
 	r := l.rng.IntN(1000)
 	switch {
 	case r < l.drop:
@@ -550,17 +553,17 @@ func (l *faultLink) xmitLocked(p *packet) {
 		return
 	case r < l.drop+l.dup:
 		l.duped++
-		next.xmitLocked(l.clone(p))
+		injectLocked(l.d, l.clone(p))
 	case r < l.drop+l.dup+l.reorder && l.held == nil:
 		l.reo++
 		l.held = l.clone(p)
 		l.d.pool.put(p)
 		return
 	}
-	next.xmitLocked(p)
+	injectLocked(l.d, p)
 	if h := l.held; h != nil {
 		l.held = nil
-		next.xmitLocked(h)
+		injectLocked(l.d, h)
 	}
 }
 
@@ -765,7 +768,7 @@ func TestWirePortMTU(t *testing.T) {
 	if p := e.d.Port(); p.MaxMTU != qp.MTU4096 || p.ActiveMTU != qp.MTU4096 {
 		t.Fatalf("port %+v", p)
 	}
-	if m, ok := interfaceMTU(e.d.Config().Addr); !ok || m < 4096+80 {
+	if m, ok := link.InterfaceMTU(e.d.Config().Addr); !ok || m < 4096+80 {
 		t.Fatalf("lo MTU %d %v", m, ok)
 	}
 }
@@ -819,18 +822,18 @@ func (q *QP) debugState() string {
 // 0x11 talking to rdmafs QP 0x10 sent from 0xC110), the same from either
 // end, and from the flow label when one is set.
 func TestFlowSourcePort(t *testing.T) {
-	if got := flowSourcePort(0, 0x11, 0x10); got != 0xC110 {
-		t.Fatalf("flowSourcePort(0, 0x11, 0x10) = %#x, want 0xc110 (rxe on Linux 6.1)", got)
+	if got := link.FlowSourcePort(0, 0x11, 0x10); got != 0xC110 {
+		t.Fatalf("link.FlowSourcePort(0, 0x11, 0x10) = %#x, want 0xc110 (rxe on Linux 6.1)", got)
 	}
-	if flowSourcePort(0, 0x10, 0x11) != flowSourcePort(0, 0x11, 0x10) {
+	if link.FlowSourcePort(0, 0x10, 0x11) != link.FlowSourcePort(0, 0x11, 0x10) {
 		t.Fatal("not symmetric in the QPNs")
 	}
 	// A flow label folds its high 6 bits into the low 14.
-	if got := flowSourcePort(0x4001, 1, 2); got != 0xC000|(0x0001^0x1) {
+	if got := link.FlowSourcePort(0x4001, 1, 2); got != 0xC000|(0x0001^0x1) {
 		t.Fatalf("flow label 0x4001: %#x", got)
 	}
 	for _, fl := range []uint32{0, 1, 0xFFFFF, 0x12345} {
-		if p := flowSourcePort(fl, 77, 99); p < 0xC000 {
+		if p := link.FlowSourcePort(fl, 77, 99); p < 0xC000 {
 			t.Fatalf("port %#x below 0xC000", p)
 		}
 	}
@@ -876,6 +879,39 @@ func TestWirePortMTUFollowsLink(t *testing.T) {
 		defer d2.Close()
 		if p := d2.Port(); p.ActiveMTU != qp.MTU256 {
 			t.Fatalf("explicit active_mtu 256 became %d", p.ActiveMTU.Bytes())
+		}
+	}
+}
+
+// The packets of one QP turn cross the wire in batches: a 16 KiB WRITE at
+// MTU 512 (32 packets, one turn) leaves device a in one or two sendmmsg
+// calls, and the counters file says so (datagrams per system call).
+func TestWireBatchesPerTurn(t *testing.T) {
+	ea, eb := newWirePair(t)
+	envs := []*env{ea, eb}
+	a, _, acq, _ := wireQPs(ea, eb, qp.TypeUC, "path_mtu=512", "path_mtu=512")
+	src, dst := ea.mr(16384, 0), eb.mr(16384, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+	fill(src.Mem(), 5)
+	c := &ea.d.Counters
+	sent0, calls0 := c.WirePacketsSent.Load(), c.WireSendCalls.Load()
+	ea.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:16384 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
+	wexpect(t, acq, envs, sendWC(1, "success", "rdma_write", a, 16384))
+	sameBytes(t, dst.Mem(), src.Mem())
+	sent, calls := c.WirePacketsSent.Load()-sent0, c.WireSendCalls.Load()-calls0
+	if sent != 32 || calls > 2 {
+		t.Fatalf("%d datagrams in %d sendmmsg calls, want 32 in at most 2", sent, calls)
+	}
+	rc := &eb.d.Counters
+	if r, rcalls := rc.WirePacketsRecv.Load(), rc.WireRecvCalls.Load(); rcalls == 0 || rcalls > r {
+		t.Fatalf("device b: %d datagrams in %d recvmmsg calls", r, rcalls)
+	}
+	names := map[string]bool{}
+	for _, x := range c.List() {
+		names[x.Name] = true
+	}
+	for _, n := range []string{"wire_send_calls", "wire_recv_calls", "wire_send_full", "wire_recv_overruns"} {
+		if !names[n] {
+			t.Errorf("counters lack %s", n)
 		}
 	}
 }

@@ -15,6 +15,38 @@ const (
 	HeadroomIPv6 = ipv6HdrLen + udpHdrLen
 )
 
+// PutIPv4Header writes the IPv4 header of a RoCEv2 datagram of total bytes
+// into h[:20]: no options, DF, the given ID, TOS and TTL, protocol UDP, a
+// valid checksum. It is the one IPv4 builder: of the datagrams sent
+// (EncapIPv4, BuildIPv4) and of the GRH a UD receive buffer starts with.
+func PutIPv4Header(h []byte, src, dst [4]byte, total int, ipID uint16, tos, ttl uint8) {
+	h = h[:ipv4HdrLen]
+	h[0] = 0x45
+	h[1] = tos
+	binary.BigEndian.PutUint16(h[2:4], uint16(total))
+	binary.BigEndian.PutUint16(h[4:6], ipID)
+	binary.BigEndian.PutUint16(h[6:8], 0x4000) // DF
+	h[8] = ttl
+	h[9] = 17
+	h[10], h[11] = 0, 0
+	copy(h[12:16], src[:])
+	copy(h[16:20], dst[:])
+	binary.BigEndian.PutUint16(h[10:12], ^checksum(h))
+}
+
+// PutIPv6Header writes the fixed IPv6 header of a RoCEv2 datagram into
+// h[:40]: next header UDP, payloadLen bytes after the header, the given
+// traffic class, flow label and hop limit.
+func PutIPv6Header(h []byte, src, dst [16]byte, payloadLen int, tclass uint8, flow uint32, hop uint8) {
+	h = h[:ipv6HdrLen]
+	binary.BigEndian.PutUint32(h[0:4], 6<<28|uint32(tclass)<<20|flow&0xFFFFF)
+	binary.BigEndian.PutUint16(h[4:6], uint16(payloadLen))
+	h[6] = 17
+	h[7] = hop
+	copy(h[8:24], src[:])
+	copy(h[24:40], dst[:])
+}
+
 // EncapIPv4 turns b into a complete RoCEv2 datagram in place, without
 // allocating when b has room for the ICRC: b[:HeadroomIPv4] is room for the
 // IPv4 and UDP headers and b[HeadroomIPv4:] is the IB part (as AppendIB
@@ -29,17 +61,7 @@ func EncapIPv4(b []byte, src, dst [4]byte, sport, ipID uint16, tos, ttl uint8) (
 		return b, ErrTooLong
 	}
 	ip, u := b[:ipv4HdrLen], b[ipv4HdrLen:HeadroomIPv4]
-	ip[0] = 0x45
-	ip[1] = tos
-	binary.BigEndian.PutUint16(ip[2:4], uint16(total))
-	binary.BigEndian.PutUint16(ip[4:6], ipID)
-	binary.BigEndian.PutUint16(ip[6:8], 0x4000) // DF
-	ip[8] = ttl
-	ip[9] = 17
-	ip[10], ip[11] = 0, 0
-	copy(ip[12:16], src[:])
-	copy(ip[16:20], dst[:])
-	binary.BigEndian.PutUint16(ip[10:12], ^checksum(ip))
+	PutIPv4Header(ip, src, dst, total, ipID, tos, ttl)
 	binary.BigEndian.PutUint16(u[0:2], sport)
 	binary.BigEndian.PutUint16(u[2:4], UDPPort)
 	binary.BigEndian.PutUint16(u[4:6], uint16(total-ipv4HdrLen))
@@ -59,12 +81,7 @@ func EncapIPv6(b []byte, src, dst [16]byte, sport uint16, tclass uint8, flow uin
 		return b, ErrTooLong
 	}
 	ip, u := b[:ipv6HdrLen], b[ipv6HdrLen:HeadroomIPv6]
-	binary.BigEndian.PutUint32(ip[0:4], 6<<28|uint32(tclass)<<20|flow&0xFFFFF)
-	binary.BigEndian.PutUint16(ip[4:6], uint16(ulen))
-	ip[6] = 17
-	ip[7] = hop
-	copy(ip[8:24], src[:])
-	copy(ip[24:40], dst[:])
+	PutIPv6Header(ip, src, dst, ulen, tclass, flow, hop)
 	binary.BigEndian.PutUint16(u[0:2], sport)
 	binary.BigEndian.PutUint16(u[2:4], UDPPort)
 	binary.BigEndian.PutUint16(u[4:6], uint16(ulen))

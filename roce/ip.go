@@ -134,17 +134,7 @@ func BuildIPv4(src, dst netip.Addr, sport uint16, ib []byte, ipID uint16, tos, t
 	}
 	b := make([]byte, ipv4HdrLen+udpHdrLen, total)
 	ip, u := b[:ipv4HdrLen], b[ipv4HdrLen:]
-	ip[0] = 0x45
-	ip[1] = tos
-	binary.BigEndian.PutUint16(ip[2:4], uint16(total))
-	binary.BigEndian.PutUint16(ip[4:6], ipID)
-	binary.BigEndian.PutUint16(ip[6:8], 0x4000) // DF
-	ip[8] = ttl
-	ip[9] = 17
-	s4, d4 := src.As4(), dst.As4()
-	copy(ip[12:16], s4[:])
-	copy(ip[16:20], d4[:])
-	binary.BigEndian.PutUint16(ip[10:12], ^checksum(ip))
+	PutIPv4Header(ip, src.As4(), dst.As4(), total, ipID, tos, ttl)
 	binary.BigEndian.PutUint16(u[0:2], sport)
 	binary.BigEndian.PutUint16(u[2:4], UDPPort)
 	binary.BigEndian.PutUint16(u[4:6], uint16(total-ipv4HdrLen))

@@ -11,7 +11,9 @@
 #   - ucx_perftest with UCX_TLS=tcp (server and client on 127.0.0.1):
 #     ucp_put_bw 64 KiB, ucp_get 64 KiB, tag_lat 8 B, ucp_put_bw 8 B,
 # and prints the medians and the ratios rdmafs/UCX, the packets per second
-# and the daemons' CPU of each rdmafs run. Then it profiles both daemons
+# and the daemons' CPU of each rdmafs run, the floor (an 8-byte UDP
+# ping-pong over lo) and each daemon's CPU over IDLE seconds (default 10)
+# of a quiet link. Then it profiles both daemons
 # (perf, when it is there) during a WRITE bw 64 KiB run and counts their
 # system calls per packet.
 #
@@ -160,6 +162,39 @@ for k in rdmafs_write_bw_64k rdmafs_read_bw_64k rdmafs_send_lat_8 rdmafs_write_b
 		"$(median "$k.cpu_a")" "$(median "$k.cpu_b")" "$(median "$k.cpu_bench")" "$(median "$k.retransmits")"
 done
 
+# --- the floor and the idle link ---------------------------------------------
+
+# The kernel's UDP loopback round trip on this host, now: the floor under
+# SEND 8 B latency (two threads blocked in recvfrom, as the wire's receive
+# goroutine sleeps; link.BenchmarkUDPPingPong8).
+echo
+echo "# the floor: an 8-byte UDP ping-pong over lo (go test -bench UDPPingPong8 ./link/), one way"
+floor=$(cd "$repo" && go test -run '^$' -bench UDPPingPong8 -benchtime 20000x ./link/ 2>/dev/null |
+	awk '/^BenchmarkUDPPingPong8/ { printf "%.3f", $3 / 2000 }')
+printf '  %-34s %14s\n' "udp_pingpong_8 one way [us]" "${floor:-n/a}"
+if [[ -n "$floor" ]]; then
+	awk -v r="$(median rdmafs_send_lat_8)" -v f="$floor" 'BEGIN { printf "  rdmafs SEND 8 B latency is %.1fx the floor (%.1f us above it)\n", r / f, r - f }'
+fi
+
+# Each daemon's CPU while the link is quiet (utime+stime from
+# /proc/PID/stat over IDLE seconds, after the runs): a quiet link must cost
+# nothing.
+IDLE=${IDLE:-10}
+echo
+echo "# the daemons idle for ${IDLE}s (CPU as % of one core, from /proc/PID/stat)"
+hz=$(getconf CLK_TCK)
+for p in "$DPID_A" "$DPID_B"; do
+	t0=$(DPID=$p daemon_ticks)
+	eval "t0_$p=$t0"
+done
+sleep "$IDLE"
+for p in "$DPID_A" "$DPID_B"; do
+	t1=$(DPID=$p daemon_ticks)
+	eval "t0=\$t0_$p"
+	awk -v p="$p" -v d="$((t1 - t0))" -v hz="$hz" -v s="$IDLE" \
+		'BEGIN { printf "  daemon pid %-8s %5d ticks in %ds = %.2f%% of a core\n", p, d, s, 100 * d / hz / s }'
+done
+
 # --- where the daemons' time goes ---------------------------------------------
 
 if command -v perf >/dev/null 2>&1 && perf stat -e raw_syscalls:sys_enter true >/dev/null 2>&1; then
@@ -168,7 +203,7 @@ if command -v perf >/dev/null 2>&1 && perf stat -e raw_syscalls:sys_enter true >
 	# Counted (perf stat: no events lost, little slow-down) in one run and
 	# sampled in another, so the profiler's cost does not inflate the counts.
 	ev=raw_syscalls:sys_enter
-	for c in sendto recvfrom futex nanosleep read; do ev+=,syscalls:sys_enter_$c; done
+	for c in sendto recvfrom sendmmsg recvmmsg futex nanosleep read epoll_pwait; do ev+=,syscalls:sys_enter_$c; done
 	perf stat -x, -e "$ev" -o "$work/perf-stat.txt" -p "$DPID_A,$DPID_B" sleep "$((DUR + 1))" >/dev/null 2>&1 &
 	ps_=$!
 	sleep 0.3

@@ -39,7 +39,7 @@
 #    kernel (6.1) sends a QP's packets from rdma_get_udp_sport(flow label,
 #    own QPN, dest QPN) once the QP has its address (QPN 0x11 -> 0x10 sends
 #    from 0xC110), not from the QPN hash older kernels and rdmafs use; the
-#    check takes both (device/wire.go, flowSourcePort). RDMAFS_MOUNT_FLAGS
+#    check takes both (link/link.go, FlowSourcePort). RDMAFS_MOUNT_FLAGS
 #    adds mount flags (e.g. --any-source-port, to compare).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

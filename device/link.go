@@ -1,0 +1,304 @@
+package device
+
+import (
+	"context"
+	"io"
+	"net/netip"
+	"time"
+
+	"rdmafs/link"
+	"rdmafs/qp"
+	"rdmafs/roce"
+)
+
+// The device's side of the link (package link): it builds the chain at
+// creation (faults → capture → route: loopback | wire), decides each
+// packet's route, and is the chain's dispatcher. It talks to the chain
+// only through link.Endpoint and link.Dispatcher, and the chain to it only
+// through link.Packet; all of it runs under Device.mu, the chain's lock.
+//
+// With Config.Addr set, the port's GID is ::ffff:Addr and the device talks
+// RoCEv2 on UDP port 4791 of that address (VERBS.md §8). A packet for the
+// device's own GID is delivered to its own receive path at once (loopback:
+// the same transport, the same receiveLocked, no encoding); a packet for
+// an IPv4-mapped GID goes on the wire; anything else has no route and is
+// lost (RC retries and times out).
+
+// newChain builds d's link.
+func (d *Device) newChain() error {
+	o := link.Options{
+		Lock:     &d.mu,
+		Counters: &d.Counters.Counters,
+		Owner: func(qpn uint32) uint32 {
+			if q := d.qps[qpn]; q != nil {
+				return uint32(q.Owner)
+			}
+			return 0
+		},
+		AfterFunc: func(t time.Duration, f func()) { d.clock.AfterFunc(t, f) },
+	}
+	if d.cfg.Addr.IsValid() {
+		o.Wire = &link.WireConfig{Addr: d.cfg.Addr}
+		d.wireAddr, d.hasWire = d.cfg.Addr.As4(), true
+	}
+	c, err := link.NewChain(o, (*dispatcher)(d))
+	if err != nil {
+		return err
+	}
+	d.chain, d.link = c, c.Head
+	return nil
+}
+
+// xmitLocked sends p (the transport is done with it) on its way: the
+// device picks the route, the chain does the rest. Inside an engine turn
+// the packets wait in d.txq and go to the chain as one batch when the turn
+// ends (flushTxLocked: one sendmmsg for the wire); anywhere else at once.
+func (d *Device) xmitLocked(p *packet) {
+	d.routeLocked(p)
+	d.txq = append(d.txq, p)
+	if !d.txBatching || len(d.txq) >= maxTxBatch {
+		d.flushTxLocked()
+	}
+}
+
+// maxTxBatch bounds the packets one engine turn holds back: a turn's
+// budget is larger (run.go), and the first packets need not wait for the
+// last.
+const maxTxBatch = 64
+
+// flushTxLocked writes the packets held in d.txq to the chain.
+func (d *Device) flushTxLocked() {
+	if len(d.txq) == 0 {
+		return
+	}
+	q := d.txq
+	// Taken from d while the chain has it: a delivery may make the device
+	// send again (not today), which must not write into this batch.
+	d.txq = nil
+	d.link.WritePackets(q)
+	clear(q)
+	if d.txq == nil {
+		d.txq = q[:0]
+	}
+}
+
+// batchTxLocked starts (on) or ends holding packets back for one batch;
+// ending sends what is held.
+func (d *Device) batchTxLocked(on bool) {
+	if !on {
+		d.flushTxLocked()
+	}
+	d.txBatching = on
+}
+
+// routeLocked is the device's routing table: loopback for its own GID, the
+// wire for other IPv4-mapped GIDs, no route otherwise. In the wireSelf
+// test mode its own GID goes through the wire to its own address.
+func (d *Device) routeLocked(p *packet) {
+	switch {
+	case d.isLocalGID(p.dgid) && d.wireSelf:
+		p.route, p.hop = link.Wire, d.wireAddr
+	case d.isLocalGID(p.dgid):
+		p.route = link.Local
+	case d.hasWire && isV4Mapped(p.dgid):
+		p.route, p.hop = link.Wire, [4]byte(p.dgid[12:])
+	default:
+		p.route = link.NoRoute
+	}
+}
+
+// Meta implements link.Packet.
+func (p *packet) Meta() link.Meta {
+	return link.Meta{SGID: p.sgid, DGID: p.dgid, SrcQPN: p.srcQPN, DestQPN: p.destQPN,
+		Route: p.route, Src: p.dev.wireAddr, Dst: p.hop, PayloadLen: len(p.payload)}
+}
+
+// Header implements link.Packet.
+func (p *packet) Header(rp *roce.Packet) { p.toWire(rp) }
+
+// Clone implements link.Packet: a copy with its own payload.
+func (p *packet) Clone() link.Packet {
+	c := p.dev.pool.get()
+	buf := c.buf
+	*c = *p
+	c.next = nil
+	c.buf = append(buf[:0], p.payload...)
+	c.payload = c.buf
+	c.mr = nil
+	return c
+}
+
+// Hold implements link.Packet.
+func (p *packet) Hold() { p.own() }
+
+// Done implements link.Packet. A datagram between devices sharing their
+// objects counts as in flight until the other end has it (Quiesce).
+func (p *packet) Done(sent bool) {
+	d := p.dev
+	if sent && p.route == link.Wire && d.peerAddrLocked(p.hop) {
+		d.peerSent.Add(1)
+	}
+	d.pool.put(p)
+}
+
+// dispatcher is the device as the chain's link.Dispatcher.
+type dispatcher Device
+
+// DeliverLocal implements link.Dispatcher: loopback, the very packet.
+func (x *dispatcher) DeliverLocal(lp link.Packet) {
+	p := lp.(*packet)
+	p.local = true
+	(*Device)(x).receiveLocked(p)
+}
+
+// DeliverDatagrams implements link.Dispatcher: the good datagrams become
+// packets on the receive path, ICRC failures are counted against the QP
+// they name. It asks the wire to back off while a QP's receive queue is
+// over the high-water mark.
+func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
+	d := (*Device)(x)
+	if d.closed {
+		return nil
+	}
+	var full *QP
+	for i := range dgs {
+		dg := &dgs[i]
+		switch dg.Status {
+		case link.BadICRC:
+			if q := d.qps[dg.BadQPN]; q != nil {
+				q.Counters.ICRCErrors++
+			}
+			continue
+		case link.OK:
+		default:
+			continue
+		}
+		p := d.pool.get()
+		p.fromWire(&dg.Packet)
+		p.srcPort = dg.SrcPort
+		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Src))
+		p.dgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Dst))
+		self := dg.Src == d.wireAddr
+		if self && d.wireSelf {
+			p.sgid, p.dgid = d.cfg.GID, d.cfg.GID
+		} else if p.opcode&transMask == transUD {
+			p.ipHdr, p.hasIPHdr = [20]byte(dg.Raw[:20]), true
+		}
+		q := d.receiveLocked(p)
+		if self || d.peerAddrLocked(dg.Src) {
+			d.peerRecv.Add(1)
+		}
+		if q != nil && q.queuedLocked() >= wireHighWater {
+			full = q
+		}
+	}
+	if full == nil {
+		return nil
+	}
+	return func() bool { return !full.destroyed && full.queuedLocked() >= wireHighWater/2 }
+}
+
+// wireHighWater is the queue length (of one of a QP's two receive queues)
+// at which the wire stops reading the socket until the engine has taken
+// the queue down again (to half of it): a sender that outruns the engine
+// then waits in the socket's buffer instead of losing packets at the QP
+// queue's cap, which for UC would lose whole messages.
+const wireHighWater = maxQueuedPackets / 2
+
+// peerAddrLocked reports whether a is the address of a device sharing d's
+// objects (d itself included): a datagram between them is counted in flight
+// until it arrives (Quiesce).
+func (d *Device) peerAddrLocked(a [4]byte) bool {
+	for _, t := range d.devs {
+		if t.hasWire && t.wireAddr == a {
+			return true
+		}
+	}
+	return false
+}
+
+// udpSourcePort is the UDP source port of q's packets (link.SourcePort).
+func udpSourcePort(qpn uint32) uint16 { return link.SourcePort(qpn) }
+
+// toWire fills rp with p's wire fields.
+func (p *packet) toWire(rp *roce.Packet) {
+	*rp = roce.Packet{
+		Opcode: roce.Opcode(p.opcode), SE: p.se, PKey: 0xFFFF, DestQP: p.destQPN & roce.QPNMask,
+		AckReq: p.ackReq, PSN: uint32(p.psn) & roce.PSNMask,
+		VA: p.va, RKey: p.rkey, DMALen: p.dlen, SwapAdd: p.swapAdd, Compare: p.compare,
+		Syndrome: p.syndrome, MSN: p.msn & roce.MSNMask, OrigData: p.orig,
+		Imm: p.imm, InvRKey: p.imm, QKey: p.qkey, SrcQP: p.srcQP & roce.QPNMask,
+		Payload: p.payload,
+	}
+}
+
+// fromWire fills p (fresh from the pool) from a parsed packet; the payload
+// is copied into p's own storage.
+func (p *packet) fromWire(rp *roce.Packet) {
+	p.opcode = uint8(rp.Opcode)
+	p.se, p.ackReq = rp.SE, rp.AckReq
+	p.destQPN, p.psn = rp.DestQP, qp.PSN(rp.PSN)
+	p.va, p.rkey, p.dlen = rp.VA, rp.RKey, rp.DMALen
+	p.swapAdd, p.compare = rp.SwapAdd, rp.Compare
+	p.syndrome, p.msn, p.orig = rp.Syndrome, rp.MSN, rp.OrigData
+	p.imm = rp.Imm | rp.InvRKey // at most one of them is carried
+	p.qkey, p.srcQP = rp.QKey, rp.SrcQP
+	p.buf = append(p.buf[:0], rp.Payload...)
+	p.payload = p.buf
+}
+
+// Faults says what the fault injector does (link.Faults).
+type Faults = link.Faults
+
+// SetFaults installs f (an inactive f removes the injector). A packet held
+// for reordering is delivered; delayed ones still in flight are lost, as
+// if the network had dropped them.
+func (d *Device) SetFaults(f Faults) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpenLocked("faults"); err != nil {
+		return err
+	}
+	d.chain.Faults.Set(f)
+	return nil
+}
+
+// Faults returns the injector's settings.
+func (d *Device) Faults() Faults {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.chain.Faults.Get()
+}
+
+// CaptureReader is one open capture (link.CaptureReader): its Next calls
+// return the pcap stream in chunks.
+type CaptureReader = link.CaptureReader
+
+// OpenCapture starts a capture of every packet (root's view). Close it to
+// stop.
+func (d *Device) OpenCapture() *CaptureReader { return d.OpenCaptureAs(0) }
+
+// OpenCaptureAs starts a capture of the packets viewer may see: every
+// packet for root (0), else those of the QPs viewer owns (link.Capture).
+func (d *Device) OpenCaptureAs(viewer Owner) *CaptureReader {
+	return d.chain.Capture.Open(uint32(viewer))
+}
+
+// Capture writes a pcap stream of the device's packets to w until ctx
+// ends (its error), the device closes (nil) or a write fails.
+func (d *Device) Capture(ctx context.Context, w io.Writer) error {
+	c := d.OpenCapture()
+	defer c.Close()
+	for {
+		b, err := c.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if b == nil {
+			return nil
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+}

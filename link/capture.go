@@ -1,0 +1,215 @@
+package link
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"rdmafs/roce"
+)
+
+// Capture records every packet the device sends (loopback, wire, or lost
+// for want of a route) and every datagram it receives from the wire, as
+// RoCEv2 datagrams in a classic pcap stream (LINKTYPE_RAW: bare IPv4 or
+// IPv6 packets, which tshark decodes as RRoCE by the UDP port). It sits
+// below the fault injector and above the route, so it sees what the
+// network is given (a dropped packet is not there, a duplicate twice); and
+// it is the dispatcher of the route, so it sees what the wire brings in,
+// even datagrams that do not parse. A loopback packet appears once, when
+// sent, like a packet on lo. Packets between IPv4-mapped GIDs, and every
+// wire packet, are IPv4 datagrams (IP ID 0, DF, TTL 64, UDP checksum 0,
+// ICRC) as the wire carries them (Encode: the same bytes); other GIDs (the
+// default fe80:: GID) give IPv6 datagrams. Received datagrams are recorded
+// as the very bytes received.
+//
+// A capture is opened for a viewer (Open): root (0) sees every packet; any
+// other uid sees only the packets of QPs it owns, a packet belonging to the
+// local QP that sent it and to the local QP it is delivered to. A packet
+// whose QPs are unknown (malformed or failing the ICRC on the wire, sent to
+// a QPN nobody has, or from a QP destroyed meanwhile) is root's alone. Only
+// local QPNs are looked up: the destination QPN of a packet sent on the
+// wire names a QP of another device, the source of a packet received from
+// it likewise.
+//
+// When nobody captures, the cost is one atomic load per batch. Each capture
+// has a bounded queue; when its reader falls behind, packets are dropped
+// for that capture and counted (CaptureDrops), never stalling the engine.
+type Capture struct {
+	next  Endpoint
+	disp  Dispatcher
+	owner func(qpn uint32) uint32
+	c     *Counters
+	rp    roce.Packet // scratch; under the chain's lock
+
+	on     atomic.Bool // some capture is open
+	mu     sync.Mutex  // guards subs; taken under the chain's lock, never the other way
+	subs   map[*CaptureReader]struct{}
+	closed chan struct{} // closed with the chain
+	once   sync.Once
+}
+
+// CaptureQueue is how many packets one capture holds for its reader.
+const CaptureQueue = 4096
+
+type captureRec struct {
+	ts   time.Time
+	data []byte
+	// The owners of the local QPs the packet belongs to; 0 (root) where
+	// there is none.
+	a, b uint32
+}
+
+// NewCapture returns a capture decorator in front of next; owner names
+// the owner of a local QP (0: none).
+func NewCapture(next Endpoint, owner func(qpn uint32) uint32, c *Counters) *Capture {
+	return &Capture{next: next, owner: owner, c: c,
+		subs: map[*CaptureReader]struct{}{}, closed: make(chan struct{})}
+}
+
+// On reports whether some capture is open.
+func (h *Capture) On() bool { return h.on.Load() }
+
+// WritePackets implements Endpoint.WritePackets.
+func (h *Capture) WritePackets(pkts []Packet) {
+	if h.on.Load() {
+		for _, p := range pkts {
+			h.record(p)
+		}
+	}
+	h.next.WritePackets(pkts)
+}
+
+func (h *Capture) record(p Packet) {
+	b, err := Encode(nil, p, &h.rp)
+	if err != nil {
+		return
+	}
+	m := p.Meta()
+	src := h.owner(m.SrcQPN)
+	dst := src
+	if m.Route == Local {
+		dst = h.owner(m.DestQPN)
+	}
+	h.publish(b, src, dst)
+}
+
+// Attach implements Endpoint.Attach: the capture stands between the route
+// and d.
+func (h *Capture) Attach(d Dispatcher) {
+	h.disp = d
+	h.next.Attach(h)
+}
+
+// Close implements Endpoint.Close: readers see the end of the stream.
+func (h *Capture) Close() {
+	h.next.Close()
+	h.once.Do(func() { close(h.closed) })
+}
+
+// DeliverLocal implements Dispatcher.DeliverLocal; the packet was recorded
+// when it was written.
+func (h *Capture) DeliverLocal(p Packet) { h.disp.DeliverLocal(p) }
+
+// DeliverDatagrams implements Dispatcher.DeliverDatagrams.
+func (h *Capture) DeliverDatagrams(dgs []Datagram) func() bool {
+	if h.on.Load() {
+		for i := range dgs {
+			dg := &dgs[i]
+			// Only a datagram that parsed names a QP of this device.
+			o := uint32(0)
+			if dg.Status == OK {
+				o = h.owner(dg.Packet.DestQP)
+			}
+			h.publish(bytes.Clone(dg.Raw), o, o)
+		}
+	}
+	return h.disp.DeliverDatagrams(dgs)
+}
+
+// publish hands one datagram (not kept by the caller) to every open
+// capture whose viewer may see it: root, and the owners a and b of the
+// local QPs it belongs to.
+func (h *Capture) publish(data []byte, a, b uint32) {
+	rec := captureRec{ts: time.Now(), data: data, a: a, b: b}
+	h.mu.Lock()
+	for c := range h.subs {
+		if c.viewer != 0 && c.viewer != a && c.viewer != b {
+			continue
+		}
+		select {
+		case c.ch <- rec:
+		default:
+			h.c.CaptureDrops.Add(1)
+		}
+	}
+	h.mu.Unlock()
+}
+
+// CaptureReader is one open capture: its Next calls return the pcap
+// stream (the file header first, then records) in chunks.
+type CaptureReader struct {
+	h       *Capture
+	viewer  uint32 // 0: every packet
+	ch      chan captureRec
+	started bool
+	buf     bytes.Buffer
+	pw      *roce.PcapWriter
+	once    sync.Once
+}
+
+// Open starts a capture of the packets viewer may see: every packet for
+// root (0), else those of the QPs viewer owns. Close it to stop. It takes
+// no lock but the capture's own.
+func (h *Capture) Open(viewer uint32) *CaptureReader {
+	c := &CaptureReader{h: h, viewer: viewer, ch: make(chan captureRec, CaptureQueue)}
+	h.mu.Lock()
+	h.subs[c] = struct{}{}
+	h.on.Store(true)
+	h.mu.Unlock()
+	return c
+}
+
+// Close stops the capture; packets queued for it are discarded.
+func (c *CaptureReader) Close() error {
+	c.once.Do(func() {
+		h := c.h
+		h.mu.Lock()
+		delete(h.subs, c)
+		h.on.Store(len(h.subs) > 0)
+		h.mu.Unlock()
+	})
+	return nil
+}
+
+// Next returns the next chunk of the pcap stream: the file header on the
+// first call, then every record queued, blocking until there is one. It
+// returns nothing (and no error) once the chain is closed, and ctx's error
+// when ctx ends first. One goroutine at a time.
+func (c *CaptureReader) Next(ctx context.Context) ([]byte, error) {
+	c.buf.Reset()
+	if !c.started {
+		c.started = true
+		c.pw, _ = roce.NewPcapWriter(&c.buf, roce.LinkTypeRaw)
+		return bytes.Clone(c.buf.Bytes()), nil
+	}
+	select {
+	case r := <-c.ch:
+		c.pw.WritePacket(r.ts, r.data)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.h.closed:
+		return nil, nil
+	}
+	for c.buf.Len() < 1<<20 {
+		select {
+		case r := <-c.ch:
+			c.pw.WritePacket(r.ts, r.data)
+			continue
+		default:
+		}
+		break
+	}
+	return bytes.Clone(c.buf.Bytes()), nil
+}

@@ -1,0 +1,87 @@
+// Package link is the link layer of an rdmafs device: what carries the IB
+// packets of its transport to their destination, on the same device
+// (loopback) or to another over RoCEv2 (the wire), with fault injection and
+// packet capture on the way. It is below the device core and cannot import
+// it (a test says so); the device talks to it only through Endpoint and
+// Dispatcher, and it to the device only through Packet. gVisor's
+// pkg/tcpip/link/{loopback,channel,sniffer} is the model: endpoints that
+// write batches of packets, a dispatcher that receives, decorators that
+// wrap an endpoint and stand in as the dispatcher of the one below.
+//
+// # Pieces
+//
+// The device builds one chain at creation (NewChain) and writes every
+// packet it sends to the chain's head:
+//
+//	device ─WritePackets─▶ FaultInjector ─▶ Capture ─▶ route ─┬─▶ loopback ─DeliverLocal─▶ Capture ─▶ device
+//	                                                          └─▶ WireEndpoint ⇄ raw socket
+//	WireEndpoint's receive goroutine ─DeliverDatagrams─▶ Capture ─▶ device
+//
+// The files:
+//
+//   - link.go: Packet (the device's packet as the link sees it: Meta,
+//     Header, Clone, Hold, Done), Endpoint, Dispatcher, Datagram, Counters,
+//     Encode (the one encoder of a packet into a RoCEv2 datagram) and
+//     Chain.
+//   - faults.go: FaultInjector, the top of the chain. Inactive, it passes
+//     each batch on untouched; active, it drops, duplicates, delays and
+//     reorders packets at random (Faults), acting on loopback and wire
+//     alike.
+//   - capture.go: Capture, a pcap of every packet sent (as Encode builds
+//     it) and every datagram received (as it arrived), each reader seeing
+//     what its uid may see.
+//   - route.go: the route (each packet to loopback, the wire or nowhere, as
+//     the device decided in Meta.Route, counted) and loopback (the packet
+//     object itself handed back to the dispatcher, no encoding).
+//   - wire.go, wire_unsafe.go: WireEndpoint, RoCEv2 over IPv4 through a raw
+//     socket: its BPF filter, socket buffers, the UDP socket that reserves
+//     port 4791, the receive goroutine that verifies every ICRC, the
+//     interface MTU (InterfaceMTU) and rxe's UDP source ports (SourcePort,
+//     FlowSourcePort).
+//
+// The route itself is the device's: which GIDs are its own, and which go
+// to which IPv4 address, is in Meta before the chain sees a packet, so
+// that capture and faults know what the packet will be on the way out.
+//
+// # Goroutines and owners
+//
+// The chain owns no goroutine but two kinds: the wire's receive goroutine
+// (started by NewChain once the dispatcher is attached, stopped by Close,
+// which shuts the socket down to wake it) and the timers of delayed
+// packets (the device's clock; each takes the chain's lock, and sends the
+// packet only if the fault settings it was delayed under are still in
+// force and the chain is open). Everything else runs on the device's
+// goroutines: the engine, which writes packets; the verbs, which change
+// fault settings or open captures.
+//
+// A Packet written to the chain is the chain's until it is handed back
+// (DeliverLocal) or finished with Done, exactly once; a decorator that
+// keeps one past the write calls Hold first. A Datagram is valid for its
+// DeliverDatagrams call only: the wire reuses its buffers.
+//
+// # Locking
+//
+// One lock, the chain's (Options.Lock: the device's mutex), guards every
+// endpoint's state and every call across the interfaces: WritePackets,
+// DeliverLocal, DeliverDatagrams, the busy function a delivery returns,
+// and every Packet method run with it held. The device holds it anyway
+// when it sends (the engine's batch); the wire's receive goroutine takes
+// it once per batch of datagrams, after checking them (ICRC, parsing)
+// without it; a delayed packet's timer takes it to send. Close is called
+// without it.
+//
+// Lock order: the chain's lock, then Capture's own (which guards the set
+// of readers, and is all Open and CaptureReader.Close take). Nothing in
+// the chain sleeps while it holds the chain's lock: the wire sends with
+// MSG_DONTWAIT, and a sendmmsg that finds the socket buffer full is
+// retried, yielding the processor, a bounded number of times
+// (WireSendFull counts them).
+//
+// # Back-off
+//
+// A delivery that fills a receiver (the device: a QP's receive queue over
+// half full) returns a busy function; the wire stops reading the socket
+// until it reports false, or for at most BackOffMax, so a sender that
+// outruns the engine waits in the socket buffer instead of losing packets
+// at the QP's queue.
+package link
