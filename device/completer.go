@@ -425,9 +425,33 @@ func (q *QP) stopRetryLocked() {
 
 // Timer callbacks only mark the QP and wake the engine; the engine does the
 // protocol work under Device.mu (rxe's retransmit_timer).
+// retryExpired and rnrExpired are the timers' callbacks: they only leave
+// the timer's sequence number for the QP's next turn and schedule it, so a
+// timer never waits for Device.mu (the engine's turn does the rest:
+// retryExpiredLocked, rnrExpiredLocked). A timer stopped or re-armed
+// meanwhile has another sequence number and is ignored there.
 func (q *QP) retryExpired(seq uint64) {
+	q.retryFired.Store(seq)
+	q.dev.engine.schedule(q)
+}
+
+func (q *QP) rnrExpired(seq uint64) {
+	q.rnrFired.Store(seq)
+	q.dev.engine.schedule(q)
+}
+
+// timersFiredLocked handles the timers that fired since the last turn.
+func (q *QP) timersFiredLocked() {
+	if s := q.retryFired.Swap(0); s != 0 {
+		q.retryExpiredLocked(s)
+	}
+	if s := q.rnrFired.Swap(0); s != 0 {
+		q.rnrExpiredLocked(s)
+	}
+}
+
+func (q *QP) retryExpiredLocked(seq uint64) {
 	d := q.dev
-	d.mu.Lock()
 	if seq == q.retrySeq && !q.destroyed {
 		q.retryTimer = nil
 		left := time.Duration(0)
@@ -445,20 +469,14 @@ func (q *QP) retryExpired(seq uint64) {
 			q.comp.timeoutFired = true
 		}
 	}
-	d.mu.Unlock()
-	d.engine.schedule(q)
 }
 
-func (q *QP) rnrExpired(seq uint64) {
-	d := q.dev
-	d.mu.Lock()
+func (q *QP) rnrExpiredLocked(seq uint64) {
 	if seq == q.rnrSeq && !q.destroyed && q.req.waitRNR {
 		q.rnrTimer = nil
 		q.req.waitRNR = false
 		q.req.needRetry = true
 	}
-	d.mu.Unlock()
-	d.engine.schedule(q)
 }
 
 // timeoutLocked handles a retransmit timeout.

@@ -43,6 +43,27 @@
 //     CM agent, package cm) through a bounded queue and a goroutine of
 //     their own, never under Device.mu; SendMAD sends one through the link.
 //
+// # Goroutines and their owners
+//
+//   - The engine (engine.go), one per device: runs the turns of runnable
+//     QPs under Device.mu, spins briefly on recently active send rings,
+//     then parks until schedule wakes it.
+//   - The doorbell (doorbell.go): sleeps on the mount's futex word and
+//     schedules the QPs whose rings have new WQEs; it takes only bellMu
+//     (the set of QPs that may send) and the scheduler's lock.
+//   - The wire's receive goroutine (package link, when Config.Addr is
+//     set): sleeps in recvmmsg, checks datagrams without a lock, then
+//     delivers them under Device.mu (dispatcher, link.go).
+//   - Timers (clock.AfterFunc: retransmit, RNR; the fault injector's
+//     delays in package link): the transport's timers only store their
+//     sequence number in the QP and schedule it (completer.go), the next
+//     turn does the work; the fault injector's delay timers deliver under
+//     Device.mu as the receive goroutine does.
+//   - The GSI's goroutine (gsi.go): hands queued MADs to the handler (the
+//     CM agent) without Device.mu.
+//   - Verbs run on their callers' goroutines (fsnode's FUSE handlers, the
+//     in-process tests) and take Device.mu for their duration.
+//
 // # Locking
 //
 // Device.mu guards every object and all engine state; the engine holds it
@@ -53,13 +74,15 @@
 // turn, whatever another user's QPs are doing. Device.mu is also the
 // link's chain lock: the engine sends with it held, and the wire's receive
 // goroutine and the fault injector's delay timers take it to deliver
-// (package link, Locking). Lock order: Device.mu, then the per-queue
-// producer locks (postMu, pollMu) and the link's capture lock. Doorbells
-// never take Device.mu: they mark a QP runnable under the scheduler's own
-// lock and wake the engine. The GSI's handler (the CM
-// agent) runs on the GSI's own goroutine without Device.mu and may call
-// SendMAD, which takes Device.mu for one send: the agent's lock orders
-// before Device.mu, and nothing under Device.mu waits for the agent.
+// (package link, Locking). Lock order: the per-queue producer locks
+// (postMu, pollMu; a verb takes its queue's first), then Device.mu, then
+// the link's capture lock or bellMu, then the scheduler's lock
+// (engine.mu), the innermost. Doorbells and the transport's timers never take
+// Device.mu: they mark a QP runnable under the scheduler's lock and wake
+// the engine. The GSI's handler (the CM agent) runs on the GSI's own
+// goroutine without Device.mu and may call SendMAD, which takes Device.mu
+// for one send: the agent's lock orders before Device.mu, and nothing
+// under Device.mu waits for the agent.
 package device
 
 import (

@@ -79,6 +79,9 @@ type QP struct {
 	// already fired and waits for Device.mu while its timer is stopped and
 	// a new one armed must not act (Stop cannot recall it).
 	retrySeq, rnrSeq uint64
+	// retryFired and rnrFired are the sequence numbers of timers that
+	// fired and wait for the QP's turn (0: none); the timers' only writes.
+	retryFired, rnrFired atomic.Uint64
 
 	commEst   bool // comm_est raised since the last move to RTR
 	drainSent bool // sq_drained raised for this SQD

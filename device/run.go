@@ -28,6 +28,7 @@ func (q *QP) runLocked() {
 		q.dropQueuedLocked()
 		return
 	}
+	q.timersFiredLocked()
 	more := false
 	// Responses for the requester. Packets that arrive while we work
 	// (a QP connected to itself) are appended and wait for the next turn.
