@@ -37,9 +37,10 @@ libs() { # DIR IBVERBS_DIR RDMACM_DIR
 	ln -sf "$2/libibverbs.so.1" "$1/libibverbs.so.1"
 	ln -sf "$3/librdmacm.so.1" "$1/librdmacm.so.1"
 }
+ibvdir=$(cd "$RDMAFS_LIBDIR" && pwd)
 cmdir=$repo/librdmacm/build
-[[ -f $RDMAFS_LIBDIR/librdmacm.so.1 ]] && cmdir=$RDMAFS_LIBDIR
-libs "$work/lib" "$RDMAFS_LIBDIR" "$cmdir"
+[[ -f $ibvdir/librdmacm.so.1 ]] && cmdir=$ibvdir
+libs "$work/lib" "$ibvdir" "$cmdir"
 export RDMAFS_LIBDIR=$work/lib
 
 # The RDMA CM tests look for the device's IP address as for a kernel
