@@ -51,7 +51,7 @@ export RDMAFS_LIBDIR=$work/lib
 # /sys/class naming one interface, lo (127.0.0.1, which a local mount
 # answers for) or, with ADDR, an interface carrying ADDR (a RoCE mount's
 # --addr; a dummy, or a bridge without ports where the kernel has no dummy
-# driver). The daemon stays outside: the tests reach it through the mount
+# driver, or else lo with ADDR first). The daemon stays outside: the tests reach it through the mount
 # (the namespace's copy) and its packets never touch this namespace.
 cat >"$work/netns.sh" <<'EOF'
 set -eu
@@ -60,10 +60,15 @@ shift
 ip link set lo up
 ifname=lo
 if [[ -n $addr ]]; then
-	ifname=rdmafs0
-	ip link add $ifname type dummy 2>/dev/null || ip link add $ifname type bridge
-	ip addr add "$addr/32" dev $ifname
-	ip link set $ifname up
+	if ip link add rdmafs0 type dummy 2>/dev/null || ip link add rdmafs0 type bridge 2>/dev/null; then
+		ifname=rdmafs0
+		ip addr add "$addr/32" dev $ifname
+		ip link set $ifname up
+	else # no software link type at all: ADDR is lo's first address
+		ip addr flush dev lo
+		ip addr add "$addr/32" dev lo
+		ip addr add 127.0.0.1/8 dev lo
+	fi
 fi
 mount -t tmpfs rdmafs-sysfs /sys/class
 mkdir -p /sys/class/infiniband/rdmafs0/device/net/$ifname
