@@ -51,8 +51,9 @@ export RDMAFS_LIBDIR=$work/lib
 # /sys/class naming one interface, lo (127.0.0.1, which a local mount
 # answers for) or, with ADDR, an interface carrying ADDR (a RoCE mount's
 # --addr; a dummy, or a bridge without ports where the kernel has no dummy
-# driver, or else lo with ADDR first). The daemon stays outside: the tests reach it through the mount
-# (the namespace's copy) and its packets never touch this namespace.
+# driver, or else lo with ADDR first). The daemon stays outside: the tests
+# reach it through the mount (the namespace's copy) and its packets never
+# touch this namespace.
 cat >"$work/netns.sh" <<'EOF'
 set -eu
 addr=$1
