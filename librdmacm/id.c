@@ -88,6 +88,7 @@ struct rc_id *rc_id_adopt(struct rc_id *listen, struct rc_device *d, uint32_t ha
 	id->subs[0] = (struct rc_sub){.dev = d, .handle = handle};
 	id->nsubs = 1;
 	id->id.verbs = d->verbs;
+	id->id.pd = d->pd;
 	id->id.port_num = 1;
 	id->listen = listen;
 	id->sync = false;
@@ -162,6 +163,10 @@ int rc_id_attach(struct rc_id *id, struct rc_device *d)
 	if ((err = add_sub(id, d, &s)))
 		return err;
 	id->id.verbs = d->verbs;
+	/* the device's PD, as librdmacm's ucma_get_device gives every id it
+	 * binds (pyverbs's CMID.pd is this one: its AHs and MRs need it) */
+	if (!id->id.pd)
+		id->id.pd = d->pd;
 	id->id.port_num = 1;
 	return 0;
 }

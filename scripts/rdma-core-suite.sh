@@ -6,10 +6,13 @@
 # ASan and UBSan (preloaded into python). Prints the table of TESTING.md and
 # fails on any failure or error, or on any test that passes on the kernel's
 # Soft-RoCE (the qemu harness's run, libibverbs/testdata) and not here,
-# unless libibverbs/testdata/suite-known.txt gives the reason.
+# unless libibverbs/testdata/suite-known.txt gives the reason. test_rdmacm
+# runs on the drop-in librdmacm too, in a namespace of its own where the
+# suite finds the device's IP address (netns.sh below).
 #
 #   scripts/rdma-core-suite.sh [TABLE_OUT]
 NEED_LIBIBVERBS=1
+NEED_LIBRDMACM=1
 source "$(dirname "$0")/lib.sh"
 
 tests=/usr/share/doc/rdma-core/tests
@@ -26,6 +29,56 @@ if [[ $(cat $hp 2>/dev/null || echo 1) == 0 && -w $hp ]]; then
 	release_huge=1
 fi
 
+# rdmafs exec takes librdmacm.so.1 from the directory that holds
+# libibverbs.so.1 when it has one: give it a directory with both, whatever
+# binary RDMAFS is and wherever it was built.
+libs() { # DIR IBVERBS_DIR RDMACM_DIR
+	mkdir -p "$1"
+	ln -sf "$2/libibverbs.so.1" "$1/libibverbs.so.1"
+	ln -sf "$3/librdmacm.so.1" "$1/librdmacm.so.1"
+}
+ibvdir=$(cd "$RDMAFS_LIBDIR" && pwd)
+cmdir=$repo/librdmacm/build
+[[ -f $ibvdir/librdmacm.so.1 ]] && cmdir=$ibvdir
+libs "$work/lib" "$ibvdir" "$cmdir"
+export RDMAFS_LIBDIR=$work/lib
+
+# The RDMA CM tests look for the device's IP address as for a kernel
+# device's: the first name under /sys/class/infiniband/DEV/device/net/ and
+# the first address of `ip -j addr show NAME`; rdmafs0 has no netdev, so
+# they would skip. netns.sh ADDR CMD... runs CMD where that lookup answers:
+# in the private mount and network namespace unshare gives it, a tmpfs on
+# /sys/class naming one interface, lo (127.0.0.1, which a local mount
+# answers for) or, with ADDR, an interface carrying ADDR (a RoCE mount's
+# --addr; a dummy, or a bridge without ports where the kernel has no dummy
+# driver, or else lo with ADDR first). The daemon stays outside: the tests
+# reach it through the mount (the namespace's copy) and its packets never
+# touch this namespace.
+cat >"$work/netns.sh" <<'EOF'
+set -eu
+addr=$1
+shift
+ip link set lo up
+ifname=lo
+if [[ -n $addr ]]; then
+	if ip link add rdmafs0 type dummy 2>/dev/null || ip link add rdmafs0 type bridge 2>/dev/null; then
+		ifname=rdmafs0
+		ip addr add "$addr/32" dev $ifname
+		ip link set $ifname up
+	else # no software link type at all: ADDR is lo's first address
+		ip addr flush dev lo
+		ip addr add "$addr/32" dev lo
+		ip addr add 127.0.0.1/8 dev lo
+	fi
+fi
+mount -t tmpfs rdmafs-sysfs /sys/class
+mkdir -p /sys/class/infiniband/rdmafs0/device/net/$ifname
+exec "$@"
+EOF
+netns() { # ADDR CMD...
+	unshare -m -n --propagation private bash "$work/netns.sh" "$@"
+}
+
 ADDR=${ADDR:-127.0.79.1}
 MR=$work/mnt-roce
 mkdir -p "$MR"
@@ -33,17 +86,21 @@ pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
 pp "$RDMAFS" mount --log "$work/daemon-roce.log" --addr "$ADDR" "$MR"
 at_exit '"$RDMAFS" umount "$MR" 2>/dev/null; [[ -z "${release_huge:-}" ]] || echo 0 >$hp'
 
-# run MOUNT LOG: every test file, each in its own python under a timeout (a
-# lost completion costs the suite's 10 s poll timeout; a hang costs 120 s).
+# run MOUNT LOG [ADDR]: every test file, each in its own python under a
+# timeout (a lost completion costs the suite's 10 s poll timeout; a hang
+# costs 120 s); test_rdmacm (and test_mlx5_rdmacm, which then skips for
+# the vendor) in netns.sh, where the device's address is ADDR (none:
+# 127.0.0.1).
 run() {
-	local mnt=$1 log=$2
+	local mnt=$1 log=$2 addr=${3:-}
 	: >"$log"
 	for f in "$work"/tests/test_*.py; do
-		local mod
+		local mod ns=()
 		mod=$(basename "$f" .py)
+		[[ $mod == *rdmacm ]] && ns=(netns "$addr")
 		echo "== $mod" >>"$log"
 		local t0=$SECONDS rc=0
-		(cd "$work/tests" && "$RDMAFS" exec --mount "$mnt" -- timeout 120 "$py" run_tests.py --dev rdmafs0 --gid 0 -v "tests.$mod") >>"$log" 2>&1 || rc=$?
+		(cd "$work/tests" && "${ns[@]}" "$RDMAFS" exec --mount "$mnt" -- timeout 120 "$py" run_tests.py --dev rdmafs0 --gid 0 -v "tests.$mod") >>"$log" 2>&1 || rc=$?
 		echo "== $mod rc=$rc in $((SECONDS - t0)) s" >>"$log"
 		((rc == 124)) && echo "$mod timed out" >&2
 	done
@@ -51,7 +108,7 @@ run() {
 }
 
 echo "== RoCE mount ($ADDR)"
-run "$MR" "$work/roce.log"
+run "$MR" "$work/roce.log" "$ADDR"
 out=${1:-$work/table.md}
 rc=0
 "$py" "$here/suite-table.py" "$repo/libibverbs/testdata/rxe-suite-outcomes.txt" "$work/roce.log" \
@@ -67,13 +124,16 @@ if grep -E '\.\.\. (FAIL|ERROR)' "$work/ib.log"; then
 fi
 grep -hE '^(Ran|OK|FAILED)' "$work/ib.log" | sort | uniq -c | sort -rn | head -5
 
-# The whole suite once more in one python, on the library built with ASan
-# and UBSan (make asan): the sanitizers see every verb of 273 tests.
+# The whole suite once more in one python, on the libraries built with
+# ASan and UBSan (make asan, libibverbs's and librdmacm's): the sanitizers
+# see every verb and CM call of 273 tests (in netns.sh, for test_rdmacm).
 echo
-echo "== local mount, the ASan/UBSan library"
+echo "== local mount, the ASan/UBSan libraries"
 make -s -C "$repo/libibverbs" asan >/dev/null
+make -s -C "$repo/librdmacm" asan >/dev/null
+libs "$work/asanlib" "$repo/libibverbs/build-asan" "$repo/librdmacm/build-asan"
 san="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
-(cd "$work/tests" && RDMAFS_LIBDIR=$repo/libibverbs/build-asan LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
+(cd "$work/tests" && netns "" env RDMAFS_LIBDIR="$work/asanlib" LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
 	"$RDMAFS" exec --mount "$M" -- timeout 600 "$py" run_tests.py --dev rdmafs0 --gid 0 -v) >"$work/asan.log" 2>&1 || rc=1
 grep -hE '^(Ran|OK|FAILED)' "$work/asan.log"
 if grep -E 'ERROR: AddressSanitizer|runtime error:|\.\.\. (FAIL|ERROR)' "$work/asan.log"; then

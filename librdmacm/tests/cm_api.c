@@ -6,7 +6,8 @@
  * REJ's data; an empty non-blocking channel is EAGAIN and its fd polls
  * readable when an event comes; ports; rdma_create_srq and a QP on it;
  * rdma_destroy_id waits for the id's unacked events; UD's ESTABLISHED
- * names the peer's QPN and RDMA_UDP_QKEY; rdma_get_devices.
+ * names the peer's QPN and RDMA_UDP_QKEY; rdma_get_devices; an id bound to
+ * a device (bind, ADDR_RESOLVED, a connect request) has the device's PD.
  *
  *   cm_api PORT      (uses PORT and PORT+1)
  */
@@ -74,6 +75,9 @@ static struct rdma_cm_id *resolved(struct rdma_event_channel *ch, int port, enum
 	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve_addr");
 	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED, id));
 	CHECK(id->verbs, "no verbs context after ADDR_RESOLVED");
+	/* and the device's PD, as librdmacm gives every id bound to a device
+	 * (pyverbs makes its AHs, MRs and external QPs on it) */
+	CHECK(id->pd && id->pd->context == id->verbs, "no PD of the id's device after ADDR_RESOLVED");
 	CHECK(rdma_get_dst_port(id) == htons(port), "dst port %u", ntohs(rdma_get_dst_port(id)));
 	CHECK(rdma_resolve_route(id, 2000) == 0, "resolve_route");
 	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, id));
@@ -119,6 +123,7 @@ static void rc_tests(int port)
 	CHECK(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP) == 0, "listener");
 	CHECK(rdma_bind_addr(l, (struct sockaddr *)&sa) == 0, "bind");
 	CHECK(rdma_get_src_port(l) == htons(port), "bound port %u", ntohs(rdma_get_src_port(l)));
+	CHECK(l->verbs && l->pd && l->pd->context == l->verbs, "no verbs context or PD after a bind to 127.0.0.1");
 	CHECK(rdma_listen(l, 4) == 0, "listen");
 
 	/* an empty non-blocking channel */
@@ -143,6 +148,7 @@ static void rc_tests(int port)
 	CHECK(e->param.conn.responder_resources == 1 && e->param.conn.initiator_depth == 1, "REQ depths");
 	s = e->id;
 	CHECK(s->verbs == c->verbs && s->ps == RDMA_PS_TCP, "the request's id");
+	CHECK(s->pd && s->pd->context == s->verbs, "the request's id has no PD");
 	rdma_ack_cm_event(e);
 	fill(pd, 149, 2);
 	errno = 0;
