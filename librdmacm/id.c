@@ -540,6 +540,8 @@ int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *channel)
 	uint32_t h;
 	int err;
 
+	if (was_sync && !channel)
+		return fail(EINVAL);
 	if (!channel) {
 		if (!(own = rdma_create_event_channel()))
 			return -1;
@@ -553,6 +555,14 @@ int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *channel)
 				rdma_destroy_event_channel(own);
 			return fail(err);
 		}
+	}
+	/* a synchronous id's last event (kept in cid->event by the helpers,
+	 * rdma_resolve_addr's ADDR_RESOLVED for one) is acked here, as
+	 * librdmacm does: nobody else ever will, and the wait below would
+	 * never end (libfabric's verbs provider migrates such an id) */
+	if (was_sync && cid->event) {
+		rdma_ack_cm_event(cid->event);
+		cid->event = NULL;
 	}
 	pthread_mutex_lock(&rc_lock);
 	/* events already handed out on the old channel are acked first */
