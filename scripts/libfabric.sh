@@ -6,7 +6,8 @@
 # -p "verbs;ofi_rxm" FI_EP_RDM on rdmafs0; then fi_pingpong server and
 # client (two processes, with -c, its data check) over -e msg (verbs, every
 # connection by rdma_cm), -e rdm (verbs;ofi_rxm), -e dgram (verbs UD) and
-# -e rdm over verbs;ofi_rxd, first on one mount over 127.0.0.1, then across
+# -e rdm over verbs;ofi_rxd, first on one mount over 127.0.0.1 (msg and rdm
+# also over ::1), then across
 # two mounts that speak RoCEv2 on two loopback addresses; and
 # librdmacm/tests/fabric_api, the librdmacm calls libfabric makes that
 # rdmacm-utils do not. Every run is under timeout and must exit 0 on both
@@ -163,6 +164,9 @@ echo "== one mount: server and client on $M over 127.0.0.1"
 on "$M" "$repo/librdmacm/build/tests/fabric_api" 19690 || die "librdmacm/tests/fabric_api failed"
 fiinfo "$M"
 suite "$M" "$M" 127.0.0.1
+# over IPv6 (::1, which a local mount answers for)
+pingpong "$M" "$M" ::1 -p verbs -e msg -6 -I $N -c
+FI_UNIVERSE_SIZE=128 pingpong "$M" "$M" ::1 -p "verbs;ofi_rxm" -e rdm -6 -I $N -c
 echo "(FI_UNIVERSE_SIZE=128 for verbs;ofi_rxm: max_cqe; on a --max-cqe 262144 mount, the default:)"
 pingpong "$MC" "$MC" 127.0.0.1 -p "verbs;ofi_rxm" -e rdm -I $N -c
 
