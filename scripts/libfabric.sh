@@ -7,8 +7,8 @@
 # client (two processes, with -c, its data check) over -e msg (verbs, every
 # connection by rdma_cm), -e rdm (verbs;ofi_rxm), -e dgram (verbs UD) and
 # -e rdm over verbs;ofi_rxd, first on one mount over 127.0.0.1 (msg and rdm
-# also over ::1), then across
-# two mounts that speak RoCEv2 on two loopback addresses; and
+# also over ::1), then across two mounts that speak RoCEv2 on two loopback
+# addresses; and
 # librdmacm/tests/fabric_api, the librdmacm calls libfabric makes that
 # rdmacm-utils do not. Every run is under timeout and must exit 0 on both
 # sides with every size's line complete; for comparison, perftest's
