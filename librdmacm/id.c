@@ -311,6 +311,13 @@ static int check_family(const struct sockaddr *sa)
 	return 0;
 }
 
+static bool is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
 static int bind_sub(struct rc_sub *s, const struct sockaddr *addr, int port)
 {
 	char text[INET6_ADDRSTRLEN];
@@ -341,6 +348,21 @@ int rdma_bind_addr(struct rdma_cm_id *cid, struct sockaddr *addr)
 	pthread_mutex_lock(&rc_lock);
 	d = rc_device_for(addr);
 	pthread_mutex_unlock(&rc_lock);
+	if (!d && is_loopback(addr)) {
+		/* the kernel's cma_any_addr counts a loopback address as a
+		 * wildcard: the bind succeeds with no device (verbs NULL) and
+		 * a listen takes every device's requests. libfabric's verbs
+		 * provider binds "localhost" to probe and then takes its
+		 * devices' own addresses; --addr mounts answer none of 127/8 */
+		struct sockaddr_storage any = {.ss_family = addr->sa_family};
+		if (addr->sa_family == AF_INET)
+			((struct sockaddr_in *)&any)->sin_port = ((struct sockaddr_in *)addr)->sin_port;
+		else
+			((struct sockaddr_in6 *)&any)->sin6_port = ((struct sockaddr_in6 *)addr)->sin6_port;
+		memcpy(&id->bind_addr, &any, sizeof(any));
+		id->bound = true;
+		return 0;
+	}
 	if (!d)
 		return fail(EADDRNOTAVAIL);
 	if ((err = rc_id_attach(id, d)) || (err = rc_id_sub(id, &s)) ||
@@ -477,7 +499,8 @@ int rdma_listen(struct rdma_cm_id *cid, int backlog)
 	id->listening = true;
 	if (port) {
 		struct sockaddr *sa = &cid->route.addr.src_addr;
-		memcpy(&cid->route.addr.src_storage, &id->bind_addr, sizeof(id->bind_addr));
+		if (!sa->sa_family) /* else the bound address (a loopback one stays) */
+			memcpy(&cid->route.addr.src_storage, &id->bind_addr, sizeof(id->bind_addr));
 		if (sa->sa_family == AF_INET)
 			((struct sockaddr_in *)sa)->sin_port = htons(port);
 		else
@@ -545,6 +568,8 @@ int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *channel)
 	uint32_t h;
 	int err;
 
+	if (was_sync && !channel)
+		return fail(EINVAL);
 	if (!channel) {
 		if (!(own = rdma_create_event_channel()))
 			return -1;
@@ -558,6 +583,14 @@ int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *channel)
 				rdma_destroy_event_channel(own);
 			return fail(err);
 		}
+	}
+	/* a synchronous id's last event (kept in cid->event by the helpers,
+	 * rdma_resolve_addr's ADDR_RESOLVED for one) is acked here, as
+	 * librdmacm does: nobody else ever will, and the wait below would
+	 * never end (libfabric's verbs provider migrates such an id) */
+	if (was_sync && cid->event) {
+		rdma_ack_cm_event(cid->event);
+		cid->event = NULL;
 	}
 	pthread_mutex_lock(&rc_lock);
 	/* events already handed out on the old channel are acked first */

@@ -3,8 +3,8 @@
 # through the drop-in librdmacm and libibverbs (rdmafs exec): rping (also
 # -q), ucmatose (also -m -t -a, and against no listener), udaddy (UD),
 # rdma_server/rdma_client (the synchronous API), cmtime, perftest with -R
-# (connections by rdma_cm), and librdmacm/tests/cm_api for what those do
-# not check; first with client and server on one local mount over
+# (connections by rdma_cm), and librdmacm/tests/cm_api and fabric_api (the
+# calls libfabric makes) for what those do not check; first with client and server on one local mount over
 # 127.0.0.1, then across two mounts that speak RoCEv2 (and the CM's MADs
 # on QP1) on two loopback addresses; last, rping, ucmatose, udaddy and
 # cm_api against the ASan/UBSan builds. Every run is under timeout, must
@@ -161,12 +161,14 @@ echo
 echo "== one mount: server and client on $M over 127.0.0.1"
 make -s -C "$repo/librdmacm" tests >/dev/null
 on "$M" "$repo/librdmacm/build/tests/cm_api" 19390 || die "librdmacm/tests/cm_api failed"
+on "$M" "$repo/librdmacm/build/tests/fabric_api" 19393 || die "librdmacm/tests/fabric_api failed"
 cmtools "$M" "$M" 127.0.0.1
 [[ -z "$quick" ]] && perftests "$M" "$M" 127.0.0.1
 
 if [[ -z "$quick" ]]; then
 	echo
 	echo "== two mounts over RoCEv2: server on $A_ADDR, client on $B_ADDR"
+	on "$MA" "$repo/librdmacm/build/tests/fabric_api" 19380 "$A_ADDR" || die "librdmacm/tests/fabric_api on $MA failed"
 	cmtools "$MA" "$MB" "$A_ADDR"
 	perftests "$MA" "$MB" "$A_ADDR"
 

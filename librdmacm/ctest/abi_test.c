@@ -137,10 +137,19 @@ static void test_channel(void)
 	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)) == 0, "ACK_TIMEOUT");
 
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(7000)};
-	sin.sin_addr.s_addr = inet_addr("127.0.82.250");
+	sin.sin_addr.s_addr = inet_addr("192.0.2.250");
 	errno = 0;
 	CHECK(rdma_bind_addr(id, (struct sockaddr *)&sin) == -1 && errno == EADDRNOTAVAIL,
 	      "bind to an address no device answers: errno %d", errno);
+	/* but a loopback one is a wildcard, as the kernel's cma_any_addr
+	 * has it: bound, with no device */
+	struct rdma_cm_id *lid;
+	struct sockaddr_in lsin = {.sin_family = AF_INET, .sin_port = htons(7001)};
+	lsin.sin_addr.s_addr = inet_addr("127.0.82.250");
+	CHECK(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0, "create_id");
+	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&lsin) == 0 && !lid->verbs && rdma_get_src_port(lid) == htons(7001),
+	      "bind to a loopback address no device answers: errno %d", errno);
+	CHECK(rdma_destroy_id(lid) == 0, "destroy_id");
 	errno = 0;
 	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 100) == -1 && errno == ENODEV,
 	      "resolve with no device: errno %d", errno);
