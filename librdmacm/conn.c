@@ -89,7 +89,10 @@ int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
 		qa->ah_attr.grh.flow_label = be32toh(p->flow_label);
 		qa->path_mtu = p->mtu;
 		qa->dest_qp_num = (uint32_t)a.remote_qp_num;
-		qa->rq_psn = a.remote_psn >= 0 ? (uint32_t)a.remote_psn : 0;
+		/* The starting PSN of one's own REQ or REP is the PSN one receives
+		 * at, the peer's is the one one sends at (kernel cm.c: rq_psn from
+		 * its own REQ/REP, sq_psn from the peer's). */
+		qa->rq_psn = a.psn >= 0 ? (uint32_t)a.psn : id->psn;
 		qa->max_dest_rd_atomic = (uint8_t)clamp(a.responder_resources >= 0 ? a.responder_resources
 									: id->responder_resources,
 							da->max_qp_rd_atom);
@@ -104,7 +107,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
 		qa->timeout = (uint8_t)t;
 		qa->retry_cnt = (uint8_t)(a.retry_count >= 0 ? clamp(a.retry_count, 7) : 7);
 		qa->rnr_retry = (uint8_t)(a.rnr_retry_count >= 0 ? clamp(a.rnr_retry_count, 7) : 7);
-		qa->sq_psn = a.psn >= 0 ? (uint32_t)a.psn : id->psn;
+		qa->sq_psn = a.remote_psn >= 0 ? (uint32_t)a.remote_psn : 0;
 		qa->max_rd_atomic = (uint8_t)clamp(a.initiator_depth >= 0 ? a.initiator_depth : id->initiator_depth,
 						   da->max_qp_init_rd_atom);
 		*mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
