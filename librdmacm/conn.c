@@ -249,7 +249,7 @@ int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 			     "connect qp_num=%u psn=%u%s responder_resources=%u initiator_depth=%u "
 			     "flow_control=%u retry_count=%u rnr_retry_count=%u srq=%d",
 			     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth,
-			     p ? !!p->flow_control : 1, p ? (p->retry_count > 7 ? 7 : p->retry_count) : 7,
+			     p ? !!p->flow_control : 0, p ? (p->retry_count > 7 ? 7 : p->retry_count) : 7,
 			     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
 	}
 	if (err)
@@ -293,7 +293,7 @@ int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	err = rc_ctl(s->dev, s->handle,
 		     "accept qp_num=%u psn=%u%s responder_resources=%u initiator_depth=%u flow_control=%u "
 		     "rnr_retry_count=%u srq=%d",
-		     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth, p ? !!p->flow_control : 1,
+		     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth, p ? !!p->flow_control : 0,
 		     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
 	if (err) {
 		rc_qp_err(id);
