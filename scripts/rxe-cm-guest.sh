@@ -11,6 +11,8 @@
 #   perfRclient   $PERF -d rxe0 -i 1 -n ITERS -F -R PEER
 #   cmtimeserver  loop: cmtime -b IP
 #   cmtimeclient  cmtime -s PEER -c ITERS (ITERS connections)
+#   udaddyserver  loop: udaddy -b IP -C ITERS (UD, SIDR_REQ/SIDR_REP)
+#   udaddyclient  udaddy -s PEER -C ITERS (retried while it fails)
 # Every mode logs "MODE rc=N" as the harness's modes do.
 set -euo pipefail
 H=$1 OUT=$2
@@ -51,6 +53,17 @@ cat >"$OUT/modes.sh" <<'MODES'
     done
     cat /tmp/client.out
     log "cmtime client rc=$rc wall_ms=$(( (t1 - t0) / 1000000 ))" ;;
+  udaddyserver)
+    while true; do log "udaddy server"; timeout 300 udaddy -b $IP -C $ITERS; log "udaddy server rc=$?"; done ;;
+  udaddyclient)
+    log "udaddy client -> $PEER"
+    for i in $(seq 60); do
+      t0=$(date +%s%N); timeout 120 udaddy -s $PEER -C $ITERS >/tmp/client.out 2>&1; rc=$?; t1=$(date +%s%N)
+      [ $rc = 0 ] && break
+      sleep 1
+    done
+    cat /tmp/client.out
+    log "udaddy client rc=$rc wall_ms=$(( (t1 - t0) / 1000000 ))" ;;
 MODES
 awk -v f="$OUT/modes.sh" '/^  shell\) ;;/ { while ((getline l < f) > 0) print l } { print }' \
 	"$H/guest-init.sh" >"$OUT/ov/init-cm"
