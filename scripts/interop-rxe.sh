@@ -23,7 +23,10 @@
 #   13. rping -C ITERS -S 64 -v: rdmafs exec client -> rxe server;
 #   14. the same: rxe client -> rdmafs exec server;
 #   15. ib_write_bw -R: rdmafs exec client -> rxe server;
-#   16. the same: rxe client -> rdmafs exec server.
+#   16. the same: rxe client -> rdmafs exec server;
+#   17. udaddy -C 10 (UD: SIDR_REQ/SIDR_REP, qkey 0x01234567): rdmafs exec
+#       client -> rxe server;
+#   18. the same: rxe client -> rdmafs exec server.
 # Their checks: both sides' exit status, rping's last ping on both sides,
 # perftest's result lines, and the CM counters of the mount (a REQ and a
 # REP each way, an RTU, a DREQ).
@@ -61,7 +64,7 @@ SIZE=${2:-4096}
 MTU=${3:-1024}
 PERF_ITERS=${4:-$ITERS}
 PERF_MTU=1024 # the guest's perftest path MTU: rxe's active_mtu (see above)
-CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16}
+CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18}
 MOUNT_FLAGS=${RDMAFS_MOUNT_FLAGS:-}
 NS=rxepeer
 # The guest's work directory (run-guest.sh's and stop-guest.sh's WORK):
@@ -78,8 +81,8 @@ die() { echo "FAIL: $*" >&2; exit 1; }
 command -v qemu-system-x86_64 >/dev/null && command -v tshark >/dev/null || bash "$H/host-deps.sh"
 [[ -e /tmp/rxe/initrd.cpio && -e /tmp/rxe/vmlinuz ]] || bash "$H/build-guest.sh"
 bash "$here/rxe-cm-guest.sh" "$H" "$WORK"
-for t in ibv_rc_pingpong ib_write_bw ib_read_bw ib_send_lat rping; do
-	command -v $t >/dev/null || die "$t is missing: apt-get install ibverbs-utils perftest"
+for t in ibv_rc_pingpong ib_write_bw ib_read_bw ib_send_lat rping udaddy; do
+	command -v $t >/dev/null || die "$t is missing: apt-get install ibverbs-utils perftest rdmacm-utils"
 done
 (cd "$repo" && go build -o "$work/rdmafs" ./cmd/rdmafs && go build -o "$work/rc_pingpong" ./examples/rc_pingpong &&
 	go build -o "$work/ud_pingpong" ./examples/ud_pingpong)
@@ -410,6 +413,40 @@ if want 16; then
 	grep -aq "ib_write_bw -R client rc=0" $GUEST_LOG && [[ -n "$(perf_result $GUEST_LOG)" ]] ||
 		die "the kernel's ib_write_bw -R client failed"
 	cm_check 16 passive
+	stop_guest
+fi
+
+if want 17; then
+	echo "== 17. udaddy: rdmafs exec client -> kernel rxe server (UD, SIDR, 10 messages)"
+	guest udaddyserver rxe.iters=10
+	guest_wait "\] udaddy server" 120 || die "the rxe guest did not come up"
+	sleep 1
+	crc=0
+	onrdmafs 17 timeout 60 "${EXEC[@]}" udaddy -s 10.77.0.2 -C 10 >"$work/udaddy-client.log" 2>&1 || crc=$?
+	guest_wait "udaddy server rc=" 60 || true
+	echo "rdmafs client (exit $crc): $(grep 'return status' "$work/udaddy-client.log")"
+	echo "rxe server: $(grep -a 'udaddy server rc=' $GUEST_LOG | tr -d '\r' | head -1)"
+	((crc == 0)) && grep -q "return status 0" "$work/udaddy-client.log" ||
+		die "udaddy on rdmafs (client) failed: $(tail -5 "$work/udaddy-client.log")"
+	grep -aq "udaddy server rc=0" $GUEST_LOG || die "the kernel's udaddy server failed"
+	(($(cm_count 17 sidr_req_sent) >= 1 && $(cm_count 17 sidr_rep_recv) >= 1)) || die "case 17: no SIDR_REQ/SIDR_REP"
+	stop_guest
+fi
+
+if want 18; then
+	echo "== 18. udaddy: kernel rxe client -> rdmafs exec server (UD, SIDR, 10 messages)"
+	onrdmafs 18 timeout 120 "${EXEC[@]}" udaddy -b 10.77.0.1 -C 10 >"$work/udaddy-server.log" 2>&1 &
+	srv=$!
+	guest udaddyclient rxe.iters=10 rxe.poweroff=1
+	src=0
+	wait $srv || src=$?
+	guest_wait "udaddy client rc=" 120 || true
+	echo "rdmafs server (exit $src): $(grep 'return status' "$work/udaddy-server.log")"
+	echo "rxe client: $(grep -a 'udaddy client rc=' $GUEST_LOG | tr -d '\r')"
+	((src == 0)) && grep -q "return status 0" "$work/udaddy-server.log" ||
+		die "udaddy on rdmafs (server) failed: $(tail -5 "$work/udaddy-server.log")"
+	grep -aq "udaddy client rc=0" $GUEST_LOG || die "the kernel's udaddy client failed"
+	(($(cm_count 18 sidr_req_recv) >= 1 && $(cm_count 18 sidr_rep_sent) >= 1)) || die "case 18: no SIDR_REQ/SIDR_REP"
 	stop_guest
 fi
 
