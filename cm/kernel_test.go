@@ -111,3 +111,105 @@ func TestRoCEFlowLabel(t *testing.T) {
 		t.Fatalf("local flow_label %s", attrOf(lc, "flow_label"))
 	}
 }
+
+// The REP of the kernel's ib_write_bw -R server (rxe, QPN 0x11) to
+// rdmafs' REQ (comm ID 0x5cacce59). Its starting PSN is the PSN the
+// kernel's QP receives at: rxe NAKed rdmafs' first SEND with a PSN
+// sequence error naming exactly this PSN while rdmafs still sent at its
+// own REQ's. So the library moves a QP to RTR with rq_psn = its own
+// starting PSN (attr psn) and to RTS with sq_psn = the peer's
+// (remote_psn), as the kernel's cm.c (ib_send_cm_req and ib_send_cm_rep
+// set rq_psn from their own message).
+const kernelREP = "01070203000000006e63154d68f17bc2001300000000000093ddf7eb5cacce590000000000001100000000003a018f00000078e0505400fffe770002"
+
+func TestKernelREPGolden(t *testing.T) {
+	b := kernelMAD(t, kernelREP)
+	h, m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := m.(*REP)
+	want := REP{LocalCommID: 0x93ddf7eb, RemoteCommID: 0x5cacce59, LocalQPN: 0x11, StartingPSN: 0x3a018f,
+		TargetACKDelay: 15, RNRRetryCount: 7, LocalCAGUID: 0x505400fffe770002}
+	if *r != want {
+		t.Fatalf("decoded %+v\nwant %+v", *r, want)
+	}
+	// Our encoding of the same REP is the kernel's, byte for byte.
+	if got := Encode(h.TID, &want); hex.EncodeToString(got[:]) != hex.EncodeToString(b) {
+		t.Fatalf("encoded:\n%x\nwant\n%x", got, b)
+	}
+}
+
+// TestAcceptREPMatchesKernel: an accept as librdmacm sends it for
+// rdma_accept(id, NULL) (flow_control 0, rnr_retry_count 7) makes a REP
+// with the kernel's fixed fields: target ACK delay 15 (rxe's), no flow
+// control, RNR retry 7, our PSN and QPN.
+func TestAcceptREPMatchesKernel(t *testing.T) {
+	w := newWorld(t)
+	ss, cs := w.wireSide("10.0.0.2"), w.wireSide("10.0.0.1")
+	ss.listen(PSTCP, 7174, "")
+	c := cs.dial(PSTCP, "10.0.0.2", 7174)
+	cs.do(c, "connect qp_num=16 psn=100")
+	w.net.flush()
+	ss.events()
+	srv := ss.lastMade()
+	w.net.take()
+	ss.do(srv, "accept qp_num=17 psn=200 responder_resources=0 initiator_depth=0 flow_control=0 rnr_retry_count=7 srq=0")
+	w.net.flush()
+	pk := w.net.take()
+	if len(pk) != 1 || pk[0].attr() != "rep" {
+		t.Fatalf("wire %v", pk)
+	}
+	_, m, _ := Decode(pk[0].mad[:])
+	r := m.(*REP)
+	if r.TargetACKDelay != 15 || r.FlowControl || r.RNRRetryCount != 7 || r.StartingPSN != 200 || r.LocalQPN != 17 ||
+		r.LocalQKey != 0 || r.FailoverAccepted != 0 {
+		t.Fatalf("REP %+v", *r)
+	}
+	// The active side's attr: its own PSN (its QP's rq_psn) and the
+	// REP's (its sq_psn).
+	if attrOf(c, "psn") != "100" || attrOf(c, "remote_psn") != "200" {
+		t.Fatalf("client attr:\n%s", c.Attr())
+	}
+}
+
+// The kernel's udaddy: its SIDR_REQ (client 10.77.0.2 to rdmafs'
+// 10.77.0.1:7174) and its SIDR_REP (server QPN 0x11, qkey 0x01234567)
+// decode as such and re-encode byte for byte.
+const (
+	kernelSIDRReq = "0107020300000000000000028a7d78790017000000000000" +
+		"79787d8affff00000000000001111c0600409f120000000000000000000000000a4d00020000000000000000000000000a4d0001"
+	kernelSIDRRep = "01070203000000001126c7f2a2dccfb40018000000000000" +
+		"3882b1b200000000000011000000000001111c0601234567"
+)
+
+func TestKernelSIDRGolden(t *testing.T) {
+	b := kernelMAD(t, kernelSIDRReq)
+	h, m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := m.(*SIDRReq)
+	if q.RequestID != 0x79787d8a || q.PKey != 0xffff || q.ServiceID != ServiceID(PSUDP, 7174) {
+		t.Fatalf("SIDR_REQ %+v", q)
+	}
+	hdr, err := ParseCMAHdr(q.PrivateData[:], 7174)
+	if err != nil || hdr.Src.String() != "10.77.0.2:40722" || hdr.Dst.String() != "10.77.0.1:7174" {
+		t.Fatalf("cma header %+v %v", hdr, err)
+	}
+	if got := Encode(h.TID, q); hex.EncodeToString(got[:]) != hex.EncodeToString(b) {
+		t.Fatalf("SIDR_REQ re-encoded:\n%x\nwant\n%x", got, b)
+	}
+	b = kernelMAD(t, kernelSIDRRep)
+	h, m, err = Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SIDRRep{RequestID: 0x3882b1b2, Status: SIDRSuccess, QPN: 0x11, ServiceID: ServiceID(PSUDP, 7174), QKey: udpQKey}
+	if *m.(*SIDRRep) != want {
+		t.Fatalf("SIDR_REP %+v", m)
+	}
+	if got := Encode(h.TID, &want); hex.EncodeToString(got[:]) != hex.EncodeToString(b) {
+		t.Fatalf("SIDR_REP encoded:\n%x\nwant\n%x", got, b)
+	}
+}
