@@ -26,7 +26,11 @@
 #   16. the same: rxe client -> rdmafs exec server;
 #   17. udaddy -C 10 (UD: SIDR_REQ/SIDR_REP, qkey 0x01234567): rdmafs exec
 #       client -> rxe server;
-#   18. the same: rxe client -> rdmafs exec server.
+#   18. the same: rxe client -> rdmafs exec server;
+#   19. a killed program: the rxe rping client is connected to an rdmafs
+#       rping server that is killed (SIGKILL) mid-run; the daemon ends its
+#       ids (the lease) with a DREQ, and the kernel's client must see
+#       DISCONNECTED and exit 0.
 # Their checks: both sides' exit status, rping's last ping on both sides,
 # perftest's result lines, and the CM counters of the mount (a REQ and a
 # REP each way, an RTU, a DREQ).
@@ -64,7 +68,7 @@ SIZE=${2:-4096}
 MTU=${3:-1024}
 PERF_ITERS=${4:-$ITERS}
 PERF_MTU=1024 # the guest's perftest path MTU: rxe's active_mtu (see above)
-CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18}
+CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19}
 MOUNT_FLAGS=${RDMAFS_MOUNT_FLAGS:-}
 NS=rxepeer
 # The guest's work directory (run-guest.sh's and stop-guest.sh's WORK):
@@ -447,6 +451,32 @@ if want 18; then
 		die "udaddy on rdmafs (server) failed: $(tail -5 "$work/udaddy-server.log")"
 	grep -aq "udaddy client rc=0" $GUEST_LOG || die "the kernel's udaddy client failed"
 	(($(cm_count 18 sidr_req_recv) >= 1 && $(cm_count 18 sidr_rep_sent) >= 1)) || die "case 18: no SIDR_REQ/SIDR_REP"
+	stop_guest
+fi
+
+if want 19; then
+	echo "== 19. rping: the rdmafs server killed mid-run, the kernel's client disconnected by the daemon's DREQ"
+	# shellcheck disable=SC2016
+	onrdmafs 19 bash -c '
+		m=$1; shift
+		"$@" >/dev/null 2>&1 & p=$!
+		for _ in $(seq 240); do grep -q "^rtu_recv=1" "$m/cm/counters" && break; sleep 0.5; done
+		grep -q "^rtu_recv=1" "$m/cm/counters" || { kill $p; exit 1; }
+		sleep 2
+		kill -9 $p
+		wait $p 2>/dev/null
+		for _ in $(seq 20); do grep -q "^drep_recv=1" "$m/cm/counters" && break; sleep 0.5; done
+		grep -q "^dreq_sent=1" "$m/cm/counters"' bash "$M" "${EXEC[@]}" rping -s -a 10.77.0.1 -C 1000000 -S 64 &
+	srv=$!
+	guest rpingclient rxe.iters=1000000 rxe.size=64 rxe.poweroff=1
+	src=0
+	wait $srv || src=$?
+	guest_wait "rping client rc=" 60 || true
+	echo "rdmafs (exit $src): $(grep -vE '=0$' "$work/cm-counters-19.txt" | grep -E '^(req|rep|rtu|dreq|drep)_' | tr '\n' ' ')"
+	echo "rxe client: $(grep -ac '^ping data' $GUEST_LOG) pings, $(grep -ao 'client DISCONNECT EVENT' $GUEST_LOG | head -1); $(grep -a 'rping client rc=' $GUEST_LOG | tr -d '\r')"
+	((src == 0)) || die "case 19: the daemon sent no DREQ for the killed program's connection"
+	grep -aq "client DISCONNECT EVENT" $GUEST_LOG && grep -aq "rping client rc=0" $GUEST_LOG ||
+		die "the kernel's rping client was not disconnected"
 	stop_guest
 fi
 
