@@ -276,13 +276,25 @@ func (id *ID) resolveRouteCmd(rest string) error {
 	}
 	r.PKey = 0xFFFF
 	r.SL = id.tos >> 5 // the kernel maps the TOS's precedence to the SL
+	r.FlowLabel = 0
 	if r.HopLimit > 1 {
 		r.SLID, r.DLID = 0xFFFF, 0xFFFF // permissive: RoCE has no LIDs
+		r.FlowLabel = RoCEFlowLabel(id.src.Port(), id.dst.Port())
 	}
 	id.routeOK = true
 	id.state = StateRouteResolved
 	id.emitLocked(id.event(EvRouteResolved, 0))
 	return nil
+}
+
+// RoCEFlowLabel is the flow label the kernel's rdma_cm gives the path of
+// a RoCEv2 connection (cma.c, cma_get_roce_udp_flow_label, for an IPv4
+// address or an IPv6 one without a flow label of its own): the 20 low
+// bits of sport*31 + dport. It goes into the REQ's primary path, the
+// passive side takes it from there, and a Linux rxe derives both ends' UDP
+// source port from it (rdma_get_udp_sport).
+func RoCEFlowLabel(sport, dport uint16) uint32 {
+	return (uint32(sport)*31 + uint32(dport)) & 0xFFFFF
 }
 
 func (id *ID) listenCmd(rest string) error {

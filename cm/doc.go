@@ -35,9 +35,11 @@
 // Active side: connect sends a REQ (the address header plus up to 56
 // bytes of the application's) or, for UD, a SIDR_REQ (up to 180). The
 // passive agent finds the listener by service ID and the header's
-// destination address, makes a new id in req_rcvd, answers with an MRA
-// (service timeout 24, about 67 s: the application decides in its own
-// time) and reports connect_request. accept sends a REP (rep_sent); the
+// destination address, makes a new id in req_rcvd and reports
+// connect_request; like the 6.1 kernel's rdma_cm (IB_CM_MRA_FLAG_DELAY) it
+// sends an MRA (service timeout 24, about 67 s: the application decides in
+// its own time) only when the REQ comes again before the application
+// answered. accept sends a REP (rep_sent); the
 // active side reports connect_response (rep_rcvd); its establish sends the
 // RTU; the passive side reports established when the RTU arrives (or on
 // notify). disconnect sends a DREQ; the peer reports disconnected
@@ -45,6 +47,11 @@
 // disconnected, wait out the timewait (2^(packet life time + 1) * 4 us, 2 s
 // on RoCE) and report timewait_exit. SIDR_REP status 0 completes a UD
 // connect with the remote QPN and Q_Key (established).
+//
+// PSNs as the kernel's CM: the starting PSN of a REQ or REP is the PSN its
+// sender's QP receives at (attr psn: the QP's rq_psn), the peer's the one
+// it sends at (remote_psn: sq_psn). A RoCEv2 route gets the kernel's flow
+// label, a hash of the two ports (RoCEFlowLabel), which the REQ carries.
 //
 // Timing follows the kernel's CM and rdma_cm: a REQ, REP, DREQ waits
 // 2 * 2^(plt-8) ms + 2^(cmrt-8) ms (6.1 s with packet life time 18 and CM
@@ -54,8 +61,8 @@
 // disconnected (-110) and the timewait.
 //
 // What arrives is checked against the connection it names (the remote comm
-// ID field is ours, the local one the peer's): a duplicate REQ gets the MRA
-// again, or a REJ "stale connection" if its connection is in timewait; a
+// ID field is ours, the local one the peer's): a duplicate REQ gets an MRA
+// while unanswered, or a REJ "stale connection" if its connection is in timewait; a
 // duplicate REP gets the RTU again once established; a DREQ in timewait
 // gets the DREP again, and a DREQ for no connection a DREP all the same
 // (so the peer finishes); a REQ with no listener is rejected with reason 8

@@ -67,8 +67,8 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 	be.PutUint64(guid[:], m.LocalCAGUID)
 	key := remoteKey{commID: m.LocalCommID, node: guid}
 	if id := a.byRemote[key]; id != nil {
-		// A retry of a REQ already taken: the MRA again while the
-		// application decides, a REJ for a connection in timewait, else
+		// A retry of a REQ already taken: an MRA while the application
+		// decides (the first one too: none went out with the REQ), a REJ for a connection in timewait, else
 		// nothing (our answer's own retries cover it).
 		a.Counters.DroppedDuplicate.Add(1)
 		switch id.state {
@@ -125,11 +125,11 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 	if a.cfg.NewID != nil {
 		a.cfg.NewID(id)
 	}
-	// The application answers in its own time: the MRA tells the
-	// requester to wait for it rather than retry (rdma_cm sends one for
-	// every request it hands to user space).
-	a.sendLocked(sgid, tid, &MRA{LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
-		MessageMRAed: MsgREQ, ServiceTimeout: mraServiceTimeout})
+	// The application answers in its own time. Like the kernel's rdma_cm
+	// (cma.c: CMA_CM_MRA_SETTING is IB_CM_MRA_FLAG_DELAY | 24, so cm.c
+	// only marks the id MRA_REQ_SENT), no MRA goes out now: only a retry
+	// of this REQ, which finds the id still in req_rcvd above, gets one,
+	// so a prompt accept costs three MADs, not four.
 	e := id.event(EvConnectRequest, 0)
 	e.add("listen_id", l.Num)
 	id.connKV(&e, m.LocalQPN)

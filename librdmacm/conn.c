@@ -89,7 +89,10 @@ int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
 		qa->ah_attr.grh.flow_label = be32toh(p->flow_label);
 		qa->path_mtu = p->mtu;
 		qa->dest_qp_num = (uint32_t)a.remote_qp_num;
-		qa->rq_psn = a.remote_psn >= 0 ? (uint32_t)a.remote_psn : 0;
+		/* The starting PSN of one's own REQ or REP is the PSN one receives
+		 * at, the peer's is the one one sends at (kernel cm.c: rq_psn from
+		 * its own REQ/REP, sq_psn from the peer's). */
+		qa->rq_psn = a.psn >= 0 ? (uint32_t)a.psn : id->psn;
 		qa->max_dest_rd_atomic = (uint8_t)clamp(a.responder_resources >= 0 ? a.responder_resources
 									: id->responder_resources,
 							da->max_qp_rd_atom);
@@ -104,7 +107,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
 		qa->timeout = (uint8_t)t;
 		qa->retry_cnt = (uint8_t)(a.retry_count >= 0 ? clamp(a.retry_count, 7) : 7);
 		qa->rnr_retry = (uint8_t)(a.rnr_retry_count >= 0 ? clamp(a.rnr_retry_count, 7) : 7);
-		qa->sq_psn = a.psn >= 0 ? (uint32_t)a.psn : id->psn;
+		qa->sq_psn = a.remote_psn >= 0 ? (uint32_t)a.remote_psn : 0;
 		qa->max_rd_atomic = (uint8_t)clamp(a.initiator_depth >= 0 ? a.initiator_depth : id->initiator_depth,
 						   da->max_qp_init_rd_atom);
 		*mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
@@ -246,7 +249,7 @@ int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 			     "connect qp_num=%u psn=%u%s responder_resources=%u initiator_depth=%u "
 			     "flow_control=%u retry_count=%u rnr_retry_count=%u srq=%d",
 			     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth,
-			     p ? !!p->flow_control : 1, p ? (p->retry_count > 7 ? 7 : p->retry_count) : 7,
+			     p ? !!p->flow_control : 0, p ? (p->retry_count > 7 ? 7 : p->retry_count) : 7,
 			     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
 	}
 	if (err)
@@ -290,7 +293,7 @@ int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	err = rc_ctl(s->dev, s->handle,
 		     "accept qp_num=%u psn=%u%s responder_resources=%u initiator_depth=%u flow_control=%u "
 		     "rnr_retry_count=%u srq=%d",
-		     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth, p ? !!p->flow_control : 1,
+		     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth, p ? !!p->flow_control : 0,
 		     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
 	if (err) {
 		rc_qp_err(id);

@@ -16,6 +16,24 @@
 #   6. ibv_rc_pingpong: rdmafs client, rxe server;
 #   7-9.  ib_write_bw, ib_read_bw, ib_send_lat: rdmafs client, rxe server;
 #   10-12. the same three: rxe client, rdmafs server.
+# Cases 13-16 connect through RDMA CM: on rdmafs the drop-in librdmacm and
+# the daemon's CM agent (IB CM MADs on QP1), in the guest the kernel's
+# rdma_cm (the harness's guest with the modes of rxe-cm-guest.sh, booted
+# with rdinit=/init-cm from the work directory $GWORK):
+#   13. rping -C ITERS -S 64 -v: rdmafs exec client -> rxe server;
+#   14. the same: rxe client -> rdmafs exec server;
+#   15. ib_write_bw -R: rdmafs exec client -> rxe server;
+#   16. the same: rxe client -> rdmafs exec server;
+#   17. udaddy -C 10 (UD: SIDR_REQ/SIDR_REP, qkey 0x01234567): rdmafs exec
+#       client -> rxe server;
+#   18. the same: rxe client -> rdmafs exec server;
+#   19. a killed program: the rxe rping client is connected to an rdmafs
+#       rping server that is killed (SIGKILL) mid-run; the daemon ends its
+#       ids (the lease) with a DREQ, and the kernel's client must see
+#       DISCONNECTED and exit 0.
+# Their checks: both sides' exit status, rping's last ping on both sides,
+# perftest's result lines, and the CM counters of the mount (a REQ and a
+# REP each way, an RTU, a DREQ).
 # perftest runs with its default sizes on both sides (64 KiB for the bw
 # tests, 2 B for ib_send_lat: the guest's perfserver/perfclient modes take no
 # size) and PERF_ITERS iterations (default ITERS). Every case checks both
@@ -23,7 +41,7 @@
 # "rc=0" and result lines the guest prints on its serial log.
 # tshark records the bridge, and the harness's icrc-check.py verifies the
 # ICRC of every RoCE packet, rdmafs' and rxe's (both must have sent some).
-# The first run builds the guest (about 2 minutes and 200 MB from the Debian
+# PCAP_OUT=FILE keeps the capture. The first run builds the guest (about 2 minutes and 200 MB from the Debian
 # archive) into /tmp/rxe. CASES="5 6" runs only those cases. Needs root.
 # Exits non-zero when anything is wrong.
 #
@@ -50,10 +68,13 @@ SIZE=${2:-4096}
 MTU=${3:-1024}
 PERF_ITERS=${4:-$ITERS}
 PERF_MTU=1024 # the guest's perftest path MTU: rxe's active_mtu (see above)
-CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12}
+CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19}
 MOUNT_FLAGS=${RDMAFS_MOUNT_FLAGS:-}
 NS=rxepeer
-GUEST_LOG=/tmp/rxe/a.log
+# The guest's work directory (run-guest.sh's and stop-guest.sh's WORK):
+# the harness's kernel and initramfs plus /init-cm (rxe-cm-guest.sh).
+export WORK=${GWORK:-/tmp/rxe-cm}
+GUEST_LOG=$WORK/a.log
 work=$(mktemp -d /tmp/rdmafs-interop.XXXXXX)
 M=$work/mnt
 mkdir -p "$M"
@@ -63,8 +84,9 @@ die() { echo "FAIL: $*" >&2; exit 1; }
 [[ -d "$H" ]] || die "no rxe harness at $H (set RXE_HARNESS)"
 command -v qemu-system-x86_64 >/dev/null && command -v tshark >/dev/null || bash "$H/host-deps.sh"
 [[ -e /tmp/rxe/initrd.cpio && -e /tmp/rxe/vmlinuz ]] || bash "$H/build-guest.sh"
-for t in ibv_rc_pingpong ib_write_bw ib_read_bw ib_send_lat; do
-	command -v $t >/dev/null || die "$t is missing: apt-get install ibverbs-utils perftest"
+bash "$here/rxe-cm-guest.sh" "$H" "$WORK"
+for t in ibv_rc_pingpong ib_write_bw ib_read_bw ib_send_lat rping udaddy; do
+	command -v $t >/dev/null || die "$t is missing: apt-get install ibverbs-utils perftest rdmacm-utils"
 done
 (cd "$repo" && go build -o "$work/rdmafs" ./cmd/rdmafs && go build -o "$work/rc_pingpong" ./examples/rc_pingpong &&
 	go build -o "$work/ud_pingpong" ./examples/ud_pingpong)
@@ -73,6 +95,9 @@ if [[ -z "${RDMAFS_LIBDIR:-}" ]]; then
 	make -s -C "$repo/libibverbs" >"$work/make.log" 2>&1 || { cat "$work/make.log"; die "make -C $repo/libibverbs"; }
 	export RDMAFS_LIBDIR=$repo/libibverbs/build
 fi
+# The drop-in librdmacm.so.1 (rdmafs exec puts librdmacm/build beside
+# libibverbs/build when rdmafs is this tree's).
+make -s -C "$repo/librdmacm" >"$work/make.log" 2>&1 || { cat "$work/make.log"; die "make -C $repo/librdmacm"; }
 
 cleanup() {
 	local rc=$?
@@ -107,6 +132,8 @@ onrdmafs() {
 		"$@"
 		rc=$?
 		((rc == 0)) || grep -vE "=0$|^daemon_" "$m/counters" >"$w/counters-$tag.log" 2>/dev/null
+		sleep 0.5 # the last DREP of a program that did not wait for it
+		cat "$m/cm/counters" >"$w/cm-counters-$tag.txt" 2>/dev/null
 		"$rdmafs" umount "$m"
 		exit $rc' bash "$work/rdmafs" "$M" "$MOUNT_FLAGS" "$tag" "$work" "$@"
 }
@@ -132,7 +159,7 @@ export -f retry_connect
 guest() {
 	local mode=$1
 	shift
-	NAME=a TAP=tap0 IP=10.77.0.2 MODE=$mode bash "$H/run-guest.sh" "$@" >/dev/null
+	NAME=a TAP=tap0 IP=10.77.0.2 MODE=$mode bash "$H/run-guest.sh" rdinit=/init-cm "$@" >/dev/null
 }
 stop_guest() { NAME=a bash "$H/stop-guest.sh" a >/dev/null; }
 
@@ -299,12 +326,171 @@ perf_rdmafs_server 10 ib_write_bw
 perf_rdmafs_server 11 ib_read_bw
 perf_rdmafs_server 12 ib_send_lat
 
+# cm_count TAG KEY: KEY's value in the CM counters of case TAG's mount.
+cm_count() { sed -n "s/^$2=//p" "$work/cm-counters-$1.txt" 2>/dev/null || echo 0; }
+# cm_check TAG ROLE: the mount of case TAG did its half of a connection and
+# of a disconnection (ROLE active: REQ sent, REP received, RTU sent;
+# passive: REQ received, REP sent, RTU received; either: a DREQ each way or
+# one way and its DREP).
+cm_check() {
+	local t=$1 c
+	if [[ $2 == active ]]; then c="req_sent rep_recv rtu_sent"; else c="req_recv rep_sent rtu_recv"; fi
+	for k in $c; do
+		(($(cm_count $t $k) >= 1)) || die "case $t: the CM counter $k is $(cm_count $t $k): $(grep -v '=0$' "$work/cm-counters-$t.txt" | tr '\n' ' ')"
+	done
+	(($(cm_count $t dreq_sent) + $(cm_count $t dreq_recv) >= 1)) || die "case $t: no DREQ either way"
+	echo "rdmafs CM counters: $(grep -vE '=0$' "$work/cm-counters-$t.txt" | grep -E '^(req|rep|rtu|mra|rej|dreq|drep)_' | tr '\n' ' ')"
+}
+RP_ITERS=${RP_ITERS:-$ITERS}
+RP=(rping -C $RP_ITERS -S 64 -v)
+
+if want 13; then
+	echo "== 13. rping: rdmafs exec client -> kernel rxe server ($RP_ITERS pings, rdma_cm both sides)"
+	guest rpingserver rxe.iters=$RP_ITERS rxe.size=64
+	guest_wait "\] rping server" 120 || die "the rxe guest did not come up"
+	sleep 1
+	crc=0
+	onrdmafs 13 timeout 120 "${EXEC[@]}" "${RP[@]}" -c -a 10.77.0.2 >"$work/rping-client.log" 2>&1 || crc=$?
+	guest_wait "rping server rc=" 60 || true
+	last="rdma-ping-$((RP_ITERS - 1)):"
+	echo "rdmafs client (exit $crc): $(grep -c '^ping data' "$work/rping-client.log") pings"
+	echo "rxe server: $(grep -ac 'server ping data' $GUEST_LOG) pings; $(grep -a 'rping server rc=' $GUEST_LOG | tr -d '\r' | head -1)"
+	((crc == 0)) && grep -q "^ping data: $last" "$work/rping-client.log" ||
+		die "rping on rdmafs (client) failed: $(tail -5 "$work/rping-client.log")"
+	grep -aq "server ping data: $last" $GUEST_LOG && grep -aq "rping server rc=0" $GUEST_LOG ||
+		die "the kernel's rping server failed"
+	cm_check 13 active
+	stop_guest
+fi
+
+if want 14; then
+	echo "== 14. rping: kernel rxe client -> rdmafs exec server ($RP_ITERS pings, rdma_cm both sides)"
+	onrdmafs 14 timeout 240 "${EXEC[@]}" "${RP[@]}" -s -a 10.77.0.1 >"$work/rping-server.log" 2>&1 &
+	srv=$!
+	guest rpingclient rxe.iters=$RP_ITERS rxe.size=64 rxe.poweroff=1
+	src=0
+	wait $srv || src=$?
+	guest_wait "rping client rc=" 120 || true
+	last="rdma-ping-$((RP_ITERS - 1)):"
+	echo "rdmafs server (exit $src): $(grep -c 'server ping data' "$work/rping-server.log") pings"
+	echo "rxe client: $(grep -ac '^ping data' $GUEST_LOG) pings; $(grep -a 'rping client rc=' $GUEST_LOG | tr -d '\r')"
+	((src == 0)) && grep -q "server ping data: $last" "$work/rping-server.log" ||
+		die "rping on rdmafs (server) failed: $(tail -5 "$work/rping-server.log")"
+	grep -aq "^ping data: $last" $GUEST_LOG && grep -aq "rping client rc=0" $GUEST_LOG ||
+		die "the kernel's rping client failed"
+	cm_check 14 passive
+	stop_guest
+fi
+
+if want 15; then
+	echo "== 15. ib_write_bw -R: rdmafs exec client -> kernel rxe server ($PERF_ITERS iterations)"
+	guest perfRserver rxe.perf=ib_write_bw rxe.iters=$PERF_ITERS
+	guest_wait "\] ib_write_bw -R server" 120 || die "the rxe guest did not come up"
+	sleep 1
+	crc=0
+	onrdmafs 15 timeout 240 "${EXEC[@]}" ib_write_bw -d rdmafs0 -i 1 -R -n $PERF_ITERS -F 10.77.0.2 \
+		>"$work/wbwR-client.log" 2>&1 || crc=$?
+	guest_wait "ib_write_bw -R server rc=" 120 || true
+	echo "rdmafs client (exit $crc): $(perf_result "$work/wbwR-client.log")"
+	echo "rxe server:             $(perf_result $GUEST_LOG)"
+	((crc == 0)) && [[ -n "$(perf_result "$work/wbwR-client.log")" ]] ||
+		die "ib_write_bw -R on rdmafs (client) failed: $(cat "$work/wbwR-client.log")"
+	grep -aq "ib_write_bw -R server rc=0" $GUEST_LOG && [[ -n "$(perf_result $GUEST_LOG)" ]] ||
+		die "the kernel's ib_write_bw -R server failed"
+	cm_check 15 active
+	stop_guest
+fi
+
+if want 16; then
+	echo "== 16. ib_write_bw -R: kernel rxe client -> rdmafs exec server ($PERF_ITERS iterations)"
+	onrdmafs 16 timeout 300 "${EXEC[@]}" ib_write_bw -d rdmafs0 -i 1 -R -n $PERF_ITERS -F \
+		>"$work/wbwR-server.log" 2>&1 &
+	srv=$!
+	guest perfRclient rxe.perf=ib_write_bw rxe.iters=$PERF_ITERS rxe.poweroff=1
+	src=0
+	wait $srv || src=$?
+	guest_wait "ib_write_bw -R client rc=" 240 || true
+	echo "rdmafs server (exit $src): $(perf_result "$work/wbwR-server.log")"
+	echo "rxe client:             $(perf_result $GUEST_LOG)"
+	((src == 0)) && [[ -n "$(perf_result "$work/wbwR-server.log")" ]] ||
+		die "ib_write_bw -R on rdmafs (server) failed: $(cat "$work/wbwR-server.log")"
+	grep -aq "ib_write_bw -R client rc=0" $GUEST_LOG && [[ -n "$(perf_result $GUEST_LOG)" ]] ||
+		die "the kernel's ib_write_bw -R client failed"
+	cm_check 16 passive
+	stop_guest
+fi
+
+if want 17; then
+	echo "== 17. udaddy: rdmafs exec client -> kernel rxe server (UD, SIDR, 10 messages)"
+	guest udaddyserver rxe.iters=10
+	guest_wait "\] udaddy server" 120 || die "the rxe guest did not come up"
+	sleep 1
+	crc=0
+	onrdmafs 17 timeout 60 "${EXEC[@]}" udaddy -s 10.77.0.2 -C 10 >"$work/udaddy-client.log" 2>&1 || crc=$?
+	guest_wait "udaddy server rc=" 60 || true
+	echo "rdmafs client (exit $crc): $(grep 'return status' "$work/udaddy-client.log")"
+	echo "rxe server: $(grep -a 'udaddy server rc=' $GUEST_LOG | tr -d '\r' | head -1)"
+	((crc == 0)) && grep -q "return status 0" "$work/udaddy-client.log" ||
+		die "udaddy on rdmafs (client) failed: $(tail -5 "$work/udaddy-client.log")"
+	grep -aq "udaddy server rc=0" $GUEST_LOG || die "the kernel's udaddy server failed"
+	(($(cm_count 17 sidr_req_sent) >= 1 && $(cm_count 17 sidr_rep_recv) >= 1)) || die "case 17: no SIDR_REQ/SIDR_REP"
+	stop_guest
+fi
+
+if want 18; then
+	echo "== 18. udaddy: kernel rxe client -> rdmafs exec server (UD, SIDR, 10 messages)"
+	onrdmafs 18 timeout 120 "${EXEC[@]}" udaddy -b 10.77.0.1 -C 10 >"$work/udaddy-server.log" 2>&1 &
+	srv=$!
+	guest udaddyclient rxe.iters=10 rxe.poweroff=1
+	src=0
+	wait $srv || src=$?
+	guest_wait "udaddy client rc=" 120 || true
+	echo "rdmafs server (exit $src): $(grep 'return status' "$work/udaddy-server.log")"
+	echo "rxe client: $(grep -a 'udaddy client rc=' $GUEST_LOG | tr -d '\r')"
+	((src == 0)) && grep -q "return status 0" "$work/udaddy-server.log" ||
+		die "udaddy on rdmafs (server) failed: $(tail -5 "$work/udaddy-server.log")"
+	grep -aq "udaddy client rc=0" $GUEST_LOG || die "the kernel's udaddy client failed"
+	(($(cm_count 18 sidr_req_recv) >= 1 && $(cm_count 18 sidr_rep_sent) >= 1)) || die "case 18: no SIDR_REQ/SIDR_REP"
+	stop_guest
+fi
+
+if want 19; then
+	echo "== 19. rping: the rdmafs server killed mid-run, the kernel's client disconnected by the daemon's DREQ"
+	# shellcheck disable=SC2016
+	onrdmafs 19 bash -c '
+		m=$1; shift
+		"$@" >/dev/null 2>&1 & p=$!
+		for _ in $(seq 240); do grep -q "^rtu_recv=1" "$m/cm/counters" && break; sleep 0.5; done
+		grep -q "^rtu_recv=1" "$m/cm/counters" || { kill $p; exit 1; }
+		sleep 2
+		kill -9 $p
+		wait $p 2>/dev/null
+		for _ in $(seq 20); do grep -q "^drep_recv=1" "$m/cm/counters" && break; sleep 0.5; done
+		grep -q "^dreq_sent=1" "$m/cm/counters"' bash "$M" "${EXEC[@]}" rping -s -a 10.77.0.1 -C 1000000 -S 64 &
+	srv=$!
+	guest rpingclient rxe.iters=1000000 rxe.size=64 rxe.poweroff=1
+	src=0
+	wait $srv || src=$?
+	guest_wait "rping client rc=" 60 || true
+	echo "rdmafs (exit $src): $(grep -vE '=0$' "$work/cm-counters-19.txt" | grep -E '^(req|rep|rtu|dreq|drep)_' | tr '\n' ' ')"
+	echo "rxe client: $(grep -ac '^ping data' $GUEST_LOG) pings, $(grep -ao 'client DISCONNECT EVENT' $GUEST_LOG | head -1); $(grep -a 'rping client rc=' $GUEST_LOG | tr -d '\r')"
+	((src == 0)) || die "case 19: the daemon sent no DREQ for the killed program's connection"
+	grep -aq "client DISCONNECT EVENT" $GUEST_LOG && grep -aq "rping client rc=0" $GUEST_LOG ||
+		die "the kernel's rping client was not disconnected"
+	stop_guest
+fi
+
 sleep 1
 kill "$cap"
 wait "$cap" 2>/dev/null || true
 cap=
+[[ -z "${PCAP_OUT:-}" ]] || cp "$work/br0.pcap" "$PCAP_OUT"
 echo "== ICRC of every RoCE packet on the bridge (rdmafs is 10.77.0.1)"
 python3 "$H/icrc-check.py" "$work/br0.pcap" | tee "$work/icrc.txt" || die "ICRC check failed"
+# The CM's MADs in the capture (tshark decodes them as InfiniBand CM).
+mads=$(tshark -r "$work/br0.pcap" -Y infiniband.mad -T fields -e ip.src -e infiniband.mad.attributeid 2>/dev/null |
+	sort | uniq -c | awk '{printf "%s %s:%s ", $2, $3, $1}')
+[[ -z "$mads" ]] || echo "CM MADs (source attribute:count): $mads"
 grep -qE '^10\.77\.0\.1 +ok +[1-9]' "$work/icrc.txt" && grep -qE '^10\.77\.0\.2 +ok +[1-9]' "$work/icrc.txt" ||
 	die "the capture lacks packets of one side"
 echo "interop-rxe: all checks passed (cases: $CASES; $(($(date +%s) - t_start)) s)"
