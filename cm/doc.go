@@ -3,7 +3,7 @@
 // management class 0x07, class version 2) in MADs on QP1, so the same
 // messages connect two ids of one device, two rdmafs devices, or rdmafs
 // and a kernel peer; and it keeps rdma_cm's ids, ports, listeners and
-// events, which fsnode shows as the cm/ tree (/work/cm-contract.md, and
+// events, which fsnode shows as the cm/ tree (cm/CONTRACT.md, and
 // the mount's README).
 //
 // It imports device (for the GSI and the error type), qp and roce, never

@@ -15,7 +15,7 @@ import (
 	"rdmafs/device"
 )
 
-// The cm/ tree (/work/cm-contract.md): the connection manager's ids and
+// The cm/ tree (cm/CONTRACT.md): the connection manager's ids and
 // event channels as objects, and its addresses, counters and listeners.
 // Every node is a thin adapter over package cm; the commands, the
 // protocol and the limits live there.

@@ -4,7 +4,7 @@
  * a device only then. A wildcard rdma_listen listens on every device: one
  * daemon id per device behind the one library id (rc_id.subs).
  *
- * Device choice (cm-contract.md, "Library side"): bind to an address → the
+ * Device choice (cm/CONTRACT.md, "Library side"): bind to an address → the
  * device answering for it; resolve_addr → the bound device, else
  * RDMAFS_DEVICE_MOUNT's first, else the device answering for dst, else the
  * first --addr device. */

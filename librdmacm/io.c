@@ -1,5 +1,5 @@
 /* cm/ files: every CM operation is a file operation on the mount, as a
- * shell would do it (cm-contract.md, "The tree"); the daemon checks
+ * shell would do it (cm/CONTRACT.md, "The tree"); the daemon checks
  * everything and we only translate. Each call returns 0 or a positive
  * errno, also left in errno; the daemon's reason goes to the log
  * (RDMAFS_DEBUG=1). */

@@ -6,7 +6,7 @@
  *
  * The kernel's part (ucma + cma + the IB CM) is the daemon's: its CM agent
  * speaks the CM MADs on QP1, and the mount's cm/ directory is the
- * interface (/work/cm-contract.md, "Daemon side"). The library's part is
+ * interface (cm/CONTRACT.md, "Daemon side"). The library's part is
  * what librdmacm itself does: the event channel, the QP transitions at
  * the points librdmacm makes them, the synchronous ids, rdma_getaddrinfo.
  *

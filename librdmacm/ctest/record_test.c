@@ -1,5 +1,5 @@
 /* The parsers of record.c against records and attr snapshots written as
- * cm-contract.md specifies them: a 1024-byte event record padded with
+ * cm/CONTRACT.md specifies them: a 1024-byte event record padded with
  * spaces, unknown keys skipped, bad records refused; an attr with every
  * key; the hex and address helpers.
  */
