@@ -65,6 +65,16 @@
 // Producer and Consumer are not safe for concurrent use: several threads
 // posting to one queue take a lock, as rdma-core's rxe provider does.
 //
+// A queue has one producing client at a time. The daemon's text files
+// (qp/N/post_send, post_recv, srq/H/post_recv) post as a client would,
+// under the QP's post lock, starting from the producer index as the ring
+// shows it: the one place a producer reads its index back. So a shell may
+// post to a queue whose mapping program is not posting (between its
+// phases, or after it exited), never beside a program that is: the two
+// would publish over each other's slots. The daemon cannot tell the two
+// apart (the mapping is the program's), and the engine validates every
+// WQE it takes, so a collision loses or fails WRs of that QP only.
+//
 // # Memory ordering
 //
 // Index words, flags, event_seq and armed are accessed only with 32-bit
