@@ -1,7 +1,6 @@
 package libtest
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
@@ -11,28 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"rdmafs/internal/libcheck"
 )
-
-// need skips a test that needs a tool or file this machine lacks, except in
-// CI (CI=true), which installs everything the C library needs: there a
-// missing tool fails the test.
-func need(t *testing.T, what string, ok bool) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must have %s", what)
-	}
-	t.Skipf("no %s", what)
-}
-
-func tool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	need(t, name+" ("+pkg+")", err == nil)
-	return p
-}
 
 var (
 	buildOnce sync.Once
@@ -44,12 +24,12 @@ var (
 // build directory, which holds libibverbs.so.1.
 func built(t *testing.T) string {
 	t.Helper()
-	mk := tool(t, "make", "make")
-	tool(t, "cc", "gcc")
-	tool(t, "nm", "binutils")
-	tool(t, "objdump", "binutils")
+	mk := libcheck.Tool(t, "make", "make")
+	libcheck.Tool(t, "cc", "gcc")
+	libcheck.Tool(t, "nm", "binutils")
+	libcheck.Tool(t, "objdump", "binutils")
 	_, err := os.Stat("/usr/include/infiniband/verbs.h")
-	need(t, "<infiniband/verbs.h> (libibverbs-dev)", err == nil)
+	libcheck.Need(t, "<infiniband/verbs.h> (libibverbs-dev)", err == nil)
 	buildOnce.Do(func() {
 		dir, err := filepath.Abs("..")
 		if err != nil {
@@ -69,61 +49,13 @@ func built(t *testing.T) string {
 	return libDir
 }
 
-// systemLib is the installed libibverbs.so.1, found as the Makefile finds
-// it.
-func systemLib(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(tool(t, "cc", "gcc"), "-print-file-name=libibverbs.so.1").Output()
-	p := strings.TrimSpace(string(out))
-	need(t, "the system libibverbs.so.1 (libibverbs1)", err == nil && filepath.IsAbs(p))
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return real
-}
-
-// dynsyms reads objdump -T: every symbol the library defines, as
-// "FLAGS VERSION NAME" ("gDF IBVERBS_1.1 ibv_alloc_pd", a hidden version in
-// parentheses), with the size appended for data objects. The section is
-// left out (ours and theirs lay out differently) except that a version
-// node's own symbol is marked *ABS*.
-func dynsyms(t *testing.T, lib string) []string {
-	t.Helper()
-	out, err := exec.Command("objdump", "-T", lib).Output()
-	if err != nil {
-		t.Fatalf("objdump -T %s: %v", lib, err)
-	}
-	var syms []string
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		sec := slices.IndexFunc(f, func(s string) bool {
-			return strings.HasPrefix(s, ".") || strings.HasPrefix(s, "*")
-		})
-		if sec < 2 || len(f) != sec+4 || f[sec] == "*UND*" {
-			continue
-		}
-		flags := strings.Join(f[1:sec], "")
-		s := flags + " " + f[sec+2] + " " + f[sec+3]
-		if f[sec] == "*ABS*" {
-			s += " *ABS*"
-		} else if strings.HasSuffix(flags, "O") {
-			s += " size=" + strings.TrimLeft(f[sec+1], "0")
-		}
-		syms = append(syms, s)
-	}
-	slices.Sort(syms)
-	return syms
-}
-
 // TestExportSet: our library's dynamic symbol table is the system's,
 // symbol for symbol: names, version nodes, default or hidden, function or
 // data (and the data's size).
 func TestExportSet(t *testing.T) {
 	dir := built(t)
-	sys := systemLib(t)
-	ours, theirs := dynsyms(t, filepath.Join(dir, "libibverbs.so.1")), dynsyms(t, sys)
+	sys := libcheck.SystemLib(t, "libibverbs.so.1", "libibverbs1")
+	ours, theirs := libcheck.DynSyms(t, filepath.Join(dir, "libibverbs.so.1")), libcheck.DynSyms(t, sys)
 	var missing, extra []string
 	for _, s := range theirs {
 		if !slices.Contains(ours, s) {
@@ -185,7 +117,7 @@ func versionDefs(t *testing.T, lib string) (soname string, defs []string) {
 // with the same inheritance.
 func TestVersionNodes(t *testing.T) {
 	dir := built(t)
-	sys := systemLib(t)
+	sys := libcheck.SystemLib(t, "libibverbs.so.1", "libibverbs1")
 	soname, ours := versionDefs(t, filepath.Join(dir, "libibverbs.so.1"))
 	if soname != "libibverbs.so.1" {
 		t.Errorf("soname %q, want libibverbs.so.1", soname)
@@ -210,7 +142,7 @@ func TestVersionNodes(t *testing.T) {
 // implementation finds; that is not what is checked here.
 func TestProgramsLoad(t *testing.T) {
 	dir := built(t)
-	sys := systemLib(t)
+	sys := libcheck.SystemLib(t, "libibverbs.so.1", "libibverbs1")
 	for _, c := range []struct {
 		pkg  string
 		args []string
@@ -222,10 +154,10 @@ func TestProgramsLoad(t *testing.T) {
 			"import pyverbs.device, pyverbs.providers.mlx5.mlx5dv, pyverbs.providers.efa.efadv"}},
 	} {
 		t.Run(filepath.Base(c.args[0]), func(t *testing.T) {
-			prog := tool(t, c.args[0], c.pkg)
+			prog := libcheck.Tool(t, c.args[0], c.pkg)
 			if c.pkg == "python3-pyverbs" {
 				err := exec.Command(prog, "-c", "import pyverbs").Run()
-				need(t, "pyverbs (python3-pyverbs)", err == nil)
+				libcheck.Need(t, "pyverbs (python3-pyverbs)", err == nil)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -267,8 +199,8 @@ func tail(s string) string {
 // finds the library in libibverbs/build and runs a program on it.
 func TestRdmafsExec(t *testing.T) {
 	dir := built(t)
-	gobin := tool(t, "go", "Go")
-	prog := tool(t, "ibv_devices", "ibverbs-utils")
+	gobin := libcheck.Tool(t, "go", "Go")
+	prog := libcheck.Tool(t, "ibv_devices", "ibverbs-utils")
 	bin := filepath.Join(t.TempDir(), "rdmafs")
 	if out, err := exec.Command(gobin, "build", "-o", bin, "rdmafs/cmd/rdmafs").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -10,25 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"rdmafs/internal/libcheck"
 )
-
-func need(t *testing.T, what string, ok bool) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must have %s", what)
-	}
-	t.Skipf("no %s", what)
-}
-
-func tool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	need(t, name+" ("+pkg+")", err == nil)
-	return p
-}
 
 var (
 	buildOnce       sync.Once
@@ -40,11 +24,11 @@ var (
 // directories.
 func built(t *testing.T) (string, string) {
 	t.Helper()
-	mk := tool(t, "make", "make")
-	tool(t, "cc", "gcc")
-	tool(t, "objdump", "binutils")
+	mk := libcheck.Tool(t, "make", "make")
+	libcheck.Tool(t, "cc", "gcc")
+	libcheck.Tool(t, "objdump", "binutils")
 	_, err := os.Stat("/usr/include/rdma/rdma_cma.h")
-	need(t, "<rdma/rdma_cma.h> (librdmacm-dev)", err == nil)
+	libcheck.Need(t, "<rdma/rdma_cma.h> (librdmacm-dev)", err == nil)
 	buildOnce.Do(func() {
 		root, err := filepath.Abs("../..")
 		if err != nil {
@@ -66,50 +50,11 @@ func built(t *testing.T) (string, string) {
 	return cmDir, verbsDir
 }
 
-func systemLib(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(tool(t, "cc", "gcc"), "-print-file-name=librdmacm.so.1").Output()
-	p := strings.TrimSpace(string(out))
-	need(t, "the system librdmacm.so.1 (librdmacm1)", err == nil && filepath.IsAbs(p))
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return real
-}
-
-// dynsyms is objdump -T's defined symbols as "FLAGS VERSION NAME" (a
-// version node's own symbol marked *ABS*), sorted.
-func dynsyms(t *testing.T, lib string) []string {
-	t.Helper()
-	out, err := exec.Command("objdump", "-T", lib).Output()
-	if err != nil {
-		t.Fatalf("objdump -T %s: %v", lib, err)
-	}
-	var syms []string
-	for l := range strings.Lines(string(out)) {
-		f := strings.Fields(l)
-		sec := slices.IndexFunc(f, func(s string) bool {
-			return strings.HasPrefix(s, ".") || strings.HasPrefix(s, "*")
-		})
-		if sec < 2 || len(f) != sec+4 || f[sec] == "*UND*" {
-			continue
-		}
-		s := strings.Join(f[1:sec], "") + " " + f[sec+2] + " " + f[sec+3]
-		if f[sec] == "*ABS*" {
-			s += " *ABS*"
-		}
-		syms = append(syms, s)
-	}
-	slices.Sort(syms)
-	return syms
-}
-
 // TestExportSet: our dynamic symbol table is the system librdmacm's.
 func TestExportSet(t *testing.T) {
 	dir, _ := built(t)
-	sys := systemLib(t)
-	ours, theirs := dynsyms(t, filepath.Join(dir, "librdmacm.so.1")), dynsyms(t, sys)
+	sys := libcheck.SystemLib(t, "librdmacm.so.1", "librdmacm1")
+	ours, theirs := libcheck.DynSyms(t, filepath.Join(dir, "librdmacm.so.1")), libcheck.DynSyms(t, sys)
 	if !slices.Equal(ours, theirs) {
 		var missing, extra []string
 		for _, s := range theirs {
@@ -161,7 +106,7 @@ func TestSonameAndNodes(t *testing.T) {
 		return soname, d
 	}
 	so, ours := defs(filepath.Join(dir, "librdmacm.so.1"))
-	_, theirs := defs(systemLib(t))
+	_, theirs := defs(libcheck.SystemLib(t, "librdmacm.so.1", "librdmacm1"))
 	if so != "librdmacm.so.1" {
 		t.Errorf("soname %q", so)
 	}
@@ -175,7 +120,7 @@ func TestSonameAndNodes(t *testing.T) {
 // librdmacm is never mapped). Without a mount they find no device.
 func TestProgramsLoad(t *testing.T) {
 	cm, verbs := built(t)
-	sys := systemLib(t)
+	sys := libcheck.SystemLib(t, "librdmacm.so.1", "librdmacm1")
 	for _, c := range []struct {
 		pkg  string
 		args []string
@@ -189,7 +134,7 @@ func TestProgramsLoad(t *testing.T) {
 		{"perftest", []string{"ib_write_bw", "--help"}},
 	} {
 		t.Run(c.args[0], func(t *testing.T) {
-			prog := tool(t, c.args[0], c.pkg)
+			prog := libcheck.Tool(t, c.args[0], c.pkg)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, prog, c.args[1:]...)
