@@ -647,8 +647,12 @@ type Counters struct {
 	UDOversizeDrops atomic.Uint64
 	EngineRuns      atomic.Uint64
 	EngineParks     atomic.Uint64
-	Doorbells       atomic.Uint64
-	AsyncEvents     atomic.Uint64
+	// InlineRuns counts the batches (also in EngineRuns) that the wire's
+	// receive goroutine or the doorbell ran themselves instead of waking
+	// the engine goroutine (engine.runHeldLocked).
+	InlineRuns  atomic.Uint64
+	Doorbells   atomic.Uint64
+	AsyncEvents atomic.Uint64
 	// ForeignPacketsDropped counts packets for a connected QP that came
 	// from a QP other than its peer (also counted in DroppedPackets).
 	ForeignPacketsDropped atomic.Uint64
@@ -683,6 +687,7 @@ func (c *Counters) List() []Counter {
 		{"ud_oversize_drops", c.UDOversizeDrops.Load()},
 		{"engine_runs", c.EngineRuns.Load()},
 		{"engine_parks", c.EngineParks.Load()},
+		{"engine_inline_runs", c.InlineRuns.Load()},
 		{"doorbells", c.Doorbells.Load()},
 		{"async_events", c.AsyncEvents.Load()},
 		{"fault_drops", c.FaultDrops.Load()},

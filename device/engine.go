@@ -24,9 +24,17 @@ import (
 type engine struct {
 	d *Device
 
-	mu      sync.Mutex
-	running bool  // a batch is being run; guarded by mu
+	mu sync.Mutex
+	// running counts the batches being run, by the engine goroutine or by
+	// a goroutine that runs them in its place (runHeldLocked); guarded by
+	// mu.
+	running int
 	runq    []*QP // guarded by mu
+	// held counts the goroutines that scheduled QPs and promised to run
+	// them themselves (holdWake): while it is not zero, schedule does not
+	// wake the engine goroutine, whose wake-up (a futex, another thread
+	// to put on a CPU) is what a packet's round trip spends most on.
+	held atomic.Int32
 	// queued is len(runq), written under mu and read without it by the
 	// spin loop, which asks on every round and must not take mu from
 	// schedule (the wire's receive goroutine, timers, doorbells).
@@ -72,6 +80,9 @@ func (m *devMutex) Lock() {
 }
 
 func (m *devMutex) Unlock() { m.m.Unlock() }
+
+// TryLock takes the lock if it is free.
+func (m *devMutex) TryLock() bool { return m.m.TryLock() }
 
 // contended reports whether some goroutine waits in Lock.
 func (m *devMutex) contended() bool { return m.waiting.Load() > 0 }
@@ -129,10 +140,103 @@ func (e *engine) schedule(q *QP) {
 	e.runq = append(e.runq, q)
 	e.queued.Store(int32(len(e.runq)))
 	e.mu.Unlock()
+	// Dekker with releaseHold: queued is stored before held is loaded
+	// here, held before queued there, so one of the two wakes the engine.
+	if e.held.Load() == 0 {
+		e.signal()
+	}
+}
+
+// signal wakes the engine goroutine if it sleeps (or makes its next
+// sleep return at once).
+func (e *engine) signal() {
 	select {
 	case e.wake <- struct{}{}:
 	default:
 	}
+}
+
+// holdWake tells schedule not to wake the engine goroutine: the caller
+// (the wire's receive goroutine, the doorbell) is about to make QPs
+// runnable and then run them itself, on the thread that is already
+// awake, with runHeldLocked or releaseHold. Every holdWake is paired with
+// exactly one of them.
+func (e *engine) holdWake() { e.held.Add(1) }
+
+// releaseHold ends a holdWake without running anything: the engine
+// goroutine gets what is runnable.
+func (e *engine) releaseHold() {
+	e.held.Add(-1)
+	if e.pending() {
+		e.signal()
+	}
+}
+
+// inlineRounds bounds the batches a goroutine other than the engine runs
+// in one runHeldLocked: a QP that keeps itself runnable (a long READ, a
+// deep send queue) is the engine goroutine's, which spins and yields to
+// verbs; the caller (the receive goroutine) has a socket to read.
+const inlineRounds = 4
+
+// runHeldLocked runs the runnable QPs on the caller's goroutine, which
+// holds Device.mu and called holdWake, unless the engine goroutine is
+// running a batch (it will take them next), and then releases the hold.
+// The caller has just been woken by the kernel for the work (a datagram,
+// a doorbell): running the turns here, and sending what they produce in
+// one batch, saves the hand-over to the engine goroutine and its wake-up,
+// twice per round trip. Whatever it leaves (the engine busy, a verb
+// waiting for Device.mu, more rounds than inlineRounds) goes to the engine
+// goroutine as before. The QPs run here are not added to the engine's
+// spin list: their SQs keep asking for doorbells, which this path serves.
+func (e *engine) runHeldLocked() {
+	d := e.d
+	for round := 0; round < inlineRounds && !d.closed; round++ {
+		e.mu.Lock()
+		if e.running > 0 || len(e.runq) == 0 {
+			e.mu.Unlock()
+			break
+		}
+		batch := e.take()
+		e.mu.Unlock()
+		d.Counters.EngineRuns.Add(1)
+		d.Counters.InlineRuns.Add(1)
+		e.nowOK = false
+		for _, q := range batch {
+			if !q.destroyed {
+				d.batchTxLocked(true)
+				q.runLocked()
+				d.batchTxLocked(false)
+			}
+		}
+		e.nowOK = false
+		e.giveBack(batch)
+		if d.mu.contended() {
+			break
+		}
+	}
+	e.releaseHold()
+}
+
+// take takes the run queue as a batch; e.mu held.
+func (e *engine) take() []*QP {
+	// Double buffering: runq and spare never share an array.
+	batch := e.runq
+	e.runq, e.spare = e.spare[:0], nil
+	e.queued.Store(0)
+	for _, q := range batch {
+		q.queued.Store(false)
+	}
+	e.running++
+	return batch
+}
+
+// giveBack hands a batch's array back once its turns ran.
+func (e *engine) giveBack(batch []*QP) {
+	e.mu.Lock()
+	clear(batch)
+	e.spare = batch[:0]
+	e.running--
+	e.mu.Unlock()
 }
 
 func (e *engine) loop() {
@@ -168,19 +272,11 @@ func (e *engine) runBatches() {
 	d := e.d
 	for {
 		e.mu.Lock()
-		// Double buffering: runq and spare never share an array.
-		batch := e.runq
-		e.runq, e.spare = e.spare[:0], nil
-		e.queued.Store(0)
-		for _, q := range batch {
-			q.queued.Store(false)
-		}
-		e.running = len(batch) > 0
-		if len(batch) == 0 {
-			e.spare = batch
+		if len(e.runq) == 0 {
 			e.mu.Unlock()
 			return
 		}
+		batch := e.take()
 		e.mu.Unlock()
 		d.Counters.EngineRuns.Add(1)
 		d.mu.Lock()
@@ -206,13 +302,12 @@ func (e *engine) runBatches() {
 		}
 		e.nowOK = false
 		d.mu.Unlock()
-		e.mu.Lock()
-		clear(batch)
-		e.spare = batch[:0]
-		e.running = false
-		e.mu.Unlock()
+		e.giveBack(batch)
 	}
 }
+
+// spinYield is how often the spin loop lets other goroutines have its P.
+const spinYield = 10 * time.Microsecond
 
 // watch adds q to the QPs the spin loop polls; its SQ no longer needs a
 // doorbell while the engine watches it.
@@ -237,7 +332,8 @@ func (e *engine) spin() bool {
 	}
 	// The spin is a CPU-for-latency trade, not a protocol timer, so it
 	// uses the monotonic clock even under a fake Config.Clock.
-	deadline := time.Now().Add(e.spinIdle)
+	start := time.Now()
+	deadline, yielded := start.Add(e.spinIdle), start
 	for i := 0; ; i++ {
 		found := false
 		for _, q := range e.watched {
@@ -250,7 +346,8 @@ func (e *engine) spin() bool {
 			return true
 		}
 		if i&63 == 63 {
-			if time.Now().After(deadline) {
+			now := time.Now()
+			if now.After(deadline) {
 				return false
 			}
 			select {
@@ -258,7 +355,15 @@ func (e *engine) spin() bool {
 				return false
 			default:
 			}
-			runtime.Gosched()
+			// Let the goroutines waiting for this P run, but not every
+			// 64 rounds: each Gosched also wakes an idle thread to look
+			// for work (the runtime's wakep, a futex), which on a
+			// two-core host takes the CPU from the thread the round trip
+			// waits for.
+			if now.Sub(yielded) >= spinYield {
+				runtime.Gosched()
+				yielded = now
+			}
 		}
 	}
 }
@@ -299,10 +404,7 @@ func (e *engine) retire(q *QP) {
 	e.mu.Lock()
 	e.retired = append(e.retired, q)
 	e.mu.Unlock()
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
+	e.signal()
 }
 
 // reapRetired unmaps the rings of destroyed QPs. Engine goroutine only.
@@ -335,7 +437,7 @@ func (e *engine) reapRetired() {
 func (e *engine) idle() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return !e.running && len(e.runq) == 0
+	return e.running == 0 && len(e.runq) == 0
 }
 
 // Quiesce waits until the engine has nothing left to do: every packet in

@@ -160,6 +160,12 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 	if d.closed {
 		return nil
 	}
+	// The receive goroutine, awake for these datagrams and holding
+	// Device.mu, runs the turns they make runnable itself (and sends what
+	// the turns produce as one batch) instead of waking the engine
+	// goroutine for them: one thread of control from recvmmsg to the
+	// completion or the answer on the wire (engine.runHeldLocked).
+	d.engine.holdWake()
 	var full *QP
 	for i := range dgs {
 		dg := &dgs[i]
@@ -192,7 +198,8 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 			full = q
 		}
 	}
-	if full == nil {
+	d.engine.runHeldLocked()
+	if full == nil || full.queuedLocked() < wireHighWater {
 		return nil
 	}
 	return func() bool { return !full.destroyed && full.queuedLocked() >= wireHighWater/2 }

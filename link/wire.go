@@ -380,10 +380,6 @@ func (w *WireEndpoint) recvLoop() {
 		if busy != nil {
 			w.backOff(busy)
 		}
-		// The delivery woke the engine goroutine onto this P; blocking in
-		// recvmmsg now would keep it there until sysmon takes the P back
-		// (up to milliseconds). Let it run first.
-		runtime.Gosched()
 	}
 }
 
