@@ -73,7 +73,7 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		// the client's post and the packet on the wire. It never waits
 		// for Device.mu, so a busy device (a verb, the engine's batch)
 		// costs the doorbell nothing: the engine gets the QPs then.
-		if found && d.mu.TryLock() {
+		if found && !d.engine.awake.Load() && d.mu.TryLock() {
 			d.engine.runHeldLocked()
 			d.mu.Unlock()
 		} else {

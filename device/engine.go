@@ -35,6 +35,11 @@ type engine struct {
 	// wake the engine goroutine, whose wake-up (a futex, another thread
 	// to put on a CPU) is what a packet's round trip spends most on.
 	held atomic.Int32
+	// awake is false while the engine goroutine sleeps on wake. Awake, it
+	// takes newly runnable QPs itself at no cost (it spins, or runs a
+	// batch, and looks at queued), and batches them with the posts it
+	// finds; only a sleeping engine is worth running turns in its place.
+	awake atomic.Bool
 	// queued is len(runq), written under mu and read without it by the
 	// spin loop, which asks on every round and must not take mu from
 	// schedule (the wire's receive goroutine, timers, doorbells).
@@ -180,7 +185,8 @@ const inlineRounds = 4
 
 // runHeldLocked runs the runnable QPs on the caller's goroutine, which
 // holds Device.mu and called holdWake, unless the engine goroutine is
-// running a batch (it will take them next), and then releases the hold.
+// awake (it will take them next, together with what it finds posted, in
+// one batch), and then releases the hold.
 // The caller has just been woken by the kernel for the work (a datagram,
 // a doorbell): running the turns here, and sending what they produce in
 // one batch, saves the hand-over to the engine goroutine and its wake-up,
@@ -192,7 +198,7 @@ func (e *engine) runHeldLocked() {
 	d := e.d
 	for round := 0; round < inlineRounds && !d.closed; round++ {
 		e.mu.Lock()
-		if e.running > 0 || len(e.runq) == 0 {
+		if e.running > 0 || len(e.runq) == 0 || e.awake.Load() {
 			e.mu.Unlock()
 			break
 		}
@@ -243,12 +249,14 @@ func (e *engine) loop() {
 	defer close(e.done)
 	d := e.d
 	for {
+		e.awake.Store(false)
 		select {
 		case <-e.stopCh:
 			e.reapRetired()
 			return
 		case <-e.wake:
 		}
+		e.awake.Store(true)
 	busy:
 		for {
 			e.runBatches()
