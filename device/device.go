@@ -47,13 +47,24 @@
 //
 //   - The engine (engine.go), one per device: runs the turns of runnable
 //     QPs under Device.mu, spins briefly on recently active send rings,
-//     then parks until schedule wakes it.
+//     then parks until schedule wakes it. It is the device's one thread
+//     of control for QP turns, but not the only goroutine that runs
+//     them: a goroutine the kernel has just woken for work (the two
+//     below) runs the turns that work made runnable itself while the
+//     engine sleeps (engine.runHeldLocked), so that a datagram or a
+//     doorbell reaches the transport, and its answer the wire, without
+//     waking another thread.
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
-//     schedules the QPs whose rings have new WQEs; it takes only bellMu
-//     (the set of QPs that may send) and the scheduler's lock.
+//     schedules the QPs whose rings have new WQEs, under bellMu (the set
+//     of QPs that may send) and the scheduler's lock; when it found work,
+//     the engine sleeps and Device.mu is free (TryLock: it never waits
+//     for it), it runs their turns.
 //   - The wire's receive goroutine (package link, when Config.Addr is
 //     set): sleeps in recvmmsg, checks datagrams without a lock, then
-//     delivers them under Device.mu (dispatcher, link.go).
+//     delivers them under Device.mu (dispatcher, link.go) and, while the
+//     engine sleeps, runs the turns they made runnable in the same hold
+//     of Device.mu, sending what the turns produce before it reads the
+//     socket again.
 //   - Timers (clock.AfterFunc: retransmit, RNR; the fault injector's
 //     delays in package link): the transport's timers only store their
 //     sequence number in the QP and schedule it (completer.go), the next
@@ -66,8 +77,9 @@
 //
 // # Locking
 //
-// Device.mu guards every object and all engine state; the engine holds it
-// while it runs a batch of QP turns, verbs hold it for their duration.
+// Device.mu guards every object and all engine state; the engine (or the
+// receive goroutine or the doorbell in its place) holds it while it runs
+// a batch of QP turns, verbs hold it for their duration.
 // Every QP turn does a bounded amount of work (run.go: packet budgets, the
 // READ window), and between two turns the engine lets anyone waiting for
 // Device.mu go first (devMutex, engine.go), so a verb waits for at most one
@@ -77,12 +89,16 @@
 // (package link, Locking). Lock order: the per-queue producer locks
 // (postMu, pollMu; a verb takes its queue's first), then Device.mu, then
 // the link's capture lock or bellMu, then the scheduler's lock
-// (engine.mu), the innermost. Doorbells and the transport's timers never take
+// (engine.mu), the innermost. The transport's timers never take
 // Device.mu: they mark a QP runnable under the scheduler's lock and wake
-// the engine. The GSI's handler (the CM agent) runs on the GSI's own
-// goroutine without Device.mu and may call SendMAD, which takes Device.mu
-// for one send: the agent's lock orders before Device.mu, and nothing
-// under Device.mu waits for the agent.
+// the engine. The doorbell takes it only with TryLock, after it has let
+// go of bellMu, so it never waits for it. A goroutine that runs turns in
+// the engine's place stops when someone waits for Device.mu, as the
+// engine does, and leaves the rest to the engine. The GSI's handler (the
+// CM agent) runs on the GSI's own goroutine without Device.mu and may
+// call SendMAD, which takes Device.mu for one send: the agent's lock
+// orders before Device.mu, and nothing under Device.mu waits for the
+// agent.
 package device
 
 import (

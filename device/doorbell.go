@@ -17,8 +17,11 @@ import (
 // send (bellQPs: the device's QPs in RTS, SQD, SQE or ERR, the states in
 // which the engine does anything with a posted send WQE; a QP reaching one
 // of them is run by the modify anyway), reads only their rings' atomics,
-// and takes the doorbell's own lock, never Device.mu. A wake with nothing
-// posted costs two atomic loads per such QP and delays nobody's verbs.
+// and takes the doorbell's own lock. A wake with nothing posted costs two
+// atomic loads per such QP and delays nobody's verbs. A wake that found
+// posted work runs the turns on this goroutine, already awake, when the
+// engine sleeps and Device.mu is free (TryLock, never a wait), instead of
+// waking the engine goroutine for them (engine.runHeldLocked).
 type doorbell struct {
 	region *ring.Region
 	r      *ring.Ring

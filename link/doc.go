@@ -54,6 +54,17 @@
 // goroutines: the engine, which writes packets; the verbs, which change
 // fault settings or open captures.
 //
+// A delivery may write to the chain: the device runs the QP turns a
+// batch of datagrams made runnable on the receive goroutine, inside
+// DeliverDatagrams and in the same hold of the chain's lock, and those
+// turns send (acknowledgements, READ responses, the requester's next
+// packets), so the receive goroutine is one thread of control from
+// recvmmsg to sendmmsg. The wire's send and receive vectors are separate
+// (the send vector is the chain lock's; the receive vector, and the
+// datagrams of a delivery, are the receive goroutine's), and loopback
+// hands a packet back to the dispatcher within the write, so no state of
+// the chain is entered twice at once.
+//
 // A Packet written to the chain is the chain's until it is handed back
 // (DeliverLocal) or finished with Done, exactly once; a decorator that
 // keeps one past the write calls Hold first. A Datagram is valid for its

@@ -93,7 +93,9 @@ type Dispatcher interface {
 	// bad (Datagram.Status). It returns nil, or a function that reports
 	// whether the receiver is still too busy to take more (the wire then
 	// stops reading the socket until it is not, or for at most
-	// BackOffMax), which the wire calls with the chain's lock held.
+	// BackOffMax), which the wire calls with the chain's lock held. It
+	// may write packets to the chain before it returns (the device runs
+	// the turns the datagrams made runnable there).
 	//
 	// Preconditions: the chain's lock is held.
 	DeliverDatagrams(dgs []Datagram) (busy func() bool)

@@ -62,7 +62,9 @@ type WireConfig struct {
 // recvmmsg(2) while the link is quiet, so an idle link costs no CPU, and
 // wakes with every datagram the socket holds (up to recvBatch); it checks
 // them without locks (IPv4, UDP, ICRC, IB headers) and delivers them
-// under one hold of the chain's lock. It reads the raw socket itself, not
+// under one hold of the chain's lock, in which the device may also run
+// the turns they make runnable and send their answers (the package doc,
+// Goroutines), so it wakes no other goroutine for them. It reads the raw socket itself, not
 // through Go's netpoller, whose wake-ups a process with spinning
 // goroutines (the engine, in-process clients) sees only every few
 // milliseconds. Close shuts the socket down, which wakes it.
