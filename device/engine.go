@@ -181,11 +181,14 @@ func (e *engine) signal() {
 // exactly one of them.
 func (e *engine) holdWake() { e.held.Add(1) }
 
-// releaseHold ends a holdWake without running anything: the engine
-// goroutine gets what is runnable.
+// releaseHold ends a holdWake: the engine goroutine gets what is left
+// runnable. Only the last hold to go wakes it: while another goroutine
+// holds (the receive goroutine, running turns under Device.mu), what the
+// doorbell found is that one's to run next, or to leave to the engine
+// when it lets go. (Dekker with schedule, as above: held is decremented
+// before queued is loaded.)
 func (e *engine) releaseHold() {
-	e.held.Add(-1)
-	if e.pending() {
+	if e.held.Add(-1) == 0 && e.pending() {
 		e.signal()
 	}
 }
