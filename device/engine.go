@@ -2,6 +2,7 @@ package device
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,10 @@ type engine struct {
 	// Only the engine goroutine touches it (and QP.watched).
 	watched  []*QP
 	spinIdle time.Duration
+
+	// ran are the QPs runHeldLocked ran whose SQs do not ask for
+	// doorbells until it rearms them; guarded by Device.mu.
+	ran []*QP
 
 	// now is the clock read once per batch, for the many timestamps a
 	// batch takes (one per ACK); guarded by Device.mu, valid while nowOK.
@@ -212,11 +217,18 @@ const inlineRounds = 4
 // spin list: their SQs keep asking for doorbells, which this path serves.
 func (e *engine) runHeldLocked() {
 	d := e.d
+	ran := e.ran[:0]
 	for round := 0; round < inlineRounds && !d.closed; round++ {
 		e.mu.Lock()
 		if e.running > 0 || len(e.runq) == 0 || e.awake.Load() {
 			e.mu.Unlock()
-			break
+			// Nothing (more) to run here: the client may have posted
+			// to a QP run here while its turn sent; then that is next.
+			if !e.rearmLocked(ran) {
+				break
+			}
+			ran = ran[:0]
+			continue
 		}
 		batch := e.take()
 		e.mu.Unlock()
@@ -232,6 +244,13 @@ func (e *engine) runHeldLocked() {
 				continue
 			}
 			if !q.destroyed {
+				if len(ran) < maxRearm && !slices.Contains(ran, q) {
+					// While this goroutine runs q, a post needs no
+					// doorbell: rearmLocked looks at the ring before
+					// the goroutine goes back to sleep.
+					q.sq.SetNeedWakeup(false)
+					ran = append(ran, q)
+				}
 				d.batchTxLocked(true)
 				q.runLocked()
 				d.batchTxLocked(false)
@@ -244,7 +263,37 @@ func (e *engine) runHeldLocked() {
 			break
 		}
 	}
+	e.rearmLocked(ran)
+	clear(ran)
+	e.ran = ran[:0]
 	e.releaseHold()
+}
+
+// maxRearm bounds the QPs one runHeldLocked lets post without a doorbell
+// (and looks at before it returns): the rest keep asking for doorbells.
+const maxRearm = 16
+
+// rearmLocked makes the SQs of the QPs runHeldLocked ran ask for
+// doorbells again and then looks at each once more (the flag and the
+// producer index are sequentially consistent on both sides, as in
+// prepareToPark): a client that published before the flag went up rang
+// no doorbell, so its QP is scheduled here. It reports whether it
+// scheduled any. A ping-pong's answer is posted while the turn that
+// completed the request still sends its acknowledgement, and is found
+// here, without the doorbell's wake-up. Device.mu held.
+func (e *engine) rearmLocked(ran []*QP) bool {
+	found := false
+	for _, q := range ran {
+		if q.destroyed {
+			continue
+		}
+		q.sq.SetNeedWakeup(true)
+		if q.newSendWork() {
+			e.schedule(q)
+			found = true
+		}
+	}
+	return found
 }
 
 // take takes the run queue as a batch; e.mu held.
