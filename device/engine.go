@@ -514,11 +514,13 @@ func (e *engine) reapRetired() {
 	}
 }
 
-// idle reports whether nothing is runnable and nothing runs.
+// idle reports whether nothing is runnable and nothing runs, not even a
+// goroutine that holds the engine's wake-up back (it may still rearm
+// doorbells or run what it scheduled).
 func (e *engine) idle() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.running == 0 && len(e.runq) == 0
+	return e.running == 0 && len(e.runq) == 0 && e.held.Load() == 0
 }
 
 // Quiesce waits until the engine has nothing left to do: every packet in

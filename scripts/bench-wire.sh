@@ -155,11 +155,13 @@ row "WRITE 8B msg rate / ucp_put_bw 8B" rdmafs_write_bw_8 ucx_put_bw_8
 
 echo
 echo "# what each rdmafs run cost (medians): wire packets of device a per second (sent+received)"
-echo "# and per WR, CPU as % of one core of daemon a (requester), daemon b (responder), the bench"
-printf '  %-22s %10s %10s %8s %8s %8s %12s\n' "run" "kpps" "pkts/WR" "cpu a" "cpu b" "bench" "retransmits"
+echo "# and per WR, CPU as % of one core of daemon a (requester), daemon b (responder), the bench,"
+echo "# doorbells both devices counted per WR"
+printf '  %-22s %10s %10s %8s %8s %8s %12s %10s\n' "run" "kpps" "pkts/WR" "cpu a" "cpu b" "bench" "retransmits" "bells/WR"
 for k in rdmafs_write_bw_64k rdmafs_read_bw_64k rdmafs_send_lat_8 rdmafs_write_bw_8; do
-	printf '  %-22s %10s %10s %7s%% %7s%% %7s%% %12s\n' "$k" "$(median "$k.kpps")" "$(median "$k.pkts_per_wr")" \
-		"$(median "$k.cpu_a")" "$(median "$k.cpu_b")" "$(median "$k.cpu_bench")" "$(median "$k.retransmits")"
+	printf '  %-22s %10s %10s %7s%% %7s%% %7s%% %12s %10s\n' "$k" "$(median "$k.kpps")" "$(median "$k.pkts_per_wr")" \
+		"$(median "$k.cpu_a")" "$(median "$k.cpu_b")" "$(median "$k.cpu_bench")" "$(median "$k.retransmits")" \
+		"$(median "$k.doorbells_per_wr")"
 done
 
 # --- the floor and the idle link ---------------------------------------------
@@ -212,6 +214,17 @@ if command -v perf >/dev/null 2>&1 && perf stat -e raw_syscalls:sys_enter true >
 	awk -F, -v p="$(jnum wire_packets <"$work/perf-bench.txt")" '$3 ~ /sys_enter/ {
 		n = $3; sub(/.*sys_enter_?/, "", n); if (n == "") n = "all"
 		printf "  %-10s %9d calls = %6.3f per wire packet (%d packets, sent+received by device a)\n", n, $1, $1 / (p > 0 ? p : 1), p }' "$work/perf-stat.txt"
+	# The hand-overs of a round trip: the same counters during SEND lat
+	# 8 B, per round trip (two WRs), both daemons together.
+	echo "  during SEND lat 8 B (${DUR}s), per round trip, both daemons:"
+	perf stat -x, -e "$ev,context-switches" -o "$work/perf-stat-lat.txt" -p "$DPID_A,$DPID_B" sleep "$((DUR + 1))" >/dev/null 2>&1 &
+	ps_=$!
+	sleep 0.3
+	"$RDMAFS" bench --json --warmup 0 --peer "$MB" --op send --mode lat -s 8 -D "${DUR}s" "$MA" >"$work/perf-bench-lat.txt"
+	wait "$ps_" || true
+	awk -F, -v w="$(jnum wrs <"$work/perf-bench-lat.txt")" '$3 ~ /sys_enter|context-switches/ {
+		n = $3; sub(/.*sys_enter_?/, "", n); if (n == "") n = "all"
+		printf "  %-16s %9d = %6.3f per round trip (%d round trips)\n", n, $1, $1 / (w > 0 ? w / 2 : 1), w / 2 }' "$work/perf-stat-lat.txt"
 	perf record -q -F 999 -g -o "$work/perf.data" -p "$DPID_A,$DPID_B" -- sleep "$((DUR + 1))" >/dev/null 2>&1 &
 	pr_=$!
 	sleep 0.3
