@@ -147,7 +147,9 @@ type Config struct {
 	UserShare uint32
 	// SpinIdle is how long the engine polls the send rings of recently
 	// active QPs before it parks and asks for doorbells (negative: never
-	// spin).
+	// spin). Only QPs the engine goroutine ran start a spin: turns that
+	// the doorbell or the wire's receive goroutine run in its place
+	// (engine.runHeldLocked) do not.
 	SpinIdle time.Duration
 
 	MaxMTU    qp.MTU // port max_mtu

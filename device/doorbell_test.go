@@ -1,6 +1,7 @@
 package device
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +57,16 @@ func TestSpinThenPark(t *testing.T) {
 	// yet, and the engine may be watching a (from the connect) with
 	// NEED_WAKEUP clear, so the post rang nothing.
 	waitWC(t, e, acq, sendWC(1, "success", "rdma_write", a, 8))
+	// The turns of WR 1 may all have run on the doorbell's goroutine or
+	// (-device.wire, -device.twin) the wire's receive goroutine, in the
+	// engine's place, and those start no spin: run a on the engine
+	// goroutine, which then watches its SQ (and clears NEED_WAKEUP).
+	e.d.engine.schedule(a)
+	for deadline := time.Now().Add(10 * time.Second); a.sq.NeedWakeup(); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine ran a and does not watch its SQ")
+		}
+	}
 	// The engine now watches a's SQ: no doorbell, yet the WQE executes.
 	for i := uint64(2); i < 50; i++ {
 		if clientPost(t, a, wr(i)) {
