@@ -31,7 +31,8 @@ import (
 // the engine still sleeps, runs the turns itself (runHeldLocked); only
 // what it leaves wakes the engine. The QPs it runs are not watched: the
 // spin loop polls only the rings of QPs the engine goroutine ran, and a
-// client posting to another asks for a doorbell, which that path serves.
+// client posting to another asks for a doorbell (except while the
+// goroutine still runs it: rearmLocked), which that path serves.
 // (Handing them to the spin loop instead was measured: on two cores the
 // spinning engine takes the CPU the other end's receive thread needs, and
 // the SEND 8 B round trip grew 3x.)
@@ -214,7 +215,8 @@ const inlineRounds = 4
 // twice per round trip. Whatever it leaves (the engine busy, a verb
 // waiting for Device.mu, more rounds than inlineRounds) goes to the engine
 // goroutine as before. The QPs run here are not added to the engine's
-// spin list: their SQs keep asking for doorbells, which this path serves.
+// spin list: their SQs take posts without a doorbell only while this
+// runs, and ask for doorbells again before it returns (rearmLocked).
 func (e *engine) runHeldLocked() {
 	d := e.d
 	ran := e.ran[:0]
