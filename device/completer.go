@@ -235,7 +235,7 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 		q.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}
-	q.comp.psn = p.psn.Add(1)
+	q.comp.psn = p.psn.Add(p.npsn())
 	q.progressLocked()
 	if op := p.opcode & opMask; op == opReadResponseLast || op == opReadResponseOnly {
 		w.state, w.status = wqeDone, qp.WCSuccess

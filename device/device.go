@@ -27,6 +27,12 @@
 //     the responder executes them against its QP and answers with ACK, NAK,
 //     read responses and atomic acknowledgements, and the completer retires
 //     WQEs, retries, and writes completions.
+//   - loopback.go: the direct path between two QPs of the device (rdmavt's
+//     rvt_ruc_loopback): their packets skip the link chain, the receiving
+//     QP's turn runs right after the sender's in the same batch, and RC
+//     messages go in segments of up to 64 KiB (one copy per message), with
+//     the same transport rules; a capture, a fault rule for the QP or
+//     Config.PacketLoopback puts the packets back on the chain.
 //   - link.go: the device's side of its link (package link, which owns
 //     sockets, faults, capture and the wire's receive goroutine): it builds
 //     the chain at creation, routes each packet (loopback for the device's
@@ -46,8 +52,9 @@
 // # Goroutines and their owners
 //
 //   - The engine (engine.go), one per device: runs the turns of runnable
-//     QPs under Device.mu, spins briefly on recently active send rings,
-//     then parks until schedule wakes it.
+//     QPs under Device.mu (after each turn, the turns of the QPs its
+//     direct deliveries fed: Device.soon, loopback.go), spins briefly on
+//     recently active send rings, then parks until schedule wakes it.
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
 //     schedules the QPs whose rings have new WQEs; it takes only bellMu
 //     (the set of QPs that may send) and the scheduler's lock.
@@ -133,6 +140,11 @@ type Config struct {
 	// active QPs before it parks and asks for doorbells (negative: never
 	// spin).
 	SpinIdle time.Duration
+	// PacketLoopback sends every packet between two QPs of this device
+	// through the link chain, as it goes when a capture is open or a
+	// fault rule applies; by default such packets take the direct path
+	// (loopback.go).
+	PacketLoopback bool
 
 	MaxMTU    qp.MTU // port max_mtu
 	ActiveMTU qp.MTU // port active_mtu, the UD MTU
@@ -299,7 +311,12 @@ type Device struct {
 	// txBatching (link.go, xmitLocked); guarded by mu.
 	txq        []link.Packet
 	txBatching bool
-	bell       *doorbell // the futex doorbell (doorbell.go)
+	// soon are the QPs that direct deliveries of this engine turn made
+	// runnable, run before the turn's batch goes on (loopback.go);
+	// guarded by mu.
+	soon     []*QP
+	soonHead int
+	bell     *doorbell // the futex doorbell (doorbell.go)
 	// bellQPs are the device's QPs that can send, which a doorbell wake
 	// looks at (doorbell.go); guarded by bellMu, which orders after
 	// Device.mu. bellScans counts the QPs wakes have looked at.
@@ -652,6 +669,10 @@ type Counters struct {
 	// ForeignPacketsDropped counts packets for a connected QP that came
 	// from a QP other than its peer (also counted in DroppedPackets).
 	ForeignPacketsDropped atomic.Uint64
+	// DirectPackets counts the packets (path-MTU segments) between two
+	// QPs of the device that took the direct path (loopback.go), also
+	// counted in packets_sent and packets_recv.
+	DirectPackets atomic.Uint64
 }
 
 // Counter is one named value.
@@ -701,6 +722,7 @@ func (c *Counters) List() []Counter {
 		{"wire_recv_overruns", c.WireRecvOverruns.Load()},
 		{"capture_drops", c.CaptureDrops.Load()},
 		{"foreign_packets_dropped", c.ForeignPacketsDropped.Load()},
+		{"direct_packets", c.DirectPackets.Load()},
 	}
 }
 

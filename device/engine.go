@@ -194,6 +194,7 @@ func (e *engine) runBatches() {
 				q.runLocked()
 				d.batchTxLocked(false)
 				e.watch(q)
+				d.runSoonLocked()
 			}
 			if d.mu.contended() || time.Since(held) > maxHold {
 				// Someone waits for the device (a verb, a timer, the

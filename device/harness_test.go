@@ -68,7 +68,7 @@ func newEnvTwin(t testing.TB, twin bool, mod ...func(*Config)) *env {
 	t.Helper()
 	goroutineLeakCheck(t)
 	clk := clock.NewFake()
-	cfg := Config{Clock: clk}
+	cfg := Config{Clock: clk, PacketLoopback: *packetsFlag}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -124,6 +124,11 @@ func newOnLoopback(cfg Config, wire bool, objs *objects) (*Device, error) {
 // 127/8 address, raw sockets, ICRC), not the loopback fast path: the whole
 // behavioural suite across the wire.
 var wireFlag = flag.Bool("device.wire", false, "send loopback packets through the RoCEv2 wire (needs CAP_NET_RAW)")
+
+// -device.packets runs every single-device test with the packets between
+// its QPs going through the link chain, as when a capture is open, not
+// the direct path (loopback.go): the behavioural suite on both.
+var packetsFlag = flag.Bool("device.packets", false, "send packets between a device's own QPs through the link chain, not the direct path")
 
 // -device.twin runs every single-device test on two devices: each on its
 // own 127/8 address with its own engine, raw socket and doorbell, sharing

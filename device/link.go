@@ -75,7 +75,9 @@ func (d *Device) flushTxLocked() {
 	// Taken from d while the chain has it: a delivery may make the device
 	// send again (not today), which must not write into this batch.
 	d.txq = nil
-	d.link.WritePackets(q)
+	if rest := d.directTxLocked(q); len(rest) > 0 {
+		d.link.WritePackets(rest)
+	}
 	clear(q)
 	if d.txq == nil {
 		d.txq = q[:0]

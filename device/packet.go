@@ -127,6 +127,9 @@ type packet struct {
 	ackReq  bool
 	destQPN uint32
 	psn     qp.PSN
+	// span is how many path-MTU segments (and PSNs) the payload holds on
+	// the direct path (loopback.go); 0 is one, as on a link.
+	span uint16
 
 	sgid, dgid [16]byte
 	srcQPN     uint32 // the sending QP (its UDP source port on the wire)
@@ -238,8 +241,14 @@ func (d *Device) detachPacketsLocked(mr *MR) {
 // link brought it. It returns the QP whose receive queue the packet was
 // for (nil: no QP took it), so that the wire can back off from a full one.
 func (d *Device) receiveLocked(p *packet) *QP {
-	d.Counters.PacketsRecv.Add(1)
+	d.Counters.PacketsRecv.Add(uint64(p.npsn()))
 	d.Counters.BytesRecv.Add(uint64(len(p.payload)))
+	return d.acceptLocked(p)
+}
+
+// acceptLocked is receiveLocked past the device's packet counters, which
+// the direct path adds once for a whole batch.
+func (d *Device) acceptLocked(p *packet) *QP {
 	if p.destQPN == GSIQPN {
 		d.gsiReceiveLocked(p)
 		return nil
@@ -282,7 +291,7 @@ func (d *Device) receiveLocked(p *packet) *QP {
 	*in = append(*in, p)
 	q.Counters.BytesRecv += uint64(len(p.payload))
 	q.inPeak = max(q.inPeak, len(*in))
-	d.engine.schedule(q)
+	d.wakeLocked(q, p)
 	return q
 }
 

@@ -40,6 +40,7 @@ type QP struct {
 	destroyed bool        // guarded by Device.mu
 	queued    atomic.Bool // in the engine's run queue; set under engine.mu
 	watched   bool        // the engine's spin loop polls the SQ; engine goroutine only
+	soon      bool        // in Device.soon (loopback.go); guarded by Device.mu
 	bellIdx   int         // index in dev.bellQPs, -1 when not there; guarded by dev.bellMu
 	// sqSeen is the SQ producer index the engine last fetched up to; the
 	// spin loop compares it with the ring's without Device.mu.

@@ -319,7 +319,11 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 		w.sent = w.length
 		w.state = wqePending
 	default: // SEND and WRITE families carry payload
-		n := int(min(w.length-w.sent, uint64(mtu)))
+		n := q.segmentLocked(w, mtu)
+		span := npkts(uint64(n), mtu)
+		if span > 1 {
+			p.span = uint16(span)
+		}
 		first := w.sent == 0
 		last := w.sent+uint64(n) == w.length
 		var fail keyFault
@@ -328,7 +332,9 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 			p.buf = append(p.buf[:0], p.payload...)
 			p.payload = p.buf
 		} else {
-			if cap(p.buf) < n {
+			// A packet longer than the MTU (the direct path) aliases
+			// one SGE (segmentLocked) and needs no buffer.
+			if cap(p.buf) < min(n, mtu) {
 				p.buf = make([]byte, 0, mtu)
 			}
 			p.payload, p.mr, fail = d.gatherLocked(q.pd, w.wr.SGL, w.sent, n, p.buf)
@@ -359,12 +365,12 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 			}
 			p.se = w.wr.SendFlags&qp.SendSolicited != 0 && (w.info.Send || w.info.Imm)
 		}
-		q.req.sinceAck++
+		q.req.sinceAck += int(span)
 		p.ackReq = q.Type == qp.TypeRC && (last || q.req.sinceAck >= maxPktsPerAck)
 		if p.ackReq {
 			q.req.sinceAck = 0
 		}
-		q.req.psn = q.req.psn.Add(1)
+		q.req.psn = q.req.psn.Add(span)
 		w.sent += uint64(n)
 		if last {
 			if q.Type == qp.TypeRC {
@@ -375,7 +381,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 			}
 		}
 	}
-	q.Counters.PacketsSent++
+	q.Counters.PacketsSent += uint64(p.npsn())
 	q.Counters.BytesSent += uint64(len(p.payload))
 	if q.Type == qp.TypeRC {
 		q.armRetryLocked()

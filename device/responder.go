@@ -37,6 +37,9 @@ type respState struct {
 	reading  bool
 	readRes  respResource
 	readNext qp.PSN
+	// aliasedReplies: READ responses of the direct path alias this QP's
+	// memory and may not have reached the requester yet.
+	aliasedReplies bool
 	// ACK coalescing. ACKs are cumulative, so while more packets wait in
 	// this run of the QP (moreQueued, set by runLocked) an ACK is only
 	// noted (ackDue, ackPSN); the next response of any kind sends it
@@ -70,7 +73,7 @@ func (q *QP) respondLocked(p *packet) {
 		q.dev.Counters.DroppedPackets.Add(1)
 		return
 	}
-	q.Counters.PacketsRecv++
+	q.Counters.PacketsRecv += uint64(p.npsn())
 	switch q.Type {
 	case qp.TypeUD:
 		q.respondUDLocked(p)
@@ -158,7 +161,7 @@ func (q *QP) xmitResponseLocked(r *packet) {
 	r.srcQPN = q.QPN
 	r.dgid = q.attr.AH.DGID
 	r.destQPN = q.attr.DestQPNum
-	q.Counters.PacketsSent++
+	q.Counters.PacketsSent += uint64(r.npsn())
 	q.Counters.BytesSent += uint64(len(r.payload))
 	d.xmitLocked(r)
 }
@@ -235,10 +238,11 @@ func (q *QP) seqOKLocked(flags opFlags) bool {
 	return flags&ofFirst != 0
 }
 
-// checkLenLocked applies the packet length rules of C9-95..C9-97: FIRST and
-// MIDDLE carry exactly one MTU, LAST and ONLY at most one.
+// packetLenOK applies the packet length rules of C9-95..C9-97: FIRST and
+// MIDDLE carry exactly one MTU, LAST and ONLY at most one; a packet of the
+// direct path as many as its PSNs (loopback.go).
 func (q *QP) packetLenOK(p *packet, flags opFlags) bool {
-	n, mtu := len(p.payload), q.mtu()
+	n, mtu := len(p.payload), q.mtu()*int(p.npsn())
 	if flags&ofLast == 0 {
 		return n == mtu
 	}
@@ -305,7 +309,7 @@ func (q *QP) respSendLocked(p *packet, flags opFlags) {
 	if !q.placeLocked(p) {
 		return
 	}
-	q.resp.psn = q.resp.psn.Add(1)
+	q.resp.psn = q.resp.psn.Add(p.npsn())
 	q.resp.inSend = flags&ofLast == 0
 	if flags&ofLast != 0 {
 		if flags&ofInv != 0 {
@@ -325,7 +329,7 @@ func (q *QP) respSendLocked(p *packet, flags opFlags) {
 		q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
 	}
 	if p.ackReq {
-		q.sendAckLocked(p.psn, aethACK)
+		q.sendAckLocked(p.lastPSN(), aethACK)
 	}
 }
 
@@ -426,7 +430,7 @@ func (q *QP) respWriteLocked(p *packet, flags opFlags) {
 	}
 	q.resp.writeVA += n
 	q.resp.writeResid -= n
-	q.resp.psn = q.resp.psn.Add(1)
+	q.resp.psn = q.resp.psn.Add(p.npsn())
 	q.resp.inWrite = flags&ofLast == 0
 	if flags&ofLast != 0 {
 		q.resp.msn++
@@ -439,7 +443,7 @@ func (q *QP) respWriteLocked(p *packet, flags opFlags) {
 		}
 	}
 	if p.ackReq {
-		q.sendAckLocked(p.psn, aethACK)
+		q.sendAckLocked(p.lastPSN(), aethACK)
 	}
 }
 
@@ -500,6 +504,9 @@ func (q *QP) responderTurnLocked() bool {
 			q.reqIn[i] = nil
 			i++
 			q.resp.moreQueued = i < len(q.reqIn)
+			if p.opcode&opMask != opReadRequest {
+				q.ownReadRepliesLocked()
+			}
 			q.respondLocked(p)
 			budget--
 			continue
@@ -546,6 +553,11 @@ func (q *QP) readStepLocked(budget int) int {
 	r := &q.resp.readRes
 	mtu := uint64(q.mtu())
 	n := npkts(uint64(r.length), int(mtu))
+	// On the direct path a response packet carries up to superSeg bytes.
+	seg := uint32(1)
+	if peer != nil && d.isLocalGID(q.attr.AH.DGID) && d.directLocked(q.QPN, peer.QPN) {
+		seg = uint32(max(superSeg/mtu, 1))
+	}
 	for budget > 0 && q.resp.reading {
 		if peer != nil && len(peer.respIn) >= readWindow {
 			break // the requester has not taken the last ones yet
@@ -555,29 +567,32 @@ func (q *QP) readStepLocked(budget int) int {
 			q.resp.reading = false
 			break
 		}
-		if !q.readReplyPacketLocked(r, i, n, mtu) {
+		k := min(seg, n-i)
+		if !q.readReplyPacketLocked(r, i, k, n, mtu) {
 			q.resp.reading = false // NAKed; the QP is in ERR
 			break
 		}
 		budget--
-		q.resp.readNext = q.resp.readNext.Add(1)
-		if i+1 == n {
+		q.resp.readNext = q.resp.readNext.Add(k)
+		if i+k == n {
 			q.resp.reading = false
 		}
 	}
 	return budget
 }
 
-// readReplyPacketLocked sends response packet i of the n of READ r. It
-// returns false if the MR went away (the READ is NAKed).
-func (q *QP) readReplyPacketLocked(r *respResource, i, n uint32, mtu uint64) bool {
+// readReplyPacketLocked sends the response packet of READ r (n PSNs in
+// all) that starts at PSN i and holds k of them (1 but on the direct
+// path). It returns false if the MR went away (the READ is NAKed).
+func (q *QP) readReplyPacketLocked(r *respResource, i, k, n uint32, mtu uint64) bool {
 	d := q.dev
 	off := uint64(i) * mtu
-	size := min(mtu, uint64(r.length)-min(off, uint64(r.length)))
+	size := min(uint64(k)*mtu, uint64(r.length)-min(off, uint64(r.length)))
 	var src []byte
+	var mr *MR
 	if size > 0 {
 		var f keyFault
-		src, _, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
+		src, mr, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
 		if f != faultNone {
 			// The MR went away mid-read (rxe_recheck_mr).
 			q.nakLocked(r.firstPSN.Add(i), aethNAKRemAccess, qp.WCRemAccessErr)
@@ -586,27 +601,61 @@ func (q *QP) readReplyPacketLocked(r *respResource, i, n uint32, mtu uint64) boo
 	}
 	rp := d.pool.get()
 	switch {
-	case n == 1:
+	case i == 0 && k == n:
 		rp.opcode = transRC | opReadResponseOnly
 	case i == 0:
 		rp.opcode = transRC | opReadResponseFirst
-	case i == n-1:
+	case i+k == n:
 		rp.opcode = transRC | opReadResponseLast
 	default:
 		rp.opcode = transRC | opReadResponseMiddle
 	}
+	if k > 1 {
+		rp.span = uint16(k)
+	}
 	rp.psn = r.firstPSN.Add(i)
 	rp.syndrome = q.creditCodeLocked()
 	rp.msn = q.resp.msn & 0xFFFFFF
-	// The data is copied as the packet goes out, not aliased: once the
+	// On a link the data is copied as the packet goes out: once the
 	// READ's last packet is sent the responder goes on to later requests
 	// (a WRITE to the same bytes) before the requester takes the packet,
 	// and a READ must not return what a later request wrote (rxe copies
-	// into the skb). Requests behind the READ wait until it is answered.
-	rp.buf = append(rp.buf[:0], src...)
-	rp.payload = rp.buf
+	// into the skb). On the direct path the packet aliases the MR, which
+	// saves a copy of every byte, and a later request that writes memory
+	// first gives the packets still waiting at the requester their own
+	// copy (ownReadRepliesLocked).
+	if k > 1 && mr != nil {
+		rp.payload, rp.mr = src, mr
+		q.resp.aliasedReplies = true
+	} else {
+		rp.buf = append(rp.buf[:0], src...)
+		rp.payload = rp.buf
+	}
 	q.xmitResponseLocked(rp)
 	return true
+}
+
+// ownReadRepliesLocked gives the READ response packets of q that alias
+// its memory and still wait to be sent or taken by the requester a copy
+// of their own, before q executes a request that may write that memory.
+func (q *QP) ownReadRepliesLocked() {
+	if !q.resp.aliasedReplies {
+		return
+	}
+	q.resp.aliasedReplies = false
+	d := q.dev
+	for _, lp := range d.txq {
+		if p := lp.(*packet); p.mr != nil && p.srcQPN == q.QPN && opInfo(p.opcode)&ofResponse != 0 {
+			p.own()
+		}
+	}
+	if peer := d.qps[q.attr.DestQPNum]; peer != nil {
+		for _, p := range peer.respIn {
+			if p != nil && p.mr != nil {
+				p.own()
+			}
+		}
+	}
 }
 
 func (q *QP) respAtomicLocked(p *packet) {
@@ -748,7 +797,7 @@ func (q *QP) respondUCLocked(p *packet) {
 		q.Counters.SeqErrors++
 		q.ucAbortLocked()
 	}
-	q.resp.psn = p.psn.Add(1)
+	q.resp.psn = p.psn.Add(p.npsn())
 	if q.resp.ucDrop {
 		if flags&ofFirst == 0 {
 			q.Counters.Dropped++
