@@ -327,24 +327,11 @@ type Device struct {
 	// wireAddr is Config.Addr, the wire's address, when hasWire.
 	wireAddr [4]byte
 	hasWire  bool
-	// wireSelf sends even packets for the device's own GID through the
-	// wire (to its own address) instead of the loopback fast path, with
-	// the GIDs as loopback has them. A test mode: the whole behavioural
-	// suite runs through the RoCEv2 encoding, the kernel and the ICRC
-	// check (-device.wire).
-	wireSelf bool
 	gsi      gsi // QP1, for the CM (gsi.go)
 }
 
 // objects are a device's verbs objects, its key and QPN tables, its event
-// queue and counters, and the mutex that guards them (Device.mu). A device
-// made by New owns its own. A twin (newDevice with the first device's
-// objects, for tests: -device.twin) shares them: it has its own engine,
-// address, sockets and doorbell, and its QPs are its own (receive and the
-// doorbell take only QPs whose dev is the device), but a test's MRs, CQs
-// and SRQs are reachable from both, so that unchanged tests can put the two
-// ends of a connection on two devices and the packets between them cross
-// the kernel as RoCEv2.
+// queue and counters, and the mutex that guards them (Device.mu).
 type objects struct {
 	mu   devMutex
 	pds  table[PD]
@@ -353,45 +340,32 @@ type objects struct {
 	ahs  table[AH]
 	cqs  table[CQ]
 	srqs table[SRQ]
-	qps  map[uint32]*QP // by QPN, of every device sharing the objects
+	qps  map[uint32]*QP // by QPN
 	// keys maps a key's tag (key >> 8) to its MR or MW (keys.go).
 	keys     keyTable
 	nextQPN  uint32
 	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
 	events   eventQueue
 	Counters Counters
-	// devs are the devices sharing the objects, the owner first; guarded
-	// by mu.
-	devs []*Device
-	// Datagrams between the devices sharing the objects (including a
-	// device to its own address), sent and received: Quiesce waits until
-	// they match, as the kernel does not lose them on lo.
-	peerSent, peerRecv atomic.Uint64
 }
 
 // New makes a device and starts its engine.
-func New(cfg Config) (*Device, error) { return newDevice(cfg, nil) }
-
-// newDevice makes a device with its own objects (objs nil) or a twin
-// sharing objs.
-func newDevice(cfg Config, objs *objects) (*Device, error) {
+func New(cfg Config) (*Device, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	if objs == nil {
-		objs = &objects{
-			qps:     map[uint32]*QP{},
-			nextQPN: qpnStart,
-		}
-		objs.keys.init()
-		objs.pds.init()
-		objs.mrs.init()
-		objs.mws.init()
-		objs.ahs.init()
-		objs.cqs.init()
-		objs.srqs.init()
-		objs.events.init()
+	objs := &objects{
+		qps:     map[uint32]*QP{},
+		nextQPN: qpnStart,
 	}
+	objs.keys.init()
+	objs.pds.init()
+	objs.mrs.init()
+	objs.mws.init()
+	objs.ahs.init()
+	objs.cqs.init()
+	objs.srqs.init()
+	objs.events.init()
 	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock}
 	d.pool.dev = d
 	if err := d.newChain(); err != nil {
@@ -401,15 +375,9 @@ func newDevice(cfg Config, objs *objects) (*Device, error) {
 		d.chain.Close()
 		return nil, err
 	}
-	d.mu.Lock()
-	d.devs = append(d.devs, d)
-	d.mu.Unlock()
 	d.engine.start(d)
 	return d, nil
 }
-
-// ownerLocked reports whether d owns its objects (it is not a twin).
-func (d *Device) ownerLocked() bool { return d.devs[0] == d }
 
 // Config returns the effective configuration.
 func (d *Device) Config() Config { return d.cfg }
@@ -423,30 +391,11 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	owner := d.ownerLocked()
-	twins := append([]*Device(nil), d.devs[1:]...)
 	d.mu.Unlock()
-	if owner {
-		// The objects go away with the owner: its twins stop first.
-		for _, t := range twins {
-			t.Close()
-		}
-	}
 	d.stopGSI()
 	d.engine.stop()
 	d.stopDoorbell()
 	d.chain.Close()
-	if !owner {
-		d.mu.Lock()
-		for i, t := range d.devs {
-			if t == d {
-				d.devs = append(d.devs[:i], d.devs[i+1:]...)
-				break
-			}
-		}
-		d.mu.Unlock()
-		return nil
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, q := range d.qps {

@@ -48,7 +48,7 @@ func (e *env) intruder(victim *QP) *intruder {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.d.Quiesce()
+	e.quiesce()
 	victim.dev.mu.Lock()
 	psn := victim.resp.psn
 	victim.dev.mu.Unlock()
@@ -80,7 +80,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 			b.dev.mu.Lock()
 			collides := b.peerPortLocked(udpSourcePort(x.q.QPN))
 			b.dev.mu.Unlock()
-			if (*wireFlag || *twinFlag) && collides {
+			if (*wireFlag) && collides {
 				// Across the wire the sender is known by its UDP source
 				// port alone, a 14-bit hash: the intruder's is one the
 				// victim takes from its peer.
@@ -95,7 +95,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 			if typ == qp.TypeRC {
 				e.postSend(x.q, fmt.Sprintf("opcode=rdma_read wr_id=3 send_flags=signaled sge=%d:4096:4096 remote_addr=0 rkey=%d", x.buf.LKey, dst.RKey))
 			}
-			e.d.Quiesce()
+			e.quiesce()
 			sameBytes(t, dst.Mem(), secret)
 			after := e.qpCounters(b)
 			if after.ForeignDropped == 0 || after.ForeignDropped-before.ForeignDropped != after.ForeignDropped {
@@ -113,7 +113,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 				// Nobody answers the intruder: it retries and gives up, and
 				// its READ brought back none of the victim's bytes.
 				e.clk.Advance(qp.AckTimeout(8))
-				e.d.Quiesce()
+				e.quiesce()
 				e.clk.Advance(qp.AckTimeout(8))
 				got := e.poll(x.cq)
 				if len(got) == 0 || !strings.Contains(got[0], "status=retry_exc_err") {
@@ -134,7 +134,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 			sameBytes(t, dst.Mem()[:500], secret[:500])
 			sameBytes(t, dst.Mem()[2500:], secret[2500:])
 			e.healthy(a, b)
-			e.d.Quiesce()
+			e.quiesce()
 		})
 	}
 }
@@ -144,7 +144,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 // build it, with the PSN of the requester's outstanding WRITE) does not
 // complete that WRITE; the peer's real ACK does.
 func TestForeignQPCannotAnswerForPeer(t *testing.T) {
-	if *wireFlag || *twinFlag {
+	if *wireFlag {
 		t.Skip("a loopback test: the packet is handed to loopback as the intruder's")
 	}
 	e := newEnv(t)
@@ -160,7 +160,7 @@ func TestForeignQPCannotAnswerForPeer(t *testing.T) {
 	})
 	e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
 	x := e.intruder(a)
-	e.d.Quiesce()
+	e.quiesce()
 	d := x.q.dev
 	d.mu.Lock()
 	ack := d.pool.get()
@@ -210,7 +210,7 @@ func TestKeysUnpredictable(t *testing.T) {
 		}
 		return len(seen)
 	}
-	e1, e2 := newEnvTwin(t, false), newEnvTwin(t, false)
+	e1, e2 := newEnvOn(t, false), newEnvOn(t, false)
 	mrs1, mws1, handles := keysOf(e1)
 	mrs2, mws2, _ := keysOf(e2)
 	all := map[uint32]bool{}
@@ -244,7 +244,7 @@ func TestKeysUnpredictable(t *testing.T) {
 // after a deregistration hand out 5000 new keys, none of them the old
 // one, and the old key resolves to nothing (lkey and rkey alike).
 func TestStaleKeyNeverResolves(t *testing.T) {
-	e := newEnvTwin(t, false)
+	e := newEnvOn(t, false)
 	d := e.d
 	cq := e.cq(4)
 	q := e.qp(qpOpts{scq: cq, rcq: cq})

@@ -94,12 +94,9 @@ func (d *Device) batchTxLocked(on bool) {
 }
 
 // routeLocked is the device's routing table: loopback for its own GID, the
-// wire for other IPv4-mapped GIDs, no route otherwise. In the wireSelf
-// test mode its own GID goes through the wire to its own address.
+// wire for other IPv4-mapped GIDs, no route otherwise.
 func (d *Device) routeLocked(p *packet) {
 	switch {
-	case d.isLocalGID(p.dgid) && d.wireSelf:
-		p.route, p.hop = link.Wire, d.wireAddr
 	case d.isLocalGID(p.dgid):
 		p.route = link.Local
 	case d.hasWire && isV4Mapped(p.dgid):
@@ -133,15 +130,8 @@ func (p *packet) Clone() link.Packet {
 // Hold implements link.Packet.
 func (p *packet) Hold() { p.own() }
 
-// Done implements link.Packet. A datagram between devices sharing their
-// objects counts as in flight until the other end has it (Quiesce).
-func (p *packet) Done(sent bool) {
-	d := p.dev
-	if sent && p.route == link.Wire && d.peerAddrLocked(p.hop) {
-		d.peerSent.Add(1)
-	}
-	d.pool.put(p)
-}
+// Done implements link.Packet.
+func (p *packet) Done(sent bool) { p.dev.pool.put(p) }
 
 // dispatcher is the device as the chain's link.Dispatcher.
 type dispatcher Device
@@ -180,16 +170,10 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 		p.srcPort = dg.SrcPort
 		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Src))
 		p.dgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Dst))
-		self := dg.Src == d.wireAddr
-		if self && d.wireSelf {
-			p.sgid, p.dgid = d.cfg.GID, d.cfg.GID
-		} else if p.opcode&transMask == transUD {
+		if p.opcode&transMask == transUD {
 			p.ipHdr, p.hasIPHdr = [20]byte(dg.Raw[:20]), true
 		}
 		q := d.receiveLocked(p)
-		if self || d.peerAddrLocked(dg.Src) {
-			d.peerRecv.Add(1)
-		}
 		if q != nil && q.queuedLocked() >= wireHighWater {
 			full = q
 		}
@@ -206,18 +190,6 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 // then waits in the socket's buffer instead of losing packets at the QP
 // queue's cap, which for UC would lose whole messages.
 const wireHighWater = maxQueuedPackets / 2
-
-// peerAddrLocked reports whether a is the address of a device sharing d's
-// objects (d itself included): a datagram between them is counted in flight
-// until it arrives (Quiesce).
-func (d *Device) peerAddrLocked(a [4]byte) bool {
-	for _, t := range d.devs {
-		if t.hasWire && t.wireAddr == a {
-			return true
-		}
-	}
-	return false
-}
 
 // udpSourcePort is the UDP source port of q's packets (link.SourcePort).
 func udpSourcePort(qpn uint32) uint16 { return link.SourcePort(qpn) }

@@ -13,7 +13,6 @@ import (
 // testLink stands between the transport and the device's link (in front
 // of the chain's capture and route, in place of its fault injector) so a
 // test can lose, hold and later deliver packets, as a real network would.
-// With twins it stands before each of them (devLink), with one filter.
 type testLink struct {
 	filter func(p *packet) linkAction // under Device.mu
 	held   []heldPacket
@@ -67,6 +66,9 @@ func (devLink) Close()                 {}
 // (or a test's link in its place): capture and route.
 func injectLocked(d *Device, p *packet) {
 	d.routeLocked(p)
+	if *wireFlag {
+		wireToSelf(d, p)
+	}
 	d.chain.Capture.WritePackets([]link.Packet{p})
 }
 
@@ -82,7 +84,7 @@ func (e *env) link(filter func(p *packet) linkAction) *testLink {
 
 // release delivers the first n held packets (all if n < 0).
 func (e *env) release(l *testLink, n int) {
-	e.d.Quiesce()
+	e.quiesce()
 	e.d.mu.Lock()
 	if n < 0 || n > len(l.held) {
 		n = len(l.held)
@@ -150,7 +152,7 @@ func TestRCLostAckTimeout(t *testing.T) {
 	// One at a time, so that each is acknowledged on its own (requests
 	// that arrive together share one ACK: TestRCAcksCoalesced).
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:100", src.LKey))
-	e.d.Quiesce()
+	e.quiesce()
 	e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:2000 remote_addr=4096 rkey=%d", src.LKey, dst.RKey))
 	// The WRITE's ACK covers the SEND too (cumulative acknowledgement).
 	e.expect(acq, sendWC(1, "success", "send", a, 100), sendWC(2, "success", "rdma_write", a, 2000))
@@ -232,7 +234,7 @@ func TestRCRetryTimerRestartsOnProgress(t *testing.T) {
 	})
 	// One at a time, so that each has an ACK of its own.
 	e.postSend(a, "opcode=send wr_id=1 send_flags=signaled")
-	e.d.Quiesce()
+	e.quiesce()
 	e.postSend(a, "opcode=send wr_id=2 send_flags=signaled")
 	e.expect(bcq, recvWC(9, "success", "recv", b, 0, a, ""), recvWC(10, "success", "recv", b, 0, a, ""))
 	to := qp.AckTimeout(14)
@@ -241,14 +243,14 @@ func TestRCRetryTimerRestartsOnProgress(t *testing.T) {
 	e.release(l, 1)
 	e.expect(acq, sendWC(1, "success", "send", a, 0))
 	e.clk.Advance(step)
-	e.d.Quiesce()
+	e.quiesce()
 	if c := e.qpCounters(a); c.RetryTimeouts != 0 {
 		t.Fatalf("timed out %d times although an ACK came %v ago", c.RetryTimeouts, step)
 	}
 	e.release(l, -1)
 	e.expect(acq, sendWC(2, "success", "send", a, 0))
 	e.clk.Advance(10 * to)
-	e.d.Quiesce()
+	e.quiesce()
 	if c := e.qpCounters(a); c.RetryTimeouts != 0 {
 		t.Fatalf("timed out %d times with nothing outstanding", c.RetryTimeouts)
 	}
@@ -306,7 +308,7 @@ func TestRCAckBeyondSentDropped(t *testing.T) {
 	a := e.qp(qpOpts{scq: acq, rcq: acq})
 	e.connectX(a, 0xABCDE, "")
 	e.postSend(a, "opcode=send wr_id=1 send_flags=signaled")
-	e.d.Quiesce()
+	e.quiesce()
 	e.d.mu.Lock()
 	before := a.comp.psn
 	p := e.d.pool.get()
@@ -372,7 +374,7 @@ func TestUCLossyWholeMessagesOnly(t *testing.T) {
 			e.postSend(a, fmt.Sprintf("opcode=send wr_id=%d sge=%d:%d:%d", posted, src.LKey, offs[posted], sizes[posted]))
 			posted++
 		}
-		e.d.Quiesce()
+		e.quiesce()
 		wcs, err := bcq.Poll(64)
 		if err != nil {
 			t.Fatal(err)
@@ -426,7 +428,7 @@ func TestRCAcksCoalesced(t *testing.T) {
 	for i := 11; i < 14; i++ {
 		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:%d:8 remote_addr=%d rkey=%d", i, src.LKey, i*8, i*8, dst.RKey))
 	}
-	e.d.Quiesce()
+	e.quiesce()
 	e.release(l, -1)
 	var want []string
 	for i := 0; i < 14; i++ {
@@ -444,7 +446,7 @@ func TestRCAcksCoalesced(t *testing.T) {
 	if c.AcksSent != uint64(acks) || c.AcksSent+c.AcksCoalesced != 13 {
 		t.Fatalf("acks sent %d (seen %d), coalesced %d; want 13 in all", c.AcksSent, acks, c.AcksCoalesced)
 	}
-	if !*wireFlag && !*twinFlag && c.AcksSent != 2 {
+	if !*wireFlag && c.AcksSent != 2 {
 		// One before the READ response, one at the end of the run.
 		t.Fatalf("%d ACKs for 13 WRITEs arriving together, want 2", c.AcksSent)
 	}

@@ -26,9 +26,9 @@ import (
 // A packet takes the chain instead whenever something must see it: a
 // capture is open (so that what capture shows is every packet, at the path
 // MTU), a fault rule applies to its QPs (so that drops, duplicates and
-// delays hit it), the device sends its own GID through the wire
-// (Device.wireSelf), something stands in front of the chain (a test's
-// lossy link), or Config.PacketLoopback asks for the chain always.
+// delays hit it), something stands in front of the chain (a test's lossy
+// link or its wire to the device's own address), or Config.PacketLoopback
+// asks for the chain always.
 // The choice is made per packet when its turn's batch is flushed; the
 // segment size when the packet is built, by the same rule, so a capture
 // opened between the two sees one oversized packet at most.
@@ -51,7 +51,7 @@ func (d *Device) directLocked(src, dst uint32) bool {
 // chain (the endpoint the device writes to is the chain's own head; a
 // test's lossy link is not).
 func (d *Device) chainDirectLocked() bool {
-	return !d.cfg.PacketLoopback && !d.wireSelf && d.link == d.chain.Head && !d.chain.Capture.On()
+	return !d.cfg.PacketLoopback && d.link == d.chain.Head && !d.chain.Capture.On()
 }
 
 // segmentLocked is how many payload bytes q's next packet of w carries,

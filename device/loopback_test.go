@@ -46,7 +46,7 @@ func (tr *transcript) settle(cqs ...*CQ) {
 // it, so only the answers are compared there. ACKs are coalesced as each
 // path's timing allows and are not compared.
 func (tr *transcript) qps(traffic bool, qps ...*QP) {
-	tr.e.d.Quiesce()
+	tr.e.quiesce()
 	for i, q := range qps {
 		a := q.Query()
 		c := q.CountersSnapshot()
@@ -71,13 +71,13 @@ func (tr *transcript) qps(traffic bool, qps ...*QP) {
 // compares the transcripts; it returns the direct device's direct_packets.
 func sameOnBothPaths(t *testing.T, scenario func(tr *transcript)) {
 	t.Helper()
-	if *wireFlag || *twinFlag {
+	if *wireFlag {
 		t.Skip("compares the two ways of one device to itself")
 	}
 	var got [2][]string
 	var direct [2]uint64
 	for i, packets := range []bool{false, true} {
-		e := newEnvTwin(t, false, func(c *Config) { c.PacketLoopback = packets })
+		e := newEnvOn(t, false, func(c *Config) { c.PacketLoopback = packets })
 		tr := &transcript{e: e}
 		scenario(tr)
 		got[i] = tr.lines
@@ -128,17 +128,17 @@ func TestDirectSameAsChainRNR(t *testing.T) {
 		a, b, acq, bcq := e.pairX(qp.TypeRC, "rnr_retry=3", "min_rnr_timer=1")
 		src, dst := e.mr(65536, 0), e.mr(65536, qp.AccessLocalWrite)
 		e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:20000", src.LKey))
-		e.d.Quiesce()
+		e.quiesce()
 		e.clk.Advance(qp.RNRDelay(1))
 		tr.settle(acq, bcq)
 		e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:65536", dst.LKey))
-		e.d.Quiesce()
+		e.quiesce()
 		e.clk.Advance(qp.RNRDelay(1))
 		tr.settle(acq, bcq)
 		// Out of RNR retries: rnr_retry_exc_err, the requester in ERR.
 		e.postSend(a, fmt.Sprintf("opcode=send wr_id=2 send_flags=signaled sge=%d:0:3000", src.LKey))
 		for range 4 {
-			e.d.Quiesce()
+			e.quiesce()
 			e.clk.Advance(qp.RNRDelay(1))
 		}
 		tr.settle(acq, bcq)
@@ -226,7 +226,7 @@ func sum(b []byte) uint64 {
 // A capture or a fault rule that applies to a QP puts its packets back on
 // the chain, at the path MTU; a rule for another QP leaves them direct.
 func TestDirectPathGivesWay(t *testing.T) {
-	if *wireFlag || *twinFlag || *packetsFlag {
+	if *wireFlag || *packetsFlag {
 		t.Skip("about the direct path of one device")
 	}
 	e := newEnv(t)
@@ -237,7 +237,7 @@ func TestDirectPathGivesWay(t *testing.T) {
 		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:0:10000 remote_addr=0 rkey=%d", id, src.LKey, dst.RKey))
 		e.expect(acq, sendWC(uint64(id), "success", "rdma_write", a, 10000))
 	}
-	direct := func() uint64 { e.d.Quiesce(); return e.d.Counters.DirectPackets.Load() }
+	direct := func() uint64 { e.quiesce(); return e.d.Counters.DirectPackets.Load() }
 	write(1)
 	if n := direct(); n != 11 {
 		t.Fatalf("direct_packets %d after a 10-segment WRITE, want 11 (and the ACK)", n)

@@ -254,9 +254,6 @@ func (d *Device) acceptLocked(p *packet) *QP {
 		return nil
 	}
 	q := d.qps[p.destQPN]
-	if q != nil && q.dev != d {
-		q = nil // a twin's QP: not on this device
-	}
 	// A connected QP takes packets only from the GID it is connected to
 	// (rxe's check_addr).
 	if q == nil || q.destroyed || opInfo(p.opcode) == 0 || p.opcode&transMask != transportOf(q.Type) ||
@@ -342,5 +339,5 @@ func (q *QP) fromPeerLocked(p *packet) bool {
 		return false
 	}
 	s := q.dev.qps[p.srcQPN]
-	return s != nil && !s.destroyed && s.dev == q.dev && s.attr.DestQPNum == q.QPN
+	return s != nil && !s.destroyed && s.attr.DestQPNum == q.QPN
 }

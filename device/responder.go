@@ -547,7 +547,7 @@ func (q *QP) readStepLocked(budget int) int {
 		return budget
 	}
 	var peer *QP
-	if s := d.qps[q.attr.DestQPNum]; s != nil && s.dev == d && !s.destroyed {
+	if s := d.qps[q.attr.DestQPNum]; s != nil && !s.destroyed && d.isLocalGID(q.attr.AH.DGID) {
 		peer = s
 	}
 	r := &q.resp.readRes
@@ -649,7 +649,7 @@ func (q *QP) ownReadRepliesLocked() {
 			p.own()
 		}
 	}
-	if peer := d.qps[q.attr.DestQPNum]; peer != nil {
+	if peer := d.qps[q.attr.DestQPNum]; peer != nil && d.isLocalGID(q.attr.AH.DGID) {
 		for _, p := range peer.respIn {
 			if p != nil && p.mr != nil {
 				p.own()
