@@ -111,11 +111,7 @@ func (cq *CQ) ReqNotifyCQ(solicitedOnly bool) error {
 	if cq.r == nil {
 		return errorf("req_notify_cq", syscall.EBADF, "cq %d is destroyed or closed", cq.Handle)
 	}
-	if solicitedOnly {
-		cq.r.CompareAndSwapArmed(ring.ArmNone, ring.ArmSolicited)
-	} else {
-		cq.r.SetArmed(ring.ArmNext)
-	}
+	cq.r.ReqNotify(solicitedOnly)
 	return nil
 }
 
