@@ -79,19 +79,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	if init.SendCQ == nil || init.RecvCQ == nil {
 		return nil, errorf(op, syscall.EINVAL, "send_cq and recv_cq are required")
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "pd=%d qp_type=%v send_cq=%d recv_cq=%d max_send_wr=%d max_send_sge=%d max_inline_data=%d",
-		pd.Handle, init.Type, init.SendCQ.Handle, init.RecvCQ.Handle,
-		init.Cap.MaxSendWR, init.Cap.MaxSendSGE, init.Cap.MaxInlineData)
+	req := qp.CreateQP{PD: pd.Handle, Type: init.Type, SendCQ: init.SendCQ.Handle, RecvCQ: init.RecvCQ.Handle,
+		Cap: init.Cap, SQSigAll: init.SQSigAll}
 	if init.SRQ != nil {
-		fmt.Fprintf(&b, " srq=%d", init.SRQ.Handle)
-	} else {
-		fmt.Fprintf(&b, " max_recv_wr=%d max_recv_sge=%d", init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE)
+		req.SRQ = init.SRQ.Handle
 	}
-	if init.SQSigAll {
-		b.WriteString(" sq_sig_all=1")
-	}
-	name, err := c.transact(op, "qp", b.String())
+	name, err := c.transact(op, "qp", qp.FormatCreateQP(&req))
 	if err != nil {
 		return nil, err
 	}
