@@ -10,13 +10,6 @@ import (
 	"rdmafs/ring"
 )
 
-// Arming values of the CQ ring header's armed word (ibv_req_notify_cq).
-const (
-	armNone      = 0
-	armNext      = 1
-	armSolicited = 2
-)
-
 // CQ is a completion queue: a ring in shared memory that the engine
 // produces CQEs into and a client (or Poll) consumes.
 type CQ struct {
@@ -201,16 +194,7 @@ func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
 	if wc.Status != qp.WCSuccess {
 		d.Counters.ErrCompletions.Add(1)
 	}
-	switch cq.ring.Armed() {
-	case armNext:
-	case armSolicited:
-		if !solicited && wc.Status == qp.WCSuccess {
-			return true
-		}
-	default:
-		return true
-	}
-	if cq.ring.SwapArmed(armNone) != armNone {
+	if cq.ring.TakeArm(solicited, wc.Status != qp.WCSuccess) {
 		cq.fire()
 	}
 	return true
@@ -250,13 +234,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 	if cq.gone {
 		return
 	}
-	if solicitedOnly {
-		if cq.ring.Armed() == armNone {
-			cq.ring.SetArmed(armSolicited)
-		}
-	} else {
-		cq.ring.SetArmed(armNext)
-	}
+	cq.ring.ReqNotify(solicitedOnly)
 }
 
 // WaitEvent is ibv_get_cq_event: it takes one fired event, blocking until

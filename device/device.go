@@ -691,6 +691,5 @@ type Event struct {
 	Owner Owner
 }
 
-func (e Event) String() string {
-	return fmt.Sprintf("event=%s %s=%d", e.Type, e.Kind, e.Handle)
-}
+// String is the event's line in the events file (qp.FormatEvent).
+func (e Event) String() string { return qp.FormatEvent(e.Type, e.Kind, e.Handle) }

@@ -1,6 +1,7 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -565,7 +566,6 @@ func (q *QP) Kick() {
 // returns how many WRs were posted; on error the rest (bad_wr on) were not.
 func (q *QP) PostSend(wrs []qp.SendWR) (int, error) {
 	const op = "post_send"
-	d := q.dev
 	q.postMu.Lock()
 	defer q.postMu.Unlock()
 	if q.gone {
@@ -575,7 +575,6 @@ func (q *QP) PostSend(wrs []qp.SendWR) (int, error) {
 	if n > 0 {
 		q.Kick()
 	}
-	_ = d
 	return n, err
 }
 
@@ -590,64 +589,55 @@ func (q *QP) postSendLocked(op string, wrs []qp.SendWR) (int, error) {
 	if st := q.attr.QPState; !st.CanPostSend() {
 		return 0, errf(op, syscall.EINVAL, "qp %d is in %v; sends need RTS", q.QPN, st)
 	}
-	caps := qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: q.attr.MaxRdAtomic}
-	p := ring.NewProducer(q.sq)
-	for i := range wrs {
-		wr := &wrs[i]
-		if wr.SendFlags&qp.SendInline != 0 && wr.InlineData == nil && len(wr.SGL) > 0 {
-			// libibverbs copies inline data out of the SGEs at post time.
-			data, err := q.gatherInlineLocked(wr)
-			if err != nil {
-				return i, fail(op, err)
-			}
-			w := *wr
-			w.InlineData, w.SGL = data, nil
-			wr = &w
-		}
-		if err := qp.ValidateSendWR(q.Type, wr, caps); err != nil {
-			return i, fail(op, err)
-		}
-		if q.Type == qp.TypeUD {
-			ah := d.ahs.get(wr.AH)
-			if ah == nil {
-				return i, errf(op, syscall.EINVAL, "ah: %d does not exist", wr.AH)
-			}
-			if ah.PD != q.pd {
-				return i, errf(op, syscall.EINVAL, "ah: %d is on pd %d, the qp on pd %d", wr.AH, ah.PD.Handle, q.pd.Handle)
-			}
-		}
-		free, err := p.Free()
-		if err != nil {
-			return i, errf(op, syscall.EINVAL, "send queue indices are corrupt: %v", err)
-		}
-		if free == 0 {
-			return i, errf(op, syscall.ENOMEM, "send queue full (%d WRs)", q.Cap.MaxSendWR)
-		}
-		if err := ring.EncodeSendWQE(p.Next(), wr); err != nil {
-			return i, fail(op, err)
-		}
-		p.Advance()
-		p.Publish()
+	sp := ring.SendPoster{
+		Type:    q.Type,
+		Caps:    qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: q.attr.MaxRdAtomic},
+		Gather:  q.gatherInlineLocked,
+		CheckAH: func(h uint32) error { return q.checkAHLocked(op, h) },
 	}
-	return len(wrs), nil
+	n, err := sp.Post(ring.NewProducer(q.sq), wrs)
+	if err != nil {
+		err = postFailure(op, err, "send queue", "send queue", q.Cap.MaxSendWR)
+	}
+	return n, err
 }
 
-// gatherInlineLocked reads an inline send's SGEs (in MR iova space, so
-// they need valid lkeys here, unlike a program's virtual addresses).
-func (q *QP) gatherInlineLocked(wr *qp.SendWR) ([]byte, error) {
-	total, ok := sglLength(wr.SGL)
-	if !ok || total > uint64(q.Cap.MaxInlineData) {
-		return nil, &qp.Error{Key: "inline_data", Msg: fmt.Sprintf("%d bytes exceed max_inline_data %d", total, q.Cap.MaxInlineData)}
+// postFailure gives a post loop's refusal its errno: ENOMEM for a full
+// queue, EINVAL for corrupt indices (the client scribbled on them), and
+// the WR's own error's otherwise. full and corrupt name the queue in the
+// two messages.
+func postFailure(op string, err error, full, corrupt string, slots uint32) error {
+	switch {
+	case errors.Is(err, ring.ErrFull):
+		return errf(op, syscall.ENOMEM, "%s full (%d WRs)", full, slots)
+	case errors.Is(err, ring.ErrCorrupt):
+		return errf(op, syscall.EINVAL, "%s indices are corrupt: %v", corrupt, err)
 	}
-	buf := make([]byte, 0, total)
-	for _, s := range wr.SGL {
-		b, f := q.dev.lkeyLocked(q.pd, s.LKey, s.Addr, uint64(s.Length), 0)
-		if f != faultNone {
-			return nil, &qp.Error{Key: "sge", Msg: fmt.Sprintf("lkey %#x addr %#x length %d: %v", s.LKey, s.Addr, s.Length, f)}
-		}
-		buf = append(buf, b...)
+	return fail(op, err)
+}
+
+// gatherInlineLocked appends the bytes of one SGE of an inline send (in
+// MR iova space, so it needs a valid lkey here, unlike a program's
+// virtual addresses) to dst.
+func (q *QP) gatherInlineLocked(dst []byte, s qp.SGE) ([]byte, error) {
+	b, f := q.dev.lkeyLocked(q.pd, s.LKey, s.Addr, uint64(s.Length), 0)
+	if f != faultNone {
+		return nil, &qp.Error{Key: "sge", Msg: fmt.Sprintf("lkey %#x addr %#x length %d: %v", s.LKey, s.Addr, s.Length, f)}
 	}
-	return buf, nil
+	return append(dst, b...), nil
+}
+
+// checkAHLocked refuses a UD send whose address handle does not exist or
+// is on another PD than the QP.
+func (q *QP) checkAHLocked(op string, h uint32) error {
+	ah := q.dev.ahs.get(h)
+	if ah == nil {
+		return errf(op, syscall.EINVAL, "ah: %d does not exist", h)
+	}
+	if ah.PD != q.pd {
+		return errf(op, syscall.EINVAL, "ah: %d is on pd %d, the qp on pd %d", h, ah.PD.Handle, q.pd.Handle)
+	}
+	return nil
 }
 
 // PostRecv is ibv_post_recv from inside the daemon. In ERR the WRs are

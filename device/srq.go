@@ -129,25 +129,11 @@ func (s *SRQ) PostRecv(wrs []qp.RecvWR) (int, error) {
 // postRecvRing writes receive WQEs into a ring as a client would: from the
 // shared producer index, checking space against the shared consumer index.
 func postRecvRing(op string, r *ring.Ring, maxSGE uint32, wrs []qp.RecvWR) (int, error) {
-	p := ring.NewProducer(r)
-	for i := range wrs {
-		if err := qp.ValidateRecvWR(&wrs[i], maxSGE); err != nil {
-			return i, fail(op, err)
-		}
-		free, err := p.Free()
-		if err != nil {
-			return i, errf(op, syscall.EINVAL, "ring indices are corrupt: %v", err)
-		}
-		if free == 0 {
-			return i, errf(op, syscall.ENOMEM, "queue full (%d WRs)", r.SlotCount())
-		}
-		if err := ring.EncodeRecvWQE(p.Next(), &wrs[i]); err != nil {
-			return i, fail(op, err)
-		}
-		p.Advance()
-		p.Publish()
+	n, err := ring.PostRecv(ring.NewProducer(r), maxSGE, wrs)
+	if err != nil {
+		err = postFailure(op, err, "queue", "ring", r.SlotCount())
 	}
-	return len(wrs), nil
+	return n, err
 }
 
 // Destroy is ibv_destroy_srq: EBUSY while QPs are attached.
