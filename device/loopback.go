@@ -59,17 +59,16 @@ func (d *Device) chainDirectLocked() bool {
 // many whole MTUs as fit in superSeg and in the SGE the bytes come from
 // (so that the payload aliases the MR instead of being gathered into a
 // buffer of its own), within the PSN window.
-func (q *QP) segmentLocked(w *sendWQE, mtu int) int {
+func (q *QP) segmentLocked(w *sendWQE, mtu int, window int32) int {
 	rest := w.length - w.sent
-	if rest <= uint64(mtu) || q.Type != qp.TypeRC || !q.dev.isLocalGID(q.attr.AH.DGID) ||
-		!q.dev.directLocked(q.QPN, q.attr.DestQPNum) {
+	if rest <= uint64(mtu) || window == maxUnackedPSNs {
 		return int(min(rest, uint64(mtu)))
 	}
 	n := min(rest, superSeg)
 	if w.wr.SendFlags&qp.SendInline == 0 {
 		n = min(n, sgeRun(w.wr.SGL, w.sent))
 	}
-	room := maxUnackedPSNs - int(q.req.psn.Sub(q.comp.psn))
+	room := int(window - q.req.psn.Sub(q.comp.psn))
 	n = min(n, uint64(max(room, 1))*uint64(mtu))
 	if n < rest {
 		n -= n % uint64(mtu)
@@ -79,6 +78,21 @@ func (q *QP) segmentLocked(w *sendWQE, mtu int) int {
 	}
 	return int(n)
 }
+
+// windowLocked is how many PSNs q's requester may have unacknowledged: rxe's
+// 128, or on the direct path between RC QPs (where segments go 64 KiB at a
+// time and nothing is lost on the way) directWindow, so that a turn of the
+// requester moves many large messages, not eight.
+func (q *QP) windowLocked() int32 {
+	if q.Type == qp.TypeRC && q.dev.isLocalGID(q.attr.AH.DGID) && q.dev.directLocked(q.QPN, q.attr.DestQPNum) {
+		return directWindow
+	}
+	return maxUnackedPSNs
+}
+
+// directWindow is the PSN window of the direct path: 128 packets of 64
+// KiB at a 1024-byte MTU, 512 at 4096.
+const directWindow = 8192
 
 // sgeRun is how many bytes of sgl follow offset off within one SGE.
 func sgeRun(sgl []qp.SGE, off uint64) uint64 {

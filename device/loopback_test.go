@@ -47,6 +47,7 @@ func (tr *transcript) settle(cqs ...*CQ) {
 // path's timing allows and are not compared.
 func (tr *transcript) qps(traffic bool, qps ...*QP) {
 	tr.e.quiesce()
+	var acks uint64
 	for i, q := range qps {
 		a := q.Query()
 		c := q.CountersSnapshot()
@@ -54,16 +55,17 @@ func (tr *transcript) qps(traffic bool, qps ...*QP) {
 		tr.logf("qp %d: rnr naks %d/%d, nak inv %d/%d access %d/%d op %d/%d, retransmits %d, send wqes %d, recv wqes %d",
 			i, c.RNRNaksSent, c.RNRNaksRecv, c.InvReqNaksSent, c.InvReqNaksRecv,
 			c.RemAccessNaksSent, c.RemAccessNaksRecv, c.RemOpNaksSent, c.RemOpNaksRecv, c.Retransmits, c.SendWQEs, c.RecvWQEs)
+		acks += c.AcksSent
 		if traffic {
-			tr.logf("qp %d: packets sent %d recv %d, bytes sent %d recv %d, dropped %d",
-				i, c.PacketsSent, c.PacketsRecv, c.BytesSent, c.BytesRecv, c.Dropped)
+			tr.logf("qp %d: packets but ACKs sent %d recv %d, bytes sent %d recv %d, dropped %d",
+				i, c.PacketsSent-c.AcksSent, c.PacketsRecv, c.BytesSent, c.BytesRecv, c.Dropped)
 		}
 	}
 	dc := &tr.e.d.Counters
 	tr.logf("device: completions %d, errors %d", dc.Completions.Load(), dc.ErrCompletions.Load())
 	if traffic {
-		tr.logf("device: packets sent %d recv %d, bytes sent %d recv %d",
-			dc.PacketsSent.Load(), dc.PacketsRecv.Load(), dc.BytesSent.Load(), dc.BytesRecv.Load())
+		tr.logf("device: packets but ACKs sent %d recv %d, bytes sent %d recv %d",
+			dc.PacketsSent.Load()-acks, dc.PacketsRecv.Load()-acks, dc.BytesSent.Load(), dc.BytesRecv.Load())
 	}
 }
 

@@ -179,6 +179,7 @@ func (q *QP) requesterLocked() bool {
 		return false
 	}
 	mtu := q.mtu()
+	window := q.windowLocked()
 	for budget := requestBudget; budget > 0; {
 		if q.reqIdx == q.sqFetched {
 			return false
@@ -217,7 +218,7 @@ func (q *QP) requesterLocked() bool {
 				q.reqIdx++
 				continue
 			}
-			if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= maxUnackedPSNs {
+			if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= window {
 				return false
 			}
 			w.firstPSN = q.req.psn
@@ -238,10 +239,10 @@ func (q *QP) requesterLocked() bool {
 			q.reqIdx++
 			continue
 		}
-		if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= maxUnackedPSNs {
+		if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= window {
 			return false
 		}
-		if !q.sendPacketLocked(w, mtu) {
+		if !q.sendPacketLocked(w, mtu, window) {
 			return false
 		}
 		budget--
@@ -269,8 +270,9 @@ func (q *QP) mayStartLocked(w *sendWQE) bool {
 	return true
 }
 
-// sendPacketLocked builds and transmits the next packet of w.
-func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
+// sendPacketLocked builds and transmits the next packet of w, within the
+// window of unacknowledged PSNs.
+func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	d := q.dev
 	p := d.pool.get()
 	p.sgid = d.cfg.GID
@@ -319,7 +321,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 		w.sent = w.length
 		w.state = wqePending
 	default: // SEND and WRITE families carry payload
-		n := q.segmentLocked(w, mtu)
+		n := q.segmentLocked(w, mtu, window)
 		span := npkts(uint64(n), mtu)
 		if span > 1 {
 			p.span = uint16(span)
