@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
 
 // Work is bounded per turn (issue 13, finding 6): one user's large READ
@@ -183,7 +184,7 @@ func TestDuplicateReadsBounded(t *testing.T) {
 	d.mu.Lock()
 	for i := 0; i < 11; i++ {
 		p := d.pool.get()
-		p.opcode = transRC | opReadRequest
+		p.opcode = roce.TransportRC | roce.OpReadRequest
 		p.psn = first
 		p.va, p.rkey, p.dlen = 0, src.RKey, size
 		p.ackReq = true

@@ -164,7 +164,7 @@ func TestForeignQPCannotAnswerForPeer(t *testing.T) {
 	d := x.q.dev
 	d.mu.Lock()
 	ack := d.pool.get()
-	ack.opcode = transRC | opAcknowledge
+	ack.opcode = roce.TransportRC | roce.OpAcknowledge
 	ack.psn = a.req.psn.Add(^uint32(0))
 	ack.syndrome = 0x1F
 	ack.sgid, ack.dgid = d.cfg.GID, a.attr.AH.DGID
@@ -351,7 +351,7 @@ func TestWireForeignSourcePortDropped(t *testing.T) {
 	eb.d.mu.Lock()
 	psn := b.resp.psn
 	eb.d.mu.Unlock()
-	write := roce.Packet{Opcode: roce.Opcode(transRC | opWriteOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: uint32(psn),
+	write := roce.Packet{Opcode: roce.Opcode(roce.TransportRC | roce.OpWriteOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: uint32(psn),
 		VA: 0, RKey: dst.RKey, DMALen: 16, Payload: []byte("forged forged!!!")}
 	peer := ea.d.Config().Addr
 	port := udpSourcePort(a.QPN)
@@ -403,7 +403,7 @@ func TestWireAnySourcePort(t *testing.T) {
 	psn := b.resp.psn
 	eb.d.mu.Unlock()
 	f := newForger(t, &net.UDPAddr{IP: ea.d.Config().Addr.AsSlice(), Port: int(udpSourcePort(a.QPN) ^ 0x155)})
-	f.send(eb.d, roce.Packet{Opcode: roce.Opcode(transRC | opWriteOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: uint32(psn),
+	f.send(eb.d, roce.Packet{Opcode: roce.Opcode(roce.TransportRC | roce.OpWriteOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: uint32(psn),
 		RKey: dst.RKey, DMALen: 4, Payload: []byte("peer")})
 	wireSettle(t, envs...)
 	if string(dst.Mem()[:4]) != "peer" || b.CountersSnapshot().ForeignDropped != 0 {

@@ -170,7 +170,7 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 		p.srcPort = dg.SrcPort
 		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Src))
 		p.dgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Dst))
-		if p.opcode&transMask == transUD {
+		if p.opcode&roce.TransportMask == roce.TransportUD {
 			p.ipHdr, p.hasIPHdr = [20]byte(dg.Raw[:20]), true
 		}
 		q := d.receiveLocked(p)
@@ -197,7 +197,7 @@ func udpSourcePort(qpn uint32) uint16 { return link.SourcePort(qpn) }
 // toWire fills rp with p's wire fields.
 func (p *packet) toWire(rp *roce.Packet) {
 	*rp = roce.Packet{
-		Opcode: roce.Opcode(p.opcode), SE: p.se, PKey: 0xFFFF, DestQP: p.destQPN & roce.QPNMask,
+		Opcode: p.opcode, SE: p.se, PKey: 0xFFFF, DestQP: p.destQPN & roce.QPNMask,
 		AckReq: p.ackReq, PSN: uint32(p.psn) & roce.PSNMask,
 		VA: p.va, RKey: p.rkey, DMALen: p.dlen, SwapAdd: p.swapAdd, Compare: p.compare,
 		Syndrome: p.syndrome, MSN: p.msn & roce.MSNMask, OrigData: p.orig,
@@ -209,7 +209,7 @@ func (p *packet) toWire(rp *roce.Packet) {
 // fromWire fills p (fresh from the pool) from a parsed packet; the payload
 // is copied into p's own storage.
 func (p *packet) fromWire(rp *roce.Packet) {
-	p.opcode = uint8(rp.Opcode)
+	p.opcode = rp.Opcode
 	p.se, p.ackReq = rp.SE, rp.AckReq
 	p.destQPN, p.psn = rp.DestQP, qp.PSN(rp.PSN)
 	p.va, p.rkey, p.dlen = rp.VA, rp.RKey, rp.DMALen

@@ -6,6 +6,7 @@ import (
 
 	"rdmafs/qp"
 	"rdmafs/ring"
+	"rdmafs/roce"
 )
 
 // wqeState is where a send WQE is in its life.
@@ -291,7 +292,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	op := w.wr.Opcode
 	switch {
 	case w.info.Read:
-		p.opcode = trans | opReadRequest
+		p.opcode = trans | roce.OpReadRequest
 		p.va, p.rkey, p.dlen = w.wr.RemoteAddr+w.sent, w.wr.RKey, uint32(w.length-w.sent)
 		p.ackReq = true
 		q.req.psn = q.req.psn.Add(npkts(w.length-w.sent, mtu))
@@ -299,10 +300,10 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 		w.state = wqePending
 	case w.info.Atomic:
 		if op == qp.WRAtomicCmpAndSwp {
-			p.opcode = trans | opCompareSwap
+			p.opcode = trans | roce.OpCompareSwap
 			p.swapAdd, p.compare = w.wr.Swap, w.wr.CompareAdd
 		} else {
-			p.opcode = trans | opFetchAdd
+			p.opcode = trans | roce.OpFetchAdd
 			p.swapAdd = w.wr.CompareAdd
 		}
 		p.va, p.rkey = w.wr.RemoteAddr, w.wr.RKey
@@ -312,7 +313,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	case w.info.AtomicWrite:
 		// RETH for the target and the 8 bytes as the payload, in the
 		// order the WQE's compare_add holds them (ring/doc.go).
-		p.opcode = trans | opAtomicWrite
+		p.opcode = trans | roce.OpAtomicWrite
 		p.va, p.rkey, p.dlen = w.wr.RemoteAddr, w.wr.RKey, 8
 		p.buf = binary.LittleEndian.AppendUint64(p.buf[:0], w.wr.CompareAdd)
 		p.payload = p.buf
@@ -393,39 +394,39 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 }
 
 // dataOpcode picks FIRST / MIDDLE / LAST / ONLY for a SEND or WRITE packet.
-func dataOpcode(info qp.OpInfo, first, last bool) uint8 {
+func dataOpcode(info qp.OpInfo, first, last bool) roce.Opcode {
 	if info.Write {
 		switch {
 		case first && last && info.Imm:
-			return opWriteOnlyImm
+			return roce.OpWriteOnlyImm
 		case first && last:
-			return opWriteOnly
+			return roce.OpWriteOnly
 		case first:
-			return opWriteFirst
+			return roce.OpWriteFirst
 		case last && info.Imm:
-			return opWriteLastImm
+			return roce.OpWriteLastImm
 		case last:
-			return opWriteLast
+			return roce.OpWriteLast
 		}
-		return opWriteMiddle
+		return roce.OpWriteMiddle
 	}
 	switch {
 	case first && last && info.Imm:
-		return opSendOnlyImm
+		return roce.OpSendOnlyImm
 	case first && last && info.Inv:
-		return opSendOnlyInv
+		return roce.OpSendOnlyInv
 	case first && last:
-		return opSendOnly
+		return roce.OpSendOnly
 	case first:
-		return opSendFirst
+		return roce.OpSendFirst
 	case last && info.Imm:
-		return opSendLastImm
+		return roce.OpSendLastImm
 	case last && info.Inv:
-		return opSendLastInv
+		return roce.OpSendLastInv
 	case last:
-		return opSendLast
+		return roce.OpSendLast
 	}
-	return opSendMiddle
+	return roce.OpSendMiddle
 }
 
 // rewindLocked is go-back-N: the requester restarts at the first

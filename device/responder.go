@@ -123,7 +123,7 @@ func (q *QP) flushAckLocked() {
 func (q *QP) sendAETHLocked(psn qp.PSN, syndrome uint8) {
 	d := q.dev
 	r := d.pool.get()
-	r.opcode = transRC | opAcknowledge
+	r.opcode = roce.TransportRC | roce.OpAcknowledge
 	r.psn = psn
 	r.syndrome = syndrome
 	switch syndrome {
@@ -183,8 +183,8 @@ func (q *QP) nakLocked(psn qp.PSN, syndrome uint8, status qp.WCStatus) {
 
 func (q *QP) respondRCLocked(p *packet) {
 	d := q.dev
-	flags := opInfo(p.opcode)
-	if flags&ofRequest == 0 {
+	flags := p.opcode.Class()
+	if flags&roce.ClassRequest == 0 {
 		q.Counters.Dropped++
 		return
 	}
@@ -214,36 +214,36 @@ func (q *QP) respondRCLocked(p *packet) {
 		return
 	}
 	switch {
-	case flags&ofSend != 0:
+	case flags&roce.ClassSend != 0:
 		q.respSendLocked(p, flags)
-	case flags&ofWrite != 0:
+	case flags&roce.ClassWrite != 0:
 		q.respWriteLocked(p, flags)
-	case flags&ofRead != 0:
+	case flags&roce.ClassRead != 0:
 		q.respReadLocked(p)
-	case flags&ofAtomic != 0:
+	case flags&roce.ClassAtomic != 0:
 		q.respAtomicLocked(p)
-	case flags&ofAtomicWrite != 0:
+	case flags&roce.ClassAtomicWrite != 0:
 		q.respAtomicWriteLocked(p)
 	}
 }
 
 // seqOKLocked checks the opcode against the message in progress.
-func (q *QP) seqOKLocked(flags opFlags) bool {
+func (q *QP) seqOKLocked(flags roce.Class) bool {
 	switch {
 	case q.resp.inSend:
-		return flags&ofSend != 0 && flags&ofFirst == 0
+		return flags&roce.ClassSend != 0 && flags&roce.ClassFirst == 0
 	case q.resp.inWrite:
-		return flags&ofWrite != 0 && flags&ofFirst == 0
+		return flags&roce.ClassWrite != 0 && flags&roce.ClassFirst == 0
 	}
-	return flags&ofFirst != 0
+	return flags&roce.ClassFirst != 0
 }
 
 // packetLenOK applies the packet length rules of C9-95..C9-97: FIRST and
 // MIDDLE carry exactly one MTU, LAST and ONLY at most one; a packet of the
 // direct path as many as its PSNs (loopback.go).
-func (q *QP) packetLenOK(p *packet, flags opFlags) bool {
+func (q *QP) packetLenOK(p *packet, flags roce.Class) bool {
 	n, mtu := len(p.payload), q.mtu()*int(p.npsn())
-	if flags&ofLast == 0 {
+	if flags&roce.ClassLast == 0 {
 		return n == mtu
 	}
 	return n <= mtu
@@ -290,8 +290,8 @@ func (q *QP) rnrLocked(psn qp.PSN) {
 	q.sendAckLocked(psn, aethRNR|q.attr.MinRNRTimer&0x1F)
 }
 
-func (q *QP) respSendLocked(p *packet, flags opFlags) {
-	if flags&ofFirst != 0 {
+func (q *QP) respSendLocked(p *packet, flags roce.Class) {
+	if flags&roce.ClassFirst != 0 {
 		ok, malformed := q.takeRWQELocked()
 		if !ok && !malformed {
 			q.rnrLocked(p.psn)
@@ -310,9 +310,9 @@ func (q *QP) respSendLocked(p *packet, flags opFlags) {
 		return
 	}
 	q.resp.psn = q.resp.psn.Add(p.npsn())
-	q.resp.inSend = flags&ofLast == 0
-	if flags&ofLast != 0 {
-		if flags&ofInv != 0 {
+	q.resp.inSend = flags&roce.ClassLast == 0
+	if flags&roce.ClassLast != 0 {
+		if flags&roce.ClassInv != 0 {
 			if !q.invalidateLocked(p.imm) {
 				q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 				return
@@ -321,9 +321,9 @@ func (q *QP) respSendLocked(p *packet, flags opFlags) {
 		q.resp.msn++
 		var wf qp.WCFlags
 		switch {
-		case flags&ofImm != 0:
+		case flags&roce.ClassImm != 0:
 			wf = qp.WCWithImm
-		case flags&ofInv != 0:
+		case flags&roce.ClassInv != 0:
 			wf = qp.WCWithInv
 		}
 		q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
@@ -383,12 +383,12 @@ func (q *QP) invalidateLocked(rkey uint32) bool {
 	return q.dev.invalidateKeyLocked(q, rkey, true) == qp.WCSuccess
 }
 
-func (q *QP) respWriteLocked(p *packet, flags opFlags) {
+func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
 		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	if flags&ofFirst != 0 {
+	if flags&roce.ClassFirst != 0 {
 		if p.dlen > qp.MaxMsgSize {
 			q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 			return
@@ -403,11 +403,11 @@ func (q *QP) respWriteLocked(p *packet, flags opFlags) {
 		}
 	}
 	n := uint64(len(p.payload))
-	if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&ofLast != 0 && n != q.resp.writeResid) {
+	if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&roce.ClassLast != 0 && n != q.resp.writeResid) {
 		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	if flags&ofRWR != 0 && !q.resp.haveRWQE {
+	if flags&roce.ClassRecvWQE != 0 && !q.resp.haveRWQE {
 		// WRITE_WITH_IMM consumes a receive WQE (at its last packet).
 		ok, malformed := q.takeRWQELocked()
 		if !ok && !malformed {
@@ -431,10 +431,10 @@ func (q *QP) respWriteLocked(p *packet, flags opFlags) {
 	q.resp.writeVA += n
 	q.resp.writeResid -= n
 	q.resp.psn = q.resp.psn.Add(p.npsn())
-	q.resp.inWrite = flags&ofLast == 0
-	if flags&ofLast != 0 {
+	q.resp.inWrite = flags&roce.ClassLast == 0
+	if flags&roce.ClassLast != 0 {
 		q.resp.msn++
-		if flags&ofImm != 0 {
+		if flags&roce.ClassImm != 0 {
 			wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
 				QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
 				WCFlags: qp.WCWithImm, ImmData: p.imm}
@@ -504,7 +504,7 @@ func (q *QP) responderTurnLocked() bool {
 			q.reqIn[i] = nil
 			i++
 			q.resp.moreQueued = i < len(q.reqIn)
-			if p.opcode&opMask != opReadRequest {
+			if p.opcode&roce.OpMask != roce.OpReadRequest {
 				q.ownReadRepliesLocked()
 			}
 			q.respondLocked(p)
@@ -533,7 +533,7 @@ func (q *QP) responderTurnLocked() bool {
 // next READ) waits its turn like any request; answering it now would skip
 // the responses the requester is waiting for.
 func (q *QP) replacesReplyLocked(p *packet) bool {
-	return p.opcode&opMask == opReadRequest && p.psn.Sub(q.resp.psn) < 0 && p.psn.Sub(q.resp.readNext) <= 0
+	return p.opcode&roce.OpMask == roce.OpReadRequest && p.psn.Sub(q.resp.psn) < 0 && p.psn.Sub(q.resp.readNext) <= 0
 }
 
 // readStepLocked sends READ response packets of the READ being answered,
@@ -602,13 +602,13 @@ func (q *QP) readReplyPacketLocked(r *respResource, i, k, n uint32, mtu uint64) 
 	rp := d.pool.get()
 	switch {
 	case i == 0 && k == n:
-		rp.opcode = transRC | opReadResponseOnly
+		rp.opcode = roce.TransportRC | roce.OpReadResponseOnly
 	case i == 0:
-		rp.opcode = transRC | opReadResponseFirst
+		rp.opcode = roce.TransportRC | roce.OpReadResponseFirst
 	case i+k == n:
-		rp.opcode = transRC | opReadResponseLast
+		rp.opcode = roce.TransportRC | roce.OpReadResponseLast
 	default:
-		rp.opcode = transRC | opReadResponseMiddle
+		rp.opcode = roce.TransportRC | roce.OpReadResponseMiddle
 	}
 	if k > 1 {
 		rp.span = uint16(k)
@@ -645,7 +645,7 @@ func (q *QP) ownReadRepliesLocked() {
 	q.resp.aliasedReplies = false
 	d := q.dev
 	for _, lp := range d.txq {
-		if p := lp.(*packet); p.mr != nil && p.srcQPN == q.QPN && opInfo(p.opcode)&ofResponse != 0 {
+		if p := lp.(*packet); p.mr != nil && p.srcQPN == q.QPN && p.opcode.Class()&roce.ClassResponse != 0 {
 			p.own()
 		}
 	}
@@ -679,7 +679,7 @@ func (q *QP) respAtomicLocked(p *packet) {
 		return
 	}
 	var orig uint64
-	if p.opcode&opMask == opCompareSwap {
+	if p.opcode&roce.OpMask == roce.OpCompareSwap {
 		orig = atomicCompareSwap(b, p.compare, p.swapAdd)
 	} else {
 		orig = atomicFetchAdd(b, p.swapAdd)
@@ -692,7 +692,7 @@ func (q *QP) respAtomicLocked(p *packet) {
 
 func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
 	r := q.dev.pool.get()
-	r.opcode = transRC | opAtomicAcknowledge
+	r.opcode = roce.TransportRC | roce.OpAtomicAcknowledge
 	r.psn = psn
 	r.syndrome = q.creditCodeLocked()
 	r.msn = q.resp.msn & 0xFFFFFF
@@ -739,7 +739,7 @@ func (q *QP) respAtomicWriteLocked(p *packet) {
 // with an AETH and no payload.
 func (q *QP) atomicWriteAckLocked(psn qp.PSN) {
 	r := q.dev.pool.get()
-	r.opcode = transRC | opReadResponseOnly
+	r.opcode = roce.TransportRC | roce.OpReadResponseOnly
 	r.psn = psn
 	r.syndrome = q.creditCodeLocked()
 	r.msn = q.resp.msn & 0xFFFFFF
@@ -754,12 +754,12 @@ func (q *QP) atomicWriteAckLocked(psn qp.PSN) {
 // its resource, or, once the resource has been reused, it is acknowledged
 // again like a WRITE (rxe drops it then, a class D error, and leaves the
 // requester to retry).
-func (q *QP) duplicateLocked(p *packet, flags opFlags) {
+func (q *QP) duplicateLocked(p *packet, flags roce.Class) {
 	d := q.dev
 	q.Counters.DuplicateReqs++
 	d.Counters.DuplicateReqs.Add(1)
 	switch {
-	case flags&(ofRead|ofAtomic|ofAtomicWrite) != 0:
+	case flags&(roce.ClassRead|roce.ClassAtomic|roce.ClassAtomicWrite) != 0:
 		for i := range q.resp.res {
 			r := &q.resp.res[i]
 			if !r.used || p.psn.Sub(r.firstPSN) < 0 || r.lastPSN.Sub(p.psn) < 0 {
@@ -777,13 +777,13 @@ func (q *QP) duplicateLocked(p *packet, flags opFlags) {
 			}
 			return
 		}
-		if flags&ofAtomicWrite != 0 {
+		if flags&roce.ClassAtomicWrite != 0 {
 			q.sendAckLocked(q.resp.psn.Add(^uint32(0)), aethACK)
 			return
 		}
 		q.Counters.Dropped++
 	default:
-		if p.ackReq || flags&ofLast != 0 {
+		if p.ackReq || flags&roce.ClassLast != 0 {
 			q.sendAckLocked(q.resp.psn.Add(^uint32(0)), aethACK)
 		}
 	}
@@ -792,14 +792,14 @@ func (q *QP) duplicateLocked(p *packet, flags opFlags) {
 // respondUCLocked: no ACKs; a PSN gap or any error drops the message in
 // progress (its receive WQE is reused) until the next FIRST or ONLY.
 func (q *QP) respondUCLocked(p *packet) {
-	flags := opInfo(p.opcode)
+	flags := p.opcode.Class()
 	if p.psn != q.resp.psn {
 		q.Counters.SeqErrors++
 		q.ucAbortLocked()
 	}
 	q.resp.psn = p.psn.Add(p.npsn())
 	if q.resp.ucDrop {
-		if flags&ofFirst == 0 {
+		if flags&roce.ClassFirst == 0 {
 			q.Counters.Dropped++
 			return
 		}
@@ -808,15 +808,15 @@ func (q *QP) respondUCLocked(p *packet) {
 	q.noteCommEstLocked()
 	if !q.seqOKLocked(flags) {
 		q.ucAbortLocked()
-		if flags&ofFirst == 0 {
+		if flags&roce.ClassFirst == 0 {
 			q.Counters.Dropped++
 			return
 		}
 		q.resp.ucDrop = false
 	}
 	switch {
-	case flags&ofSend != 0:
-		if flags&ofFirst != 0 && !q.ucRWQELocked() {
+	case flags&roce.ClassSend != 0:
+		if flags&roce.ClassFirst != 0 && !q.ucRWQELocked() {
 			return
 		}
 		total, _ := sglLength(q.resp.rwqe.SGL)
@@ -830,26 +830,26 @@ func (q *QP) respondUCLocked(p *packet) {
 			return
 		}
 		q.resp.offset += uint64(len(p.payload))
-		q.resp.inSend = flags&ofLast == 0
-		if flags&ofLast != 0 {
+		q.resp.inSend = flags&roce.ClassLast == 0
+		if flags&roce.ClassLast != 0 {
 			q.resp.msn++
 			var wf qp.WCFlags
-			if flags&ofImm != 0 {
+			if flags&roce.ClassImm != 0 {
 				wf = qp.WCWithImm
 			}
 			q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
 		}
-	case flags&ofWrite != 0:
+	case flags&roce.ClassWrite != 0:
 		if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
 			q.ucAbortLocked()
 			return
 		}
-		if flags&ofFirst != 0 {
+		if flags&roce.ClassFirst != 0 {
 			q.resp.writeVA, q.resp.writeRKey = p.va, p.rkey
 			q.resp.writeResid, q.resp.writeLen = uint64(p.dlen), p.dlen
 		}
 		n := uint64(len(p.payload))
-		if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&ofLast != 0 && n != q.resp.writeResid) {
+		if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&roce.ClassLast != 0 && n != q.resp.writeResid) {
 			q.ucAbortLocked()
 			return
 		}
@@ -863,8 +863,8 @@ func (q *QP) respondUCLocked(p *packet) {
 		}
 		q.resp.writeVA += n
 		q.resp.writeResid -= n
-		q.resp.inWrite = flags&ofLast == 0
-		if flags&ofLast != 0 && flags&ofImm != 0 {
+		q.resp.inWrite = flags&roce.ClassLast == 0
+		if flags&roce.ClassLast != 0 && flags&roce.ClassImm != 0 {
 			if !q.ucRWQELocked() {
 				return
 			}
@@ -918,7 +918,7 @@ const grhSize = 40
 
 func (q *QP) respondUDLocked(p *packet) {
 	d := q.dev
-	if p.opcode&opMask != opSendOnly && p.opcode&opMask != opSendOnlyImm {
+	if p.opcode&roce.OpMask != roce.OpSendOnly && p.opcode&roce.OpMask != roce.OpSendOnlyImm {
 		q.Counters.Dropped++
 		return
 	}
@@ -971,7 +971,7 @@ func (q *QP) respondUDLocked(p *packet) {
 	q.noteCommEstLocked()
 	wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecv, QPNum: q.QPN,
 		ByteLen: uint32(grhSize + len(p.payload)), SrcQP: p.srcQP, WCFlags: qp.WCGRH}
-	if p.opcode&opMask == opSendOnlyImm {
+	if p.opcode&roce.OpMask == roce.OpSendOnlyImm {
 		wc.WCFlags |= qp.WCWithImm
 		wc.ImmData = p.imm
 	}

@@ -344,7 +344,7 @@ func TestWireICRCAndMalformed(t *testing.T) {
 	defer conn.Close()
 	setDF(t, conn)
 	to := &net.UDPAddr{IP: eb.d.Config().Addr.AsSlice(), Port: roce.UDPPort}
-	rp := roce.Packet{Opcode: roce.Opcode(transUD | opSendOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: 7,
+	rp := roce.Packet{Opcode: roce.Opcode(roce.TransportUD | roce.OpSendOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: 7,
 		QKey: 0x11111111, SrcQP: 77, Payload: []byte("hello over plain UDP")}
 	ib, err := rp.AppendIB(nil)
 	if err != nil {
@@ -451,18 +451,18 @@ func TestWireCapture(t *testing.T) {
 
 	ops := captureOpcodes(t, readCapture(t, c), roce.CheckIPv4)
 	want := map[roce.Opcode]int{
-		transRC | opSendFirst: 1, transRC | opSendMiddle: 1, transRC | opSendLast: 1,
+		roce.TransportRC | roce.OpSendFirst: 1, roce.TransportRC | roce.OpSendMiddle: 1, roce.TransportRC | roce.OpSendLast: 1,
 		// Two READ RESPONSE ONLYs: the READ's and the ATOMIC WRITE's answers.
-		transRC | opWriteOnly: 1, transRC | opReadRequest: 1, transRC | opReadResponseOnly: 2,
-		transRC | opCompareSwap: 1, transRC | opAtomicAcknowledge: 1, transRC | opAtomicWrite: 1,
-		transUC | opSendOnly: 1,
+		roce.TransportRC | roce.OpWriteOnly: 1, roce.TransportRC | roce.OpReadRequest: 1, roce.TransportRC | roce.OpReadResponseOnly: 2,
+		roce.TransportRC | roce.OpCompareSwap: 1, roce.TransportRC | roce.OpAtomicAcknowledge: 1, roce.TransportRC | roce.OpAtomicWrite: 1,
+		roce.TransportUC | roce.OpSendOnly: 1,
 	}
 	for op, n := range want {
 		if ops[op] != n {
 			t.Errorf("opcode %v: %d packets, want %d (all: %v)", op, ops[op], n, ops)
 		}
 	}
-	if ops[transRC|opAcknowledge] == 0 {
+	if ops[roce.TransportRC|roce.OpAcknowledge] == 0 {
 		t.Errorf("no ACKs captured: %v", ops)
 	}
 	if d := ea.d.Counters.CaptureDrops.Load(); d != 0 {
@@ -485,7 +485,7 @@ func TestCaptureIPv6Loopback(t *testing.T) {
 	e.expect(acq, sendWC(6, "success", "send", a, 0))
 	e.expect(bcq, recvWC(5, "success", "recv", b, 0, a, ""))
 	ops := captureOpcodes(t, readCapture(t, c), roce.CheckIPv6)
-	if ops[opSendOnly] != 1 || ops[opAcknowledge] != 1 || len(ops) != 2 {
+	if ops[roce.OpSendOnly] != 1 || ops[roce.OpAcknowledge] != 1 || len(ops) != 2 {
 		t.Fatalf("opcodes %v", ops)
 	}
 }
