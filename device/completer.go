@@ -149,7 +149,7 @@ func (q *QP) handleAETHLocked(p *packet) {
 			q.comp.rnrLeft--
 		}
 		q.stopRetryLocked()
-		q.req.waitRNR = true
+		q.req.holdForRNR()
 		if q.rnrTimer != nil {
 			q.rnrTimer.Stop()
 		}
@@ -297,7 +297,7 @@ func (q *QP) retryLocked() {
 		return
 	}
 	q.comp.retryLeft--
-	q.req.needRetry = true
+	q.req.goBack()
 }
 
 // retireLocked completes finished WQEs in order from the tail, writing
@@ -361,7 +361,7 @@ func (q *QP) popLocked(w *sendWQE, status qp.WCStatus) {
 func (q *QP) completeSendLocked(w *sendWQE, status qp.WCStatus) {
 	if w.rdAtomic {
 		w.rdAtomic = false
-		q.req.rdAtomic++
+		q.req.returnSlot()
 	}
 	if w.reserved {
 		return
@@ -475,8 +475,7 @@ func (q *QP) retryExpiredLocked(seq uint64) {
 func (q *QP) rnrExpiredLocked(seq uint64) {
 	if seq == q.rnrSeq && !q.destroyed && q.req.waitRNR {
 		q.rnrTimer = nil
-		q.req.waitRNR = false
-		q.req.needRetry = true
+		q.req.releaseRNR()
 	}
 }
 

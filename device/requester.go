@@ -48,6 +48,28 @@ type reqState struct {
 	sinceAck  int    // packets since the last AckReq
 }
 
+// What the completer may do to the requester (run.go's pipeline): these
+// three, and nothing else of reqState.
+
+// goBack asks for a go-back-N retry from the first unacknowledged PSN at
+// the requester's next run (a timeout, a sequence NAK, the end of an RNR
+// wait).
+func (r *reqState) goBack() { r.needRetry = true }
+
+// holdForRNR stops the requester until releaseRNR: an RNR NAK came, and
+// nothing is sent until its timer fires.
+func (r *reqState) holdForRNR() { r.waitRNR = true }
+
+// releaseRNR ends the RNR wait and goes back to the NAKed PSN.
+func (r *reqState) releaseRNR() {
+	r.waitRNR = false
+	r.goBack()
+}
+
+// returnSlot gives back the initiator slot (max_rd_atomic) of a retired
+// READ or atomic.
+func (r *reqState) returnSlot() { r.rdAtomic++ }
+
 // Bounds of the requester, as rxe's: unacknowledged PSNs in flight, and
 // packets between requests for an acknowledgement.
 const (
