@@ -232,18 +232,15 @@ func TestObjectLookupDestroy(t *testing.T) {
 			return fmt.Sprintf("destroy_srq: srq %d does not exist", s.Handle), s.Destroy()
 		}},
 		{"qp/destroyed", syscall.ENOENT, func(f *stepsFixture) (string, error) {
-			q, _ := f.d.CreateQP(0, qpReq(f.pdOf[0], f.cqOf[0]))
-			q.Destroy()
+			q := destroyedQP(f)
 			return fmt.Sprintf("destroy_qp: qp %d does not exist", q.QPN), q.Destroy()
 		}},
 		{"qp/destroyed (probe)", syscall.ENOENT, func(f *stepsFixture) (string, error) {
-			q, _ := f.d.CreateQP(0, qpReq(f.pdOf[0], f.cqOf[0]))
-			q.Destroy()
+			q := destroyedQP(f)
 			return fmt.Sprintf("probe: qp %d does not exist", q.QPN), q.Probe()
 		}},
 		{"qp/destroyed (modify)", syscall.ENOENT, func(f *stepsFixture) (string, error) {
-			q, _ := f.d.CreateQP(0, qpReq(f.pdOf[0], f.cqOf[0]))
-			q.Destroy()
+			q := destroyedQP(f)
 			return fmt.Sprintf("modify_qp: qp %d was destroyed", q.QPN), q.Reset()
 		}},
 		{"qp/closed device", syscall.ENOENT, func(f *stepsFixture) (string, error) {
@@ -266,6 +263,64 @@ func TestObjectLookupDestroy(t *testing.T) {
 		d.CQ(999) != nil || d.SRQ(999) != nil || d.QP(999) != nil {
 		t.Fatal("a lookup of handle 999 found an object")
 	}
+}
+
+// destroyedQP is a QP of root's that was destroyed.
+func destroyedQP(f *stepsFixture) *QP {
+	f.t.Helper()
+	q, err := f.d.CreateQP(0, qpReq(f.pdOf[0], f.cqOf[0]))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := q.Destroy(); err != nil {
+		f.t.Fatal(err)
+	}
+	return q
+}
+
+// useLockedOn checks useLocked on one table: h is an object of stepsU.
+func useLockedOn[T any, P ownedPtr[T]](t *testing.T, d *Device, tab *table[T], kind string, h uint32) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, err := useLocked[T, P](tab, "op", kind, 999, stepsU)
+	wantErr(t, err, syscall.EINVAL, "op: "+kind+" 999 does not exist")
+	_, err = useLocked[T, P](tab, "op", kind, h, stepsV)
+	wantErr(t, err, syscall.EACCES, fmt.Sprintf("op: %s %d belongs to another user", kind, h))
+	for _, o := range []Owner{stepsU, 0} {
+		if x, err := useLocked[T, P](tab, "op", kind, h, o); err != nil || x != tab.get(h) {
+			t.Fatalf("%s %d for uid %d: %v, %v", kind, h, o, x, err)
+		}
+	}
+}
+
+// useLocked on every kind's table: a handle nothing has, another user's
+// object, and the owner's or root's.
+func TestUseLocked(t *testing.T) {
+	f := newStepsFixture(t)
+	d, u, pd := f.d, stepsU, f.pdOf[stepsU]
+	mr, err := d.RegMR(u, qp.CreateMR{PD: pd, Length: 4096, Access: qp.AccessLocalWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := d.AllocMW(u, qp.CreateMW{PD: pd, Type: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ah, err := d.CreateAH(u, qp.CreateAH{PD: pd, AH: qp.AH{DGID: d.Port().GID, PortNum: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.CreateSRQ(u, qp.CreateSRQ{PD: pd, MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	useLockedOn(t, d, &d.pds, "pd", pd)
+	useLockedOn(t, d, &d.mrs, "mr", mr.Handle)
+	useLockedOn(t, d, &d.mws, "mw", mw.Handle)
+	useLockedOn(t, d, &d.ahs, "ah", ah.Handle)
+	useLockedOn(t, d, &d.cqs, "cq", f.cqOf[u])
+	useLockedOn(t, d, &d.srqs, "srq", s.Handle)
 }
 
 // boundMR is an MR of root's PD with a type 1 window bound to it.
