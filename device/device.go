@@ -6,6 +6,10 @@
 //
 //   - device.go: Config (the limits ibv_query_device reports), the Device,
 //     counters and the async event types.
+//   - table.go, quota.go: the handle tables and the steps every kind of
+//     object takes through them, once: a lookup for a request (missing,
+//     another user's), admission (the device's limits, the user's share),
+//     destroy (gone, in use, then release).
 //   - events.go: async events, a copy for every reader that may see them
 //     (the object's owner's readers and root's).
 //   - objects.go, mem.go, keys.go: PD, MR (memory is a memfd a client can
@@ -99,7 +103,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"rdmafs/clock"
@@ -539,57 +542,6 @@ func (d *Device) limits() qp.Limits {
 
 // isLocalGID reports whether g addresses this device.
 func (d *Device) isLocalGID(g [16]byte) bool { return g == d.cfg.GID }
-
-// table is a handle → object map with handles counted from 1 and never
-// reused while the device lives, so a stale handle cannot reach a new object.
-type table[T any] struct {
-	m    map[uint32]*T
-	next uint32
-}
-
-func (t *table[T]) init() { t.m = map[uint32]*T{}; t.next = 1 }
-
-func (t *table[T]) add(v *T) uint32 {
-	h := t.next
-	t.next++
-	t.m[h] = v
-	return h
-}
-
-func (t *table[T]) get(h uint32) *T { return t.m[h] }
-
-// live is the check every verb on an existing object makes first: x is
-// still the object its handle names (ENOENT once destroyed).
-func (t *table[T]) live(op, kind string, h uint32, x *T) error {
-	if t.m[h] != x {
-		return errf(op, syscall.ENOENT, "%s %d does not exist", kind, h)
-	}
-	return nil
-}
-
-// lookup is the Device's exported lookup of an object by handle.
-func lookup[T any](d *Device, t *table[T], h uint32) *T {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return t.get(h)
-}
-
-// admitLocked is the check every creation makes before it allocates:
-// fewer than limit objects of the kind (n now), and the owner's share
-// (with bytes of registered memory, for an MR).
-func (d *Device) admitLocked(op, kind string, n int, limit uint32, owner Owner, bytes uint64) error {
-	if uint32(n) >= limit {
-		return errf(op, syscall.ENOMEM, "max_%s (%d) reached", kind, limit)
-	}
-	return d.userShareLocked(op, owner, kind, bytes)
-}
-func (t *table[T]) del(h uint32) { delete(t.m, h) }
-func (t *table[T]) len() int     { return len(t.m) }
-func (t *table[T]) each(f func(*T)) {
-	for _, v := range t.m {
-		f(v)
-	}
-}
 
 // Counters are device-wide statistics, readable at any time without locks.
 type Counters struct {

@@ -186,29 +186,22 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkOpenLocked(op); err != nil {
-		return nil, err
-	}
-	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
 	}
-	scq, err := d.lookupCQLocked(op, "send_cq", req.SendCQ, owner)
+	scq, err := useLocked(&d.cqs, op, "send_cq: cq", req.SendCQ, owner)
 	if err != nil {
 		return nil, err
 	}
-	rcq, err := d.lookupCQLocked(op, "recv_cq", req.RecvCQ, owner)
+	rcq, err := useLocked(&d.cqs, op, "recv_cq: cq", req.RecvCQ, owner)
 	if err != nil {
 		return nil, err
 	}
 	var srq *SRQ
 	if req.SRQ != 0 {
-		srq = d.srqs.get(req.SRQ)
-		if srq == nil {
-			return nil, errf(op, syscall.EINVAL, "srq: %d does not exist", req.SRQ)
-		}
-		if !owner.mayUse(srq.Owner) {
-			return nil, errf(op, syscall.EACCES, "srq: %d belongs to another user", req.SRQ)
+		if srq, err = useLocked(&d.srqs, op, "srq:", req.SRQ, owner); err != nil {
+			return nil, err
 		}
 		if srq.PD != pd {
 			return nil, errf(op, syscall.EINVAL, "srq: %d is on pd %d, not pd %d", req.SRQ, srq.PD.Handle, pd.Handle)
@@ -217,7 +210,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 			// IBA allows SRQs with RC, UC and UD alike.
 		}
 	}
-	if err := d.admitLocked(op, "qp", len(d.qps), d.cfg.MaxQP, owner, 0); err != nil {
+	if err := admitLocked(d, op, "qp", d.qps, d.cfg.MaxQP, owner); err != nil {
 		return nil, err
 	}
 	qpn, ok := d.allocQPNLocked()
@@ -519,11 +512,8 @@ func (q *QP) Destroy() error {
 	defer q.postMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if q.destroyed {
-		return errf("destroy_qp", syscall.ENOENT, "qp %d does not exist", q.QPN)
-	}
-	if err := d.checkOpenLocked("destroy_qp"); err != nil {
-		return err // Close released everything already
+	if err := q.liveLocked("destroy_qp"); err != nil {
+		return err // after Close: it released everything already
 	}
 	q.stopTimersLocked()
 	for _, mw := range d.mws.m {
@@ -539,6 +529,18 @@ func (q *QP) Destroy() error {
 	// The engine may be polling the SQ without Device.mu: it unmaps.
 	d.engine.retire(q)
 	return nil
+}
+
+func (q *QP) owner() Owner { return q.Owner }
+
+// liveLocked is the check a verb on a QP makes first: the QP was not
+// destroyed and the device is open (Close unmapped the rings). Unlike the
+// tables' live it goes by q.destroyed: QPs are in Device.qps by QPN.
+func (q *QP) liveLocked(op string) error {
+	if q.destroyed {
+		return errf(op, syscall.ENOENT, "qp %d does not exist", q.QPN)
+	}
+	return q.dev.checkOpenLocked(op)
 }
 
 // releaseLocked drops the QP's references and queued packets. The rings

@@ -45,14 +45,11 @@ func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkOpenLocked(op); err != nil {
-		return nil, err
-	}
-	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.admitLocked(op, "srq", d.srqs.len(), d.cfg.MaxSRQ, owner, 0); err != nil {
+	if err := admitLocked(d, op, "srq", d.srqs.m, d.cfg.MaxSRQ, owner); err != nil {
 		return nil, err
 	}
 	slotSize, capSGE := ring.RecvSlotSize(req.MaxSGE)
@@ -138,22 +135,20 @@ func postRecvRing(op string, r *ring.Ring, maxSGE uint32, wrs []qp.RecvWR) (int,
 
 // Destroy is ibv_destroy_srq: EBUSY while QPs are attached.
 func (s *SRQ) Destroy() error {
-	d := s.dev
-	s.postMu.Lock()
+	s.postMu.Lock() // a PostRecv in progress writes the ring we unmap
 	defer s.postMu.Unlock()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.srqs.live("destroy_srq", "srq", s.Handle, s); err != nil {
-		return err
-	}
-	if s.users > 0 {
-		return errf("destroy_srq", syscall.EBUSY, "srq %d has %d QPs attached", s.Handle, s.users)
-	}
-	d.srqs.del(s.Handle)
+	return destroy(s.dev, &s.dev.srqs, "destroy_srq", "srq", s.Handle, s)
+}
+
+func (s *SRQ) owner() Owner { return s.Owner }
+
+func (s *SRQ) usersLocked() (int, string) { return s.users, "srq %d has %d QPs attached" }
+
+// releaseLocked runs under postMu too (Destroy), which guards gone.
+func (s *SRQ) releaseLocked() {
 	s.PD.users--
 	s.gone = true
 	s.region.Close()
-	return nil
 }
 
 // takeLocked pops the next receive WQE into wr for the responder. It
