@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
 
 // ATOMIC WRITE (IBA 1.5, the Memory Placement Extensions; rxe since Linux
@@ -205,7 +206,7 @@ func TestRCAtomicWriteMalformed(t *testing.T) {
 			a, b, acq, _ := e.pair(qp.TypeRC)
 			remote := e.mr(64, rwAccess)
 			e.link(func(p *packet) linkAction {
-				if p.opcode&opMask == opAtomicWrite {
+				if p.opcode&roce.OpMask == roce.OpAtomicWrite {
 					c.mod(p)
 				}
 				return deliver
@@ -227,7 +228,7 @@ func TestRCLostAtomicWriteResponseNotExecutedTwice(t *testing.T) {
 	e := newEnv(t)
 	a, b, acq, bcq := e.pair(qp.TypeRC)
 	remote := e.mr(64, rwAccess)
-	e.link(once(1, isOp(opReadResponseOnly), drop))
+	e.link(once(1, isOp(roce.OpReadResponseOnly), drop))
 	e.postSend(a, fmt.Sprintf("opcode=atomic_write wr_id=1 send_flags=signaled remote_addr=8 rkey=%d compare_add=0x1111", remote.RKey))
 	e.expect(acq)
 	if got := binary.LittleEndian.Uint64(remote.Mem()[8:]); got != 0x1111 {
@@ -258,7 +259,7 @@ func TestRCAtomicWriteDuplicateAfterResourceReused(t *testing.T) {
 	local := e.mr(64, qp.AccessLocalWrite)
 	remote := e.mr(64, rwAccess)
 	fill(remote.Mem()[32:], 9)
-	e.link(once(1, isOp(opReadResponseOnly), drop))
+	e.link(once(1, isOp(roce.OpReadResponseOnly), drop))
 	e.postSend(a,
 		fmt.Sprintf("opcode=atomic_write wr_id=1 send_flags=signaled remote_addr=0 rkey=%d compare_add=0xaaaa", remote.RKey),
 		fmt.Sprintf("opcode=rdma_read wr_id=2 send_flags=signaled sge=%d:0:16 remote_addr=32 rkey=%d", local.LKey, remote.RKey))
@@ -285,7 +286,7 @@ func TestRCAtomicWriteCompletedByLaterAck(t *testing.T) {
 	a, b, acq, bcq := e.pair(qp.TypeRC)
 	src := e.mr(64, 0)
 	remote := e.mr(64, rwAccess)
-	e.link(once(1, isOp(opReadResponseOnly), drop))
+	e.link(once(1, isOp(roce.OpReadResponseOnly), drop))
 	e.postSend(a,
 		fmt.Sprintf("opcode=atomic_write wr_id=1 send_flags=signaled remote_addr=0 rkey=%d compare_add=5", remote.RKey),
 		fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:8 remote_addr=8 rkey=%d", src.LKey, remote.RKey))

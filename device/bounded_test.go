@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
 
 // Work is bounded per turn (issue 13, finding 6): one user's large READ
@@ -31,7 +32,7 @@ func heapInUse() uint64 {
 // (printed; asserted against generous bounds), and once everything is
 // destroyed the live heap is back within a few MiB of where it was.
 func TestBigReadKeepsControlLatency(t *testing.T) {
-	if *wireFlag || *twinFlag {
+	if *wireFlag {
 		// Across RoCEv2 nothing paces READ responses but the receiver's
 		// socket buffer; a READ this size overflows it and the test
 		// would measure go-back-N recovery, not the engine's turns.
@@ -133,7 +134,7 @@ func TestBigReadKeepsControlLatency(t *testing.T) {
 	dst.Dereg()
 	acq.Destroy()
 	bcq.Destroy()
-	e.d.Quiesce()
+	e.quiesce()
 	after := heapInUse()
 	t.Logf("live heap: %d KiB before, %d KiB after", base>>10, after>>10)
 	if after > base+8<<20 {
@@ -183,7 +184,7 @@ func TestDuplicateReadsBounded(t *testing.T) {
 	d.mu.Lock()
 	for i := 0; i < 11; i++ {
 		p := d.pool.get()
-		p.opcode = transRC | opReadRequest
+		p.opcode = roce.TransportRC | roce.OpReadRequest
 		p.psn = first
 		p.va, p.rkey, p.dlen = 0, src.RKey, size
 		p.ackReq = true
@@ -192,7 +193,7 @@ func TestDuplicateReadsBounded(t *testing.T) {
 		injectLocked(d, p)
 	}
 	d.mu.Unlock()
-	e.d.Quiesce()
+	e.quiesce()
 	close(stop)
 	<-done
 	after := e.qpCounters(b)
@@ -206,7 +207,7 @@ func TestDuplicateReadsBounded(t *testing.T) {
 	if sent < perReply || sent > 2*perReply {
 		t.Fatalf("%d response packets for 11 duplicates of a %d-packet READ", sent, perReply)
 	}
-	if a.dev == b.dev && !d.wireSelf && a.inPeak > readWindow {
+	if !*wireFlag && a.inPeak > readWindow {
 		t.Fatalf("the requester's queue held %d packets (window %d)", a.inPeak, readWindow)
 	}
 	if peak > base+16<<20 {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
 
 // compState is the completer's transport state.
@@ -33,20 +34,20 @@ func (q *QP) completeResponseLocked(p *packet) {
 	// (the duplicates it sends are acknowledged anew). A duplicate ACK of
 	// the last acknowledged PSN is harmless and let through.
 	beyond := p.psn.Sub(q.req.psn) >= 0
-	old := p.psn.Before(q.comp.psn) && opInfo(p.opcode)&ofRead == 0 &&
-		(p.opcode&opMask != opAcknowledge || p.psn.Before(q.comp.psn.Add(^uint32(0))))
+	old := p.psn.Before(q.comp.psn) && p.opcode.Class()&roce.ClassRead == 0 &&
+		(p.opcode&roce.OpMask != roce.OpAcknowledge || p.psn.Before(q.comp.psn.Add(^uint32(0))))
 	if beyond || old {
 		q.Counters.DuplicateResps++
 		q.dropLocked(p)
 		return
 	}
-	op := p.opcode & opMask
+	op := p.opcode & roce.OpMask
 	switch op {
-	case opAcknowledge:
+	case roce.OpAcknowledge:
 		q.handleAETHLocked(p)
-	case opReadResponseFirst, opReadResponseMiddle, opReadResponseLast, opReadResponseOnly:
+	case roce.OpReadResponseFirst, roce.OpReadResponseMiddle, roce.OpReadResponseLast, roce.OpReadResponseOnly:
 		q.handleReadResponseLocked(p)
-	case opAtomicAcknowledge:
+	case roce.OpAtomicAcknowledge:
 		q.handleAtomicAckLocked(p)
 	}
 	q.dev.pool.put(p)
@@ -148,7 +149,7 @@ func (q *QP) handleAETHLocked(p *packet) {
 			q.comp.rnrLeft--
 		}
 		q.stopRetryLocked()
-		q.req.waitRNR = true
+		q.req.holdForRNR()
 		if q.rnrTimer != nil {
 			q.rnrTimer.Stop()
 		}
@@ -235,9 +236,9 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 		q.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}
-	q.comp.psn = p.psn.Add(1)
+	q.comp.psn = p.psn.Add(p.npsn())
 	q.progressLocked()
-	if op := p.opcode & opMask; op == opReadResponseLast || op == opReadResponseOnly {
+	if op := p.opcode & roce.OpMask; op == roce.OpReadResponseLast || op == roce.OpReadResponseOnly {
 		w.state, w.status = wqeDone, qp.WCSuccess
 		q.ackPendingLocked()
 	}
@@ -251,7 +252,7 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 // or atomic (ackThroughLocked). A plain ACK that covers the PSN completes
 // an ATOMIC WRITE the same way (rxe's requester takes either).
 func (q *QP) handleAtomicWriteResponseLocked(p *packet) {
-	if p.opcode&opMask != opReadResponseOnly || len(p.payload) != 0 || p.syndrome&aethTypeMask != aethACK {
+	if p.opcode&roce.OpMask != roce.OpReadResponseOnly || len(p.payload) != 0 || p.syndrome&aethTypeMask != aethACK {
 		q.dropLocked(&packet{})
 		return
 	}
@@ -296,7 +297,7 @@ func (q *QP) retryLocked() {
 		return
 	}
 	q.comp.retryLeft--
-	q.req.needRetry = true
+	q.req.goBack()
 }
 
 // retireLocked completes finished WQEs in order from the tail, writing
@@ -360,7 +361,7 @@ func (q *QP) popLocked(w *sendWQE, status qp.WCStatus) {
 func (q *QP) completeSendLocked(w *sendWQE, status qp.WCStatus) {
 	if w.rdAtomic {
 		w.rdAtomic = false
-		q.req.rdAtomic++
+		q.req.returnSlot()
 	}
 	if w.reserved {
 		return
@@ -474,8 +475,7 @@ func (q *QP) retryExpiredLocked(seq uint64) {
 func (q *QP) rnrExpiredLocked(seq uint64) {
 	if seq == q.rnrSeq && !q.destroyed && q.req.waitRNR {
 		q.rnrTimer = nil
-		q.req.waitRNR = false
-		q.req.needRetry = true
+		q.req.releaseRNR()
 	}
 }
 

@@ -10,13 +10,6 @@ import (
 	"rdmafs/ring"
 )
 
-// Arming values of the CQ ring header's armed word (ibv_req_notify_cq).
-const (
-	armNone      = 0
-	armNext      = 1
-	armSolicited = 2
-)
-
 // CQ is a completion queue: a ring in shared memory that the engine
 // produces CQEs into and a client (or Poll) consumes.
 type CQ struct {
@@ -59,7 +52,7 @@ func (d *Device) CreateCQ(owner Owner, req qp.CreateCQ) (*CQ, error) {
 	if err := d.checkOpenLocked(op); err != nil {
 		return nil, err
 	}
-	if err := d.admitLocked(op, "cq", d.cqs.len(), d.cfg.MaxCQ, owner, 0); err != nil {
+	if err := admitLocked(d, op, "cq", d.cqs.m, d.cfg.MaxCQ, owner); err != nil {
 		return nil, err
 	}
 	cq := &CQ{dev: d, Owner: owner, evWake: make(chan struct{})}
@@ -88,17 +81,6 @@ func (cq *CQ) allocRing(cqe uint32) error {
 // CQ looks a CQ up by handle.
 func (d *Device) CQ(h uint32) *CQ { return lookup(d, &d.cqs, h) }
 
-func (d *Device) lookupCQLocked(op, key string, h uint32, owner Owner) (*CQ, error) {
-	cq := d.cqs.get(h)
-	if cq == nil {
-		return nil, errf(op, syscall.EINVAL, "%s: cq %d does not exist", key, h)
-	}
-	if !owner.mayUse(cq.Owner) {
-		return nil, errf(op, syscall.EACCES, "%s: cq %d belongs to another user", key, h)
-	}
-	return cq, nil
-}
-
 // Region is the CQ ring's shared memory. It changes on Resize.
 func (cq *CQ) Region() *ring.Region {
 	cq.dev.mu.Lock()
@@ -115,18 +97,18 @@ func (cq *CQ) Overflowed() bool {
 
 // Destroy is ibv_destroy_cq: EBUSY while a QP completes into it.
 func (cq *CQ) Destroy() error {
-	d := cq.dev
 	cq.pollMu.Lock() // a Poll in progress reads the ring we unmap
 	defer cq.pollMu.Unlock()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.cqs.live("destroy_cq", "cq", cq.Handle, cq); err != nil {
-		return err
-	}
-	if cq.users > 0 {
-		return errf("destroy_cq", syscall.EBUSY, "cq %d is used by %d QPs", cq.Handle, cq.users)
-	}
-	d.cqs.del(cq.Handle)
+	return destroy(cq.dev, &cq.dev.cqs, "destroy_cq", "cq", cq.Handle, cq)
+}
+
+func (cq *CQ) owner() Owner { return cq.Owner }
+
+func (cq *CQ) usersLocked() (int, string) { return cq.users, "cq %d is used by %d QPs" }
+
+// releaseLocked runs under pollMu too (Destroy), which guards gone, and
+// wakes the WaitEvent callers with ENOENT.
+func (cq *CQ) releaseLocked() {
 	cq.gone = true
 	cq.region.Close()
 	cq.evMu.Lock()
@@ -134,7 +116,6 @@ func (cq *CQ) Destroy() error {
 	close(cq.evWake)
 	cq.evWake = make(chan struct{})
 	cq.evMu.Unlock()
-	return nil
 }
 
 // Resize is ibv_resize_cq: the live entries move to a new ring, which
@@ -201,16 +182,7 @@ func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
 	if wc.Status != qp.WCSuccess {
 		d.Counters.ErrCompletions.Add(1)
 	}
-	switch cq.ring.Armed() {
-	case armNext:
-	case armSolicited:
-		if !solicited && wc.Status == qp.WCSuccess {
-			return true
-		}
-	default:
-		return true
-	}
-	if cq.ring.SwapArmed(armNone) != armNone {
+	if cq.ring.TakeArm(solicited, wc.Status != qp.WCSuccess) {
 		cq.fire()
 	}
 	return true
@@ -250,13 +222,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 	if cq.gone {
 		return
 	}
-	if solicitedOnly {
-		if cq.ring.Armed() == armNone {
-			cq.ring.SetArmed(armSolicited)
-		}
-	} else {
-		cq.ring.SetArmed(armNext)
-	}
+	cq.ring.ReqNotify(solicitedOnly)
 }
 
 // WaitEvent is ibv_get_cq_event: it takes one fired event, blocking until

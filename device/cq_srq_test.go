@@ -26,7 +26,7 @@ func TestCQOverflow(t *testing.T) {
 	for i := 1; i <= 6; i++ {
 		e.postSend(a, fmt.Sprintf("opcode=send wr_id=%d send_flags=signaled", i))
 	}
-	e.d.Quiesce()
+	e.quiesce()
 	// The fifth completion does not fit: cq_err (once), and a goes to ERR.
 	e.state(a, qp.StateErr)
 	e.expectEvents(fmt.Sprintf("event=cq_err cq=%d", small.Handle))
@@ -59,7 +59,7 @@ func TestCQResize(t *testing.T) {
 	for i := 1; i <= 6; i++ {
 		e.postSend(a, fmt.Sprintf("opcode=send wr_id=%d send_flags=signaled", i))
 	}
-	e.d.Quiesce()
+	e.quiesce()
 	if err := cq.Resize(4); Errno(err) != 22 {
 		t.Fatalf("resize below the queued count: %v, want EINVAL", err)
 	}
@@ -112,7 +112,7 @@ func TestCQNotifyNext(t *testing.T) {
 		done <- acq.WaitEvent(ctx)
 	}()
 	e.postSend(a, "opcode=send wr_id=1") // unsignaled: no completion, no event
-	e.d.Quiesce()
+	e.quiesce()
 	select {
 	case err := <-done:
 		t.Fatalf("event without a completion: %v", err)
@@ -125,7 +125,7 @@ func TestCQNotifyNext(t *testing.T) {
 	// Disarmed after firing: the next completion raises nothing.
 	e.postRecv(b, fmt.Sprintf("wr_id=10 sge=%d:0:64", buf.LKey))
 	e.postSend(a, "opcode=send wr_id=3 send_flags=signaled")
-	e.d.Quiesce()
+	e.quiesce()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := acq.WaitEvent(ctx); err == nil {
@@ -143,7 +143,7 @@ func TestCQNotifySolicited(t *testing.T) {
 	}
 	bcq.ReqNotify(true)
 	e.postSend(a, "opcode=send wr_id=1")
-	e.d.Quiesce()
+	e.quiesce()
 	short := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
@@ -187,9 +187,9 @@ func TestSRQSharedByTwoQPs(t *testing.T) {
 	fill(src.Mem(), 4)
 	e.postSRQ(s, fmt.Sprintf("wr_id=1 sge=%d:0:100", dst.LKey), fmt.Sprintf("wr_id=2 sge=%d:100:100", dst.LKey), fmt.Sprintf("wr_id=3 sge=%d:200:100", dst.LKey))
 	e.postSend(s1, fmt.Sprintf("opcode=send wr_id=11 send_flags=signaled sge=%d:0:50", src.LKey))
-	e.d.Quiesce()
+	e.quiesce()
 	e.postSend(s2, fmt.Sprintf("opcode=send wr_id=21 send_flags=signaled sge=%d:50:60", src.LKey))
-	e.d.Quiesce()
+	e.quiesce()
 	e.postSend(s1, fmt.Sprintf("opcode=send wr_id=12 send_flags=signaled sge=%d:110:70", src.LKey))
 	e.expect(scq, sendWC(11, "success", "send", s1, 50), sendWC(21, "success", "send", s2, 60), sendWC(12, "success", "send", s1, 70))
 	e.expect(cq, recvWC(1, "success", "recv", r1, 50, s1, ""), recvWC(2, "success", "recv", r2, 60, s2, ""), recvWC(3, "success", "recv", r1, 70, s1, ""))
@@ -212,7 +212,7 @@ func TestSRQLimitEvent(t *testing.T) {
 	}
 	send := func() {
 		e.postSend(a, "opcode=send wr_id=1")
-		e.d.Quiesce()
+		e.quiesce()
 	}
 	send() // 5 left
 	send() // 4

@@ -6,6 +6,10 @@
 //
 //   - device.go: Config (the limits ibv_query_device reports), the Device,
 //     counters and the async event types.
+//   - table.go, quota.go: the handle tables and the steps every kind of
+//     object takes through them, once: a lookup for a request (missing,
+//     another user's), admission (the device's limits, the user's share),
+//     destroy (gone, in use, then release).
 //   - events.go: async events, a copy for every reader that may see them
 //     (the object's owner's readers and root's).
 //   - objects.go, mem.go, keys.go: PD, MR (memory is a memfd a client can
@@ -27,6 +31,12 @@
 //     the responder executes them against its QP and answers with ACK, NAK,
 //     read responses and atomic acknowledgements, and the completer retires
 //     WQEs, retries, and writes completions.
+//   - loopback.go: the direct path between two QPs of the device (rdmavt's
+//     rvt_ruc_loopback): their packets skip the link chain, the receiving
+//     QP's turn runs right after the sender's in the same batch, and RC
+//     messages go in segments of up to 64 KiB (one copy per message), with
+//     the same transport rules; a capture, a fault rule for the QP or
+//     Config.PacketLoopback puts the packets back on the chain.
 //   - link.go: the device's side of its link (package link, which owns
 //     sockets, faults, capture and the wire's receive goroutine): it builds
 //     the chain at creation, routes each packet (loopback for the device's
@@ -46,14 +56,15 @@
 // # Goroutines and their owners
 //
 //   - The engine (engine.go), one per device: runs the turns of runnable
-//     QPs under Device.mu, spins briefly on recently active send rings,
-//     then parks until schedule wakes it. It is the device's one thread
-//     of control for QP turns, but not the only goroutine that runs
-//     them: a goroutine the kernel has just woken for work (the two
-//     below) runs the turns that work made runnable itself while the
-//     engine sleeps (engine.runHeldLocked), so that a datagram or a
-//     doorbell reaches the transport, and its answer the wire, without
-//     waking another thread.
+//     QPs under Device.mu (after each turn, the turns of the QPs its
+//     direct deliveries fed: Device.soon, loopback.go), spins briefly on
+//     recently active send rings, then parks until schedule wakes it. It
+//     is the device's one thread of control for QP turns, but not the
+//     only goroutine that runs them: a goroutine the kernel has just woken
+//     for work (the two below) runs the turns that work made runnable
+//     itself while the engine sleeps (engine.runHeldLocked, Device.soon
+//     included), so that a datagram or a doorbell reaches the transport,
+//     and its answer the wire, without waking another thread.
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
 //     schedules the QPs whose rings have new WQEs, under bellMu (the set
 //     of QPs that may send) and the scheduler's lock; when it found work,
@@ -108,7 +119,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"rdmafs/clock"
@@ -151,6 +161,11 @@ type Config struct {
 	// the doorbell or the wire's receive goroutine run in its place
 	// (engine.runHeldLocked) do not.
 	SpinIdle time.Duration
+	// PacketLoopback sends every packet between two QPs of this device
+	// through the link chain, as it goes when a capture is open or a
+	// fault rule applies; by default such packets take the direct path
+	// (loopback.go).
+	PacketLoopback bool
 
 	MaxMTU    qp.MTU // port max_mtu
 	ActiveMTU qp.MTU // port active_mtu, the UD MTU
@@ -317,7 +332,12 @@ type Device struct {
 	// txBatching (link.go, xmitLocked); guarded by mu.
 	txq        []link.Packet
 	txBatching bool
-	bell       *doorbell // the futex doorbell (doorbell.go)
+	// soon are the QPs that direct deliveries of this engine turn made
+	// runnable, run before the turn's batch goes on (loopback.go);
+	// guarded by mu.
+	soon     []*QP
+	soonHead int
+	bell     *doorbell // the futex doorbell (doorbell.go)
 	// bellQPs are the device's QPs that can send, which a doorbell wake
 	// looks at (doorbell.go); guarded by bellMu, which orders after
 	// Device.mu. bellScans counts the QPs wakes have looked at.
@@ -328,24 +348,11 @@ type Device struct {
 	// wireAddr is Config.Addr, the wire's address, when hasWire.
 	wireAddr [4]byte
 	hasWire  bool
-	// wireSelf sends even packets for the device's own GID through the
-	// wire (to its own address) instead of the loopback fast path, with
-	// the GIDs as loopback has them. A test mode: the whole behavioural
-	// suite runs through the RoCEv2 encoding, the kernel and the ICRC
-	// check (-device.wire).
-	wireSelf bool
 	gsi      gsi // QP1, for the CM (gsi.go)
 }
 
 // objects are a device's verbs objects, its key and QPN tables, its event
-// queue and counters, and the mutex that guards them (Device.mu). A device
-// made by New owns its own. A twin (newDevice with the first device's
-// objects, for tests: -device.twin) shares them: it has its own engine,
-// address, sockets and doorbell, and its QPs are its own (receive and the
-// doorbell take only QPs whose dev is the device), but a test's MRs, CQs
-// and SRQs are reachable from both, so that unchanged tests can put the two
-// ends of a connection on two devices and the packets between them cross
-// the kernel as RoCEv2.
+// queue and counters, and the mutex that guards them (Device.mu).
 type objects struct {
 	mu   devMutex
 	pds  table[PD]
@@ -354,45 +361,32 @@ type objects struct {
 	ahs  table[AH]
 	cqs  table[CQ]
 	srqs table[SRQ]
-	qps  map[uint32]*QP // by QPN, of every device sharing the objects
+	qps  map[uint32]*QP // by QPN
 	// keys maps a key's tag (key >> 8) to its MR or MW (keys.go).
 	keys     keyTable
 	nextQPN  uint32
 	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
 	events   eventQueue
 	Counters Counters
-	// devs are the devices sharing the objects, the owner first; guarded
-	// by mu.
-	devs []*Device
-	// Datagrams between the devices sharing the objects (including a
-	// device to its own address), sent and received: Quiesce waits until
-	// they match, as the kernel does not lose them on lo.
-	peerSent, peerRecv atomic.Uint64
 }
 
 // New makes a device and starts its engine.
-func New(cfg Config) (*Device, error) { return newDevice(cfg, nil) }
-
-// newDevice makes a device with its own objects (objs nil) or a twin
-// sharing objs.
-func newDevice(cfg Config, objs *objects) (*Device, error) {
+func New(cfg Config) (*Device, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	if objs == nil {
-		objs = &objects{
-			qps:     map[uint32]*QP{},
-			nextQPN: qpnStart,
-		}
-		objs.keys.init()
-		objs.pds.init()
-		objs.mrs.init()
-		objs.mws.init()
-		objs.ahs.init()
-		objs.cqs.init()
-		objs.srqs.init()
-		objs.events.init()
+	objs := &objects{
+		qps:     map[uint32]*QP{},
+		nextQPN: qpnStart,
 	}
+	objs.keys.init()
+	objs.pds.init()
+	objs.mrs.init()
+	objs.mws.init()
+	objs.ahs.init()
+	objs.cqs.init()
+	objs.srqs.init()
+	objs.events.init()
 	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock}
 	d.pool.dev = d
 	if err := d.newChain(); err != nil {
@@ -402,15 +396,9 @@ func newDevice(cfg Config, objs *objects) (*Device, error) {
 		d.chain.Close()
 		return nil, err
 	}
-	d.mu.Lock()
-	d.devs = append(d.devs, d)
-	d.mu.Unlock()
 	d.engine.start(d)
 	return d, nil
 }
-
-// ownerLocked reports whether d owns its objects (it is not a twin).
-func (d *Device) ownerLocked() bool { return d.devs[0] == d }
 
 // Config returns the effective configuration.
 func (d *Device) Config() Config { return d.cfg }
@@ -424,30 +412,11 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	owner := d.ownerLocked()
-	twins := append([]*Device(nil), d.devs[1:]...)
 	d.mu.Unlock()
-	if owner {
-		// The objects go away with the owner: its twins stop first.
-		for _, t := range twins {
-			t.Close()
-		}
-	}
 	d.stopGSI()
 	d.engine.stop()
 	d.stopDoorbell()
 	d.chain.Close()
-	if !owner {
-		d.mu.Lock()
-		for i, t := range d.devs {
-			if t == d {
-				d.devs = append(d.devs[:i], d.devs[i+1:]...)
-				break
-			}
-		}
-		d.mu.Unlock()
-		return nil
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, q := range d.qps {
@@ -592,57 +561,6 @@ func (d *Device) limits() qp.Limits {
 // isLocalGID reports whether g addresses this device.
 func (d *Device) isLocalGID(g [16]byte) bool { return g == d.cfg.GID }
 
-// table is a handle → object map with handles counted from 1 and never
-// reused while the device lives, so a stale handle cannot reach a new object.
-type table[T any] struct {
-	m    map[uint32]*T
-	next uint32
-}
-
-func (t *table[T]) init() { t.m = map[uint32]*T{}; t.next = 1 }
-
-func (t *table[T]) add(v *T) uint32 {
-	h := t.next
-	t.next++
-	t.m[h] = v
-	return h
-}
-
-func (t *table[T]) get(h uint32) *T { return t.m[h] }
-
-// live is the check every verb on an existing object makes first: x is
-// still the object its handle names (ENOENT once destroyed).
-func (t *table[T]) live(op, kind string, h uint32, x *T) error {
-	if t.m[h] != x {
-		return errf(op, syscall.ENOENT, "%s %d does not exist", kind, h)
-	}
-	return nil
-}
-
-// lookup is the Device's exported lookup of an object by handle.
-func lookup[T any](d *Device, t *table[T], h uint32) *T {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return t.get(h)
-}
-
-// admitLocked is the check every creation makes before it allocates:
-// fewer than limit objects of the kind (n now), and the owner's share
-// (with bytes of registered memory, for an MR).
-func (d *Device) admitLocked(op, kind string, n int, limit uint32, owner Owner, bytes uint64) error {
-	if uint32(n) >= limit {
-		return errf(op, syscall.ENOMEM, "max_%s (%d) reached", kind, limit)
-	}
-	return d.userShareLocked(op, owner, kind, bytes)
-}
-func (t *table[T]) del(h uint32) { delete(t.m, h) }
-func (t *table[T]) len() int     { return len(t.m) }
-func (t *table[T]) each(f func(*T)) {
-	for _, v := range t.m {
-		f(v)
-	}
-}
-
 // Counters are device-wide statistics, readable at any time without locks.
 type Counters struct {
 	// The link's: packets_sent, bytes_sent, no_route, the fault
@@ -674,6 +592,10 @@ type Counters struct {
 	// ForeignPacketsDropped counts packets for a connected QP that came
 	// from a QP other than its peer (also counted in DroppedPackets).
 	ForeignPacketsDropped atomic.Uint64
+	// DirectPackets counts the packets (path-MTU segments) between two
+	// QPs of the device that took the direct path (loopback.go), also
+	// counted in packets_sent and packets_recv.
+	DirectPackets atomic.Uint64
 }
 
 // Counter is one named value.
@@ -724,6 +646,7 @@ func (c *Counters) List() []Counter {
 		{"wire_recv_overruns", c.WireRecvOverruns.Load()},
 		{"capture_drops", c.CaptureDrops.Load()},
 		{"foreign_packets_dropped", c.ForeignPacketsDropped.Load()},
+		{"direct_packets", c.DirectPackets.Load()},
 	}
 }
 
@@ -743,6 +666,5 @@ type Event struct {
 	Owner Owner
 }
 
-func (e Event) String() string {
-	return fmt.Sprintf("event=%s %s=%d", e.Type, e.Kind, e.Handle)
-}
+// String is the event's line in the events file (qp.FormatEvent).
+func (e Event) String() string { return qp.FormatEvent(e.Type, e.Kind, e.Handle) }

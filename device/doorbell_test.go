@@ -58,7 +58,7 @@ func TestSpinThenPark(t *testing.T) {
 	// NEED_WAKEUP clear, so the post rang nothing.
 	waitWC(t, e, acq, sendWC(1, "success", "rdma_write", a, 8))
 	// The turns of WR 1 may all have run on the doorbell's goroutine or
-	// (-device.wire, -device.twin) the wire's receive goroutine, in the
+	// (-device.wire) the wire's receive goroutine, in the
 	// engine's place, and those start no spin: run a on the engine
 	// goroutine, which then watches its SQ (and clears NEED_WAKEUP).
 	e.d.engine.schedule(a)
@@ -187,7 +187,7 @@ func TestFutexDoorbell(t *testing.T) {
 // before the engine gets to parking).
 func waitParked(t testing.TB, e *env, q *QP) {
 	t.Helper()
-	e.d.Quiesce()
+	e.quiesce()
 	deadline := time.Now().Add(10 * time.Second)
 	for !q.sq.NeedWakeup() {
 		if time.Now().After(deadline) {
@@ -218,9 +218,6 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 	n := len(d.bellQPs)
 	d.bellMu.Unlock()
 	want := 2 // a and b
-	if e.twin != nil {
-		want = 1 // b is on the twin
-	}
 	if n != want {
 		t.Fatalf("%d QPs in the doorbell's set, want %d", n, want)
 	}

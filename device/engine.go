@@ -70,9 +70,11 @@ type engine struct {
 	watched  []*QP
 	spinIdle time.Duration
 
-	// ran are the QPs runHeldLocked ran whose SQs do not ask for
-	// doorbells until it rearms them; guarded by Device.mu.
-	ran []*QP
+	// inline says a goroutine other than the engine's runs turns
+	// (runHeldLocked); ran are the QPs it ran whose SQs do not ask for
+	// doorbells until it rearms them. Both guarded by Device.mu.
+	inline bool
+	ran    []*QP
 
 	// now is the clock read once per batch, for the many timestamps a
 	// batch takes (one per ACK); guarded by Device.mu, valid while nowOK.
@@ -219,17 +221,16 @@ const inlineRounds = 4
 // runs, and ask for doorbells again before it returns (rearmLocked).
 func (e *engine) runHeldLocked() {
 	d := e.d
-	ran := e.ran[:0]
+	e.inline = true
 	for round := 0; round < inlineRounds && !d.closed; round++ {
 		e.mu.Lock()
 		if e.running > 0 || len(e.runq) == 0 || e.awake.Load() {
 			e.mu.Unlock()
 			// Nothing (more) to run here: the client may have posted
 			// to a QP run here while its turn sent; then that is next.
-			if !e.rearmLocked(ran) {
+			if !e.rearmLocked() {
 				break
 			}
-			ran = ran[:0]
 			continue
 		}
 		batch := e.take()
@@ -246,16 +247,13 @@ func (e *engine) runHeldLocked() {
 				continue
 			}
 			if !q.destroyed {
-				if len(ran) < maxRearm && !slices.Contains(ran, q) {
-					// While this goroutine runs q, a post needs no
-					// doorbell: rearmLocked looks at the ring before
-					// the goroutine goes back to sleep.
-					q.sq.SetNeedWakeup(false)
-					ran = append(ran, q)
-				}
+				e.ranLocked(q)
 				d.batchTxLocked(true)
 				q.runLocked()
 				d.batchTxLocked(false)
+				// The QPs this turn's direct deliveries fed, as the
+				// engine does (loopback.go).
+				d.runSoonLocked()
 			}
 			yield = d.mu.contended()
 		}
@@ -265,10 +263,25 @@ func (e *engine) runHeldLocked() {
 			break
 		}
 	}
-	e.rearmLocked(ran)
-	clear(ran)
-	e.ran = ran[:0]
+	e.rearmLocked()
+	e.inline = false
 	e.releaseHold()
+}
+
+// ranLocked notes that q is about to run a turn. The engine goroutine
+// watches its SQ from then on (the spin loop); a goroutine running turns
+// in its place (runHeldLocked) lets the client post to it without a
+// doorbell until it rearms the SQ before it returns (rearmLocked), and
+// keeps it off the spin list. Device.mu held.
+func (e *engine) ranLocked(q *QP) {
+	if !e.inline {
+		e.watch(q)
+		return
+	}
+	if len(e.ran) < maxRearm && !slices.Contains(e.ran, q) {
+		q.sq.SetNeedWakeup(false)
+		e.ran = append(e.ran, q)
+	}
 }
 
 // maxRearm bounds the QPs one runHeldLocked lets post without a doorbell
@@ -283,9 +296,9 @@ const maxRearm = 16
 // scheduled any. A ping-pong's answer is posted while the turn that
 // completed the request still sends its acknowledgement, and is found
 // here, without the doorbell's wake-up. Device.mu held.
-func (e *engine) rearmLocked(ran []*QP) bool {
+func (e *engine) rearmLocked() bool {
 	found := false
-	for _, q := range ran {
+	for _, q := range e.ran {
 		if q.destroyed {
 			continue
 		}
@@ -295,6 +308,8 @@ func (e *engine) rearmLocked(ran []*QP) bool {
 			found = true
 		}
 	}
+	clear(e.ran)
+	e.ran = e.ran[:0]
 	return found
 }
 
@@ -373,6 +388,7 @@ func (e *engine) runBatches() {
 				q.runLocked()
 				d.batchTxLocked(false)
 				e.watch(q)
+				d.runSoonLocked()
 			}
 			if d.mu.contended() || time.Since(held) > maxHold {
 				// Someone waits for the device (a verb, a timer, the
@@ -525,27 +541,13 @@ func (e *engine) idle() bool {
 	return e.running == 0 && len(e.runq) == 0 && e.held.Load() == 0
 }
 
-// Quiesce waits until the engine has nothing left to do: every packet in
-// flight delivered, every completion written. Pending timers (RNR, retry)
-// do not count; advance the clock to fire them. For tests and tools.
-//
-// With twins (devices sharing the objects), every one of them must be idle.
-// Datagrams between them, or from a device to its own address (the
-// wireSelf test mode), count as in flight until they are received; packets
-// to other devices do not.
+// Quiesce waits until the engine has nothing left to do: every packet
+// between the device's own QPs delivered, every completion written.
+// Pending timers (RNR, retry) do not count; advance the clock to fire
+// them. Datagrams on the wire do not either: only the peer knows when it
+// has them. For tests and tools.
 func (d *Device) Quiesce() {
-	for {
-		sent, recv := d.peerSent.Load(), d.peerRecv.Load()
-		d.mu.Lock()
-		devs := append([]*Device(nil), d.devs...)
-		d.mu.Unlock()
-		idle := true
-		for _, t := range devs {
-			idle = idle && t.engine.idle()
-		}
-		if sent == recv && idle && d.peerRecv.Load() == recv && d.peerSent.Load() == sent {
-			return
-		}
+	for !d.engine.idle() {
 		runtime.Gosched()
 	}
 }

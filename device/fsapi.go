@@ -13,14 +13,10 @@ import (
 // into p, as pread(2) would: io.EOF at or past the end, a short count at the
 // end. After Dereg it fails with ENOENT.
 func (mr *MR) ReadAt(p []byte, off int64) (int, error) {
-	d := mr.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.mrs.get(mr.Handle) != mr || mr.mem == nil {
-		return 0, errf("read_mr", syscall.ENOENT, "mr %d was deregistered", mr.Handle)
-	}
-	if off < 0 {
-		return 0, errf("read_mr", syscall.EINVAL, "negative offset %d", off)
+	mr.dev.mu.Lock()
+	defer mr.dev.mu.Unlock()
+	if err := mr.fileLocked("read_mr", off); err != nil {
+		return 0, err
 	}
 	if uint64(off) >= mr.Length {
 		return 0, io.EOF
@@ -32,14 +28,10 @@ func (mr *MR) ReadAt(p []byte, off int64) (int, error) {
 // of fixed size would: a short count at the end, ENOSPC for a write that
 // starts at or past it. After Dereg it fails with ENOENT.
 func (mr *MR) WriteAt(p []byte, off int64) (int, error) {
-	d := mr.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.mrs.get(mr.Handle) != mr || mr.mem == nil {
-		return 0, errf("write_mr", syscall.ENOENT, "mr %d was deregistered", mr.Handle)
-	}
-	if off < 0 {
-		return 0, errf("write_mr", syscall.EINVAL, "negative offset %d", off)
+	mr.dev.mu.Lock()
+	defer mr.dev.mu.Unlock()
+	if err := mr.fileLocked("write_mr", off); err != nil {
+		return 0, err
 	}
 	if len(p) == 0 {
 		return 0, nil
@@ -48,6 +40,18 @@ func (mr *MR) WriteAt(p []byte, off int64) (int, error) {
 		return 0, errf("write_mr", syscall.ENOSPC, "offset %d is past the end of mr %d (%d bytes)", off, mr.Handle, mr.Length)
 	}
 	return copy(mr.mem[off:], p), nil
+}
+
+// fileLocked is the check both accessors make first: the MR is still
+// registered and off is not negative.
+func (mr *MR) fileLocked(op string, off int64) error {
+	if mr.dev.mrs.get(mr.Handle) != mr || mr.mem == nil {
+		return errf(op, syscall.ENOENT, "mr %d was deregistered", mr.Handle)
+	}
+	if off < 0 {
+		return errf(op, syscall.EINVAL, "negative offset %d", off)
+	}
+	return nil
 }
 
 // Attr is what cat cq/H/attr shows: the capacity (which Resize changes)

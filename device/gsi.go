@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
 
 // The GSI: QP1, the management QP that the connection manager (package cm)
@@ -125,7 +126,7 @@ func (d *Device) gsiReceiveLocked(p *packet) {
 	g := &d.gsi
 	defer d.pool.put(p)
 	switch {
-	case p.opcode != transUD|opSendOnly:
+	case p.opcode != roce.TransportUD|roce.OpSendOnly:
 		g.droppedOpcode.Add(1)
 		d.Counters.DroppedPackets.Add(1)
 		return
@@ -168,7 +169,7 @@ func (d *Device) SendMAD(dgid [16]byte, mad [MADBytes]byte) error {
 		return errf("send_mad", syscall.ENODEV, "device is closed")
 	}
 	p := d.pool.get()
-	p.opcode = transUD | opSendOnly
+	p.opcode = roce.TransportUD | roce.OpSendOnly
 	p.sgid, p.dgid = d.cfg.GID, dgid
 	p.srcQPN, p.destQPN = GSIQPN, GSIQPN
 	p.qkey, p.srcQP = GSIQKey, GSIQPN

@@ -70,7 +70,7 @@ func TestGSIReceiveRules(t *testing.T) {
 	ch := make(chan GSIMessage, gsiQueueLen+10)
 	block := make(chan struct{})
 	d.SetGSI(func(m GSIMessage) { <-block; ch <- m })
-	inject := func(opcode uint8, qkey uint32, n int) {
+	inject := func(opcode roce.Opcode, qkey uint32, n int) {
 		d.mu.Lock()
 		p := d.pool.get()
 		p.opcode, p.qkey, p.destQPN, p.srcQP = opcode, qkey, GSIQPN, 5
@@ -79,11 +79,11 @@ func TestGSIReceiveRules(t *testing.T) {
 		d.receiveLocked(p)
 		d.mu.Unlock()
 	}
-	inject(transUD|opSendOnly, GSIQKey, 255)
-	inject(transUD|opSendOnly, GSIQKey, 257)
-	inject(transUD|opSendOnly, 0x1234, 256)
-	inject(transRC|opSendOnly, GSIQKey, 256)
-	inject(transUD|opSendOnlyImm, GSIQKey, 256)
+	inject(roce.TransportUD|roce.OpSendOnly, GSIQKey, 255)
+	inject(roce.TransportUD|roce.OpSendOnly, GSIQKey, 257)
+	inject(roce.TransportUD|roce.OpSendOnly, 0x1234, 256)
+	inject(roce.TransportRC|roce.OpSendOnly, GSIQKey, 256)
+	inject(roce.TransportUD|roce.OpSendOnlyImm, GSIQKey, 256)
 	for name, want := range map[string]uint64{"gsi_dropped_size": 2, "gsi_dropped_qkey": 1, "gsi_dropped_opcode": 2, "gsi_recv": 0} {
 		if got := gsiCounter(d, name); got != want {
 			t.Errorf("%s=%d want %d", name, got, want)
@@ -92,7 +92,7 @@ func TestGSIReceiveRules(t *testing.T) {
 	// A handler that does not keep up: the queue holds gsiQueueLen (and
 	// the one the handler holds), the rest are dropped and counted.
 	for range gsiQueueLen + 10 {
-		inject(transUD|opSendOnly, GSIQKey, 256)
+		inject(roce.TransportUD|roce.OpSendOnly, GSIQKey, 256)
 	}
 	if full := gsiCounter(d, "gsi_dropped_full"); full < 9 || full > 10 {
 		t.Errorf("gsi_dropped_full=%d want 9 or 10", full)

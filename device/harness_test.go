@@ -3,7 +3,6 @@ package device
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,36 +13,26 @@ import (
 	"time"
 
 	"rdmafs/clock"
+	"rdmafs/link"
 	"rdmafs/qp"
 )
 
-// env is one device with a fake clock, one PD and one CQ per side. With
-// -device.twin it is two devices (d and twin) sharing their objects, and
-// every other QP env.qp makes lives on the twin.
+// env is one device with a fake clock and one PD. With -device.wire the
+// device has an address of its own and every packet between its QPs goes
+// through the RoCEv2 wire to that address (selfWire).
 type env struct {
 	t    testing.TB
 	d    *Device
-	twin *Device
-	nqp  int // QPs made by env.qp, to alternate the devices
 	clk  *clock.Fake
 	pd   *PD
+	wire bool // packets go through the wire to the device's own address
 }
 
 // devs are the env's devices.
-func (e *env) devs() []*Device {
-	if e.twin != nil {
-		return []*Device{e.d, e.twin}
-	}
-	return []*Device{e.d}
-}
+func (e *env) devs() []*Device { return []*Device{e.d} }
 
-// devOf is the device a QPN lives on (e.d when there is no such QP).
-func (e *env) devOf(qpn uint32) *Device {
-	if q := e.d.QP(qpn); q != nil {
-		return q.dev
-	}
-	return e.d
-}
+// devOf is the device a QPN lives on.
+func (e *env) devOf(qpn uint32) *Device { return e.d }
 
 // gidOf is the GID of the device a QPN lives on.
 func (e *env) gidOf(qpn uint32) [16]byte { return e.devOf(qpn).Port().GID }
@@ -58,44 +47,33 @@ func (e *env) setFaults(f Faults) {
 	}
 }
 
+// newEnv makes an env, through the wire if -device.wire says so; the
+// direct path between the device's QPs unless -device.packets says no.
 func newEnv(t testing.TB, mod ...func(*Config)) *env {
 	t.Helper()
-	return newEnvTwin(t, *twinFlag, mod...)
+	return newEnvOn(t, *wireFlag, mod...)
 }
 
-// newEnvTwin is newEnv with two devices or one, whatever -device.twin says.
-func newEnvTwin(t testing.TB, twin bool, mod ...func(*Config)) *env {
+// newEnvOn is newEnv with the packets through the wire or not, whatever
+// -device.wire says.
+func newEnvOn(t testing.TB, wire bool, mod ...func(*Config)) *env {
 	t.Helper()
 	goroutineLeakCheck(t)
 	clk := clock.NewFake()
-	cfg := Config{Clock: clk}
+	cfg := Config{Clock: clk, PacketLoopback: *packetsFlag}
 	for _, m := range mod {
 		m(&cfg)
 	}
-	twin = twin && !cfg.Addr.IsValid()
-	wire := (*wireFlag || twin) && !cfg.Addr.IsValid()
-	cfgB := cfg
-	d, err := newOnLoopback(cfg, wire, nil)
+	wire = wire && !cfg.Addr.IsValid()
+	d, err := newOnLoopback(cfg, wire)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close() }) // closes the twin too
-	e := &env{t: t, d: d, clk: clk}
-	if twin {
-		e.twin, err = newOnLoopback(cfgB, true, d.objects)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if wire && !twin {
-		// The GID stays the default link-local one, so that everything
-		// but the path of the packets is as on loopback.
+	t.Cleanup(func() { d.Close() })
+	e := &env{t: t, d: d, clk: clk, wire: wire}
+	if wire {
 		d.mu.Lock()
-		var g [16]byte
-		g[0], g[1] = 0xfe, 0x80
-		binary.BigEndian.PutUint64(g[8:], d.cfg.NodeGUID)
-		d.cfg.GID = g
-		d.wireSelf = true
+		d.link = selfWire{d, d.link}
 		d.mu.Unlock()
 	}
 	e.pd, err = d.AllocPD(0)
@@ -105,32 +83,84 @@ func newEnvTwin(t testing.TB, twin bool, mod ...func(*Config)) *env {
 	return e
 }
 
-// newOnLoopback makes a device (a twin sharing objs, if not nil), on a
-// random 127/8 address when wire is set.
-func newOnLoopback(cfg Config, wire bool, objs *objects) (*Device, error) {
+// newOnLoopback makes a device, on a random 127/8 address when wire is
+// set.
+func newOnLoopback(cfg Config, wire bool) (*Device, error) {
 	if wire {
 		cfg.Addr = randomLoopback()
 	}
-	d, err := newDevice(cfg, objs)
+	d, err := New(cfg)
 	for try := 0; wire && errors.Is(err, syscall.EADDRINUSE) && try < 20; try++ {
 		cfg.Addr = randomLoopback()
-		d, err = newDevice(cfg, objs)
+		d, err = New(cfg)
 	}
 	return d, err
 }
 
+// selfWire stands in front of a device's link in the -device.wire mode:
+// the packets between the device's own QPs go on the wire to its own
+// address instead of loopback, through its fault injector, capture,
+// raw socket, the kernel and the ICRC check, and come back as datagrams.
+type selfWire struct {
+	d    *Device
+	next link.Endpoint
+}
+
+func (s selfWire) WritePackets(pkts []link.Packet) {
+	for _, lp := range pkts {
+		wireToSelf(s.d, lp.(*packet))
+	}
+	s.next.WritePackets(pkts)
+}
+
+func (s selfWire) Attach(d link.Dispatcher) { s.next.Attach(d) }
+func (s selfWire) Close()                   { s.next.Close() }
+
+// wireToSelf routes a packet for the device's own GID to its address on
+// the wire, if the device has one.
+func wireToSelf(d *Device, p *packet) {
+	if p.route == link.Local && d.hasWire {
+		p.route, p.hop = link.Wire, d.wireAddr
+	}
+}
+
+// quiesce is Device.Quiesce that, when the packets go through the wire,
+// also waits for the datagrams in flight: every datagram the wire sent
+// (to the device's own address: nothing else is on it) is then delivered
+// (packets_recv) or was dropped on receipt.
+func (e *env) quiesce() {
+	e.d.Quiesce()
+	if !e.wire {
+		return
+	}
+	// Read under Device.mu, which a delivery holds from counting the
+	// packet until its QP is scheduled.
+	c := &e.d.Counters
+	count := func() [3]uint64 {
+		e.d.mu.Lock()
+		defer e.d.mu.Unlock()
+		return [3]uint64{c.WirePacketsSent.Load(), c.PacketsRecv.Load(), c.ICRCErrors.Load() + c.MalformedPackets.Load()}
+	}
+	for {
+		n := count()
+		e.d.Quiesce()
+		if n[0] == n[1]+n[2] && count() == n {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
 // -device.wire runs every single-device test with the packets between its
 // QPs sent through the RoCEv2 wire to the device's own address (a random
-// 127/8 address, raw sockets, ICRC), not the loopback fast path: the whole
-// behavioural suite across the wire.
-var wireFlag = flag.Bool("device.wire", false, "send loopback packets through the RoCEv2 wire (needs CAP_NET_RAW)")
+// 127/8 address, raw sockets, ICRC), not loopback: the whole behavioural
+// suite across the wire.
+var wireFlag = flag.Bool("device.wire", false, "send the packets between a device's QPs through the RoCEv2 wire to its own address (needs CAP_NET_RAW)")
 
-// -device.twin runs every single-device test on two devices: each on its
-// own 127/8 address with its own engine, raw socket and doorbell, sharing
-// their object tables (device.go, objects) so that a test's MRs, CQs and
-// SRQs serve QPs on either. env.qp puts every other QP on the second
-// device, so the two ends of each pair talk RoCEv2 through the kernel.
-var twinFlag = flag.Bool("device.twin", false, "put every other QP on a second device, across the RoCEv2 wire (needs CAP_NET_RAW)")
+// -device.packets runs every single-device test with the packets between
+// its QPs going through the link chain, as when a capture is open, not
+// the direct path (loopback.go): the behavioural suite on both.
+var packetsFlag = flag.Bool("device.packets", false, "send packets between a device's own QPs through the link chain, not the direct path")
 
 // goroutineLeakCheck fails the test if it leaves goroutines behind
 // (wireguard-go's check).
@@ -189,12 +219,7 @@ func (e *env) qp(o qpOpts) *QP {
 	if o.srq != nil {
 		req.SRQ = o.srq.Handle
 	}
-	dev := e.d
-	if e.twin != nil && e.nqp%2 == 1 {
-		dev = e.twin
-	}
-	e.nqp++
-	q, err := dev.CreateQP(0, req)
+	q, err := e.d.CreateQP(0, req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -285,7 +310,7 @@ func (e *env) postRecv(q *QP, lines ...string) {
 // poll waits for the engine to settle and returns every completion as text.
 func (e *env) poll(cq *CQ) []string {
 	e.t.Helper()
-	e.d.Quiesce()
+	e.quiesce()
 	wcs, err := cq.Poll(1 << 20)
 	if err != nil {
 		e.t.Fatal(err)
@@ -308,7 +333,7 @@ func (e *env) expect(cq *CQ, want ...string) {
 
 func (e *env) state(q *QP, want qp.State) {
 	e.t.Helper()
-	e.d.Quiesce()
+	e.quiesce()
 	if got := q.State(); got != want {
 		e.t.Fatalf("qp %d state %v, want %v", q.QPN, got, want)
 	}
@@ -432,7 +457,7 @@ func (e *env) pairX(t qp.Type, overA, overB string) (a, b *QP, acq, bcq *CQ) {
 // expectEvents checks the async events raised since the last call.
 func (e *env) expectEvents(want ...string) {
 	e.t.Helper()
-	e.d.Quiesce()
+	e.quiesce()
 	got := e.events()
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		e.t.Fatalf("events:\n got: %s\nwant: %s", strings.Join(got, "\n      "), strings.Join(want, "\n      "))
@@ -496,7 +521,7 @@ func (e *env) trySend(q *QP, line string) error {
 	return err
 }
 
-func (e *env) qpCounters(q *QP) QPCounters { e.d.Quiesce(); return q.CountersSnapshot() }
+func (e *env) qpCounters(q *QP) QPCounters { e.quiesce(); return q.CountersSnapshot() }
 
 func (e *env) healthy(qps ...*QP) {
 	e.t.Helper()

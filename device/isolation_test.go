@@ -48,7 +48,7 @@ func (e *env) intruder(victim *QP) *intruder {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.d.Quiesce()
+	e.quiesce()
 	victim.dev.mu.Lock()
 	psn := victim.resp.psn
 	victim.dev.mu.Unlock()
@@ -80,7 +80,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 			b.dev.mu.Lock()
 			collides := b.peerPortLocked(udpSourcePort(x.q.QPN))
 			b.dev.mu.Unlock()
-			if (*wireFlag || *twinFlag) && collides {
+			if (*wireFlag) && collides {
 				// Across the wire the sender is known by its UDP source
 				// port alone, a 14-bit hash: the intruder's is one the
 				// victim takes from its peer.
@@ -95,7 +95,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 			if typ == qp.TypeRC {
 				e.postSend(x.q, fmt.Sprintf("opcode=rdma_read wr_id=3 send_flags=signaled sge=%d:4096:4096 remote_addr=0 rkey=%d", x.buf.LKey, dst.RKey))
 			}
-			e.d.Quiesce()
+			e.quiesce()
 			sameBytes(t, dst.Mem(), secret)
 			after := e.qpCounters(b)
 			if after.ForeignDropped == 0 || after.ForeignDropped-before.ForeignDropped != after.ForeignDropped {
@@ -113,7 +113,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 				// Nobody answers the intruder: it retries and gives up, and
 				// its READ brought back none of the victim's bytes.
 				e.clk.Advance(qp.AckTimeout(8))
-				e.d.Quiesce()
+				e.quiesce()
 				e.clk.Advance(qp.AckTimeout(8))
 				got := e.poll(x.cq)
 				if len(got) == 0 || !strings.Contains(got[0], "status=retry_exc_err") {
@@ -134,7 +134,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 			sameBytes(t, dst.Mem()[:500], secret[:500])
 			sameBytes(t, dst.Mem()[2500:], secret[2500:])
 			e.healthy(a, b)
-			e.d.Quiesce()
+			e.quiesce()
 		})
 	}
 }
@@ -144,7 +144,7 @@ func TestForeignQPCannotReachConnectedQP(t *testing.T) {
 // build it, with the PSN of the requester's outstanding WRITE) does not
 // complete that WRITE; the peer's real ACK does.
 func TestForeignQPCannotAnswerForPeer(t *testing.T) {
-	if *wireFlag || *twinFlag {
+	if *wireFlag {
 		t.Skip("a loopback test: the packet is handed to loopback as the intruder's")
 	}
 	e := newEnv(t)
@@ -160,11 +160,11 @@ func TestForeignQPCannotAnswerForPeer(t *testing.T) {
 	})
 	e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
 	x := e.intruder(a)
-	e.d.Quiesce()
+	e.quiesce()
 	d := x.q.dev
 	d.mu.Lock()
 	ack := d.pool.get()
-	ack.opcode = transRC | opAcknowledge
+	ack.opcode = roce.TransportRC | roce.OpAcknowledge
 	ack.psn = a.req.psn.Add(^uint32(0))
 	ack.syndrome = 0x1F
 	ack.sgid, ack.dgid = d.cfg.GID, a.attr.AH.DGID
@@ -210,7 +210,7 @@ func TestKeysUnpredictable(t *testing.T) {
 		}
 		return len(seen)
 	}
-	e1, e2 := newEnvTwin(t, false), newEnvTwin(t, false)
+	e1, e2 := newEnvOn(t, false), newEnvOn(t, false)
 	mrs1, mws1, handles := keysOf(e1)
 	mrs2, mws2, _ := keysOf(e2)
 	all := map[uint32]bool{}
@@ -244,7 +244,7 @@ func TestKeysUnpredictable(t *testing.T) {
 // after a deregistration hand out 5000 new keys, none of them the old
 // one, and the old key resolves to nothing (lkey and rkey alike).
 func TestStaleKeyNeverResolves(t *testing.T) {
-	e := newEnvTwin(t, false)
+	e := newEnvOn(t, false)
 	d := e.d
 	cq := e.cq(4)
 	q := e.qp(qpOpts{scq: cq, rcq: cq})
@@ -351,7 +351,7 @@ func TestWireForeignSourcePortDropped(t *testing.T) {
 	eb.d.mu.Lock()
 	psn := b.resp.psn
 	eb.d.mu.Unlock()
-	write := roce.Packet{Opcode: roce.Opcode(transRC | opWriteOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: uint32(psn),
+	write := roce.Packet{Opcode: roce.Opcode(roce.TransportRC | roce.OpWriteOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: uint32(psn),
 		VA: 0, RKey: dst.RKey, DMALen: 16, Payload: []byte("forged forged!!!")}
 	peer := ea.d.Config().Addr
 	port := udpSourcePort(a.QPN)
@@ -403,7 +403,7 @@ func TestWireAnySourcePort(t *testing.T) {
 	psn := b.resp.psn
 	eb.d.mu.Unlock()
 	f := newForger(t, &net.UDPAddr{IP: ea.d.Config().Addr.AsSlice(), Port: int(udpSourcePort(a.QPN) ^ 0x155)})
-	f.send(eb.d, roce.Packet{Opcode: roce.Opcode(transRC | opWriteOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: uint32(psn),
+	f.send(eb.d, roce.Packet{Opcode: roce.Opcode(roce.TransportRC | roce.OpWriteOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: uint32(psn),
 		RKey: dst.RKey, DMALen: 4, Payload: []byte("peer")})
 	wireSettle(t, envs...)
 	if string(dst.Mem()[:4]) != "peer" || b.CountersSnapshot().ForeignDropped != 0 {

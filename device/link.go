@@ -75,7 +75,9 @@ func (d *Device) flushTxLocked() {
 	// Taken from d while the chain has it: a delivery may make the device
 	// send again (not today), which must not write into this batch.
 	d.txq = nil
-	d.link.WritePackets(q)
+	if rest := d.directTxLocked(q); len(rest) > 0 {
+		d.link.WritePackets(rest)
+	}
 	clear(q)
 	if d.txq == nil {
 		d.txq = q[:0]
@@ -92,12 +94,9 @@ func (d *Device) batchTxLocked(on bool) {
 }
 
 // routeLocked is the device's routing table: loopback for its own GID, the
-// wire for other IPv4-mapped GIDs, no route otherwise. In the wireSelf
-// test mode its own GID goes through the wire to its own address.
+// wire for other IPv4-mapped GIDs, no route otherwise.
 func (d *Device) routeLocked(p *packet) {
 	switch {
-	case d.isLocalGID(p.dgid) && d.wireSelf:
-		p.route, p.hop = link.Wire, d.wireAddr
 	case d.isLocalGID(p.dgid):
 		p.route = link.Local
 	case d.hasWire && isV4Mapped(p.dgid):
@@ -131,15 +130,8 @@ func (p *packet) Clone() link.Packet {
 // Hold implements link.Packet.
 func (p *packet) Hold() { p.own() }
 
-// Done implements link.Packet. A datagram between devices sharing their
-// objects counts as in flight until the other end has it (Quiesce).
-func (p *packet) Done(sent bool) {
-	d := p.dev
-	if sent && p.route == link.Wire && d.peerAddrLocked(p.hop) {
-		d.peerSent.Add(1)
-	}
-	d.pool.put(p)
-}
+// Done implements link.Packet.
+func (p *packet) Done(sent bool) { p.dev.pool.put(p) }
 
 // dispatcher is the device as the chain's link.Dispatcher.
 type dispatcher Device
@@ -184,16 +176,10 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 		p.srcPort = dg.SrcPort
 		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Src))
 		p.dgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Dst))
-		self := dg.Src == d.wireAddr
-		if self && d.wireSelf {
-			p.sgid, p.dgid = d.cfg.GID, d.cfg.GID
-		} else if p.opcode&transMask == transUD {
+		if p.opcode&roce.TransportMask == roce.TransportUD {
 			p.ipHdr, p.hasIPHdr = [20]byte(dg.Raw[:20]), true
 		}
 		q := d.receiveLocked(p)
-		if self || d.peerAddrLocked(dg.Src) {
-			d.peerRecv.Add(1)
-		}
 		if q != nil && q.queuedLocked() >= wireHighWater {
 			full = q
 		}
@@ -212,25 +198,13 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 // queue's cap, which for UC would lose whole messages.
 const wireHighWater = maxQueuedPackets / 2
 
-// peerAddrLocked reports whether a is the address of a device sharing d's
-// objects (d itself included): a datagram between them is counted in flight
-// until it arrives (Quiesce).
-func (d *Device) peerAddrLocked(a [4]byte) bool {
-	for _, t := range d.devs {
-		if t.hasWire && t.wireAddr == a {
-			return true
-		}
-	}
-	return false
-}
-
 // udpSourcePort is the UDP source port of q's packets (link.SourcePort).
 func udpSourcePort(qpn uint32) uint16 { return link.SourcePort(qpn) }
 
 // toWire fills rp with p's wire fields.
 func (p *packet) toWire(rp *roce.Packet) {
 	*rp = roce.Packet{
-		Opcode: roce.Opcode(p.opcode), SE: p.se, PKey: 0xFFFF, DestQP: p.destQPN & roce.QPNMask,
+		Opcode: p.opcode, SE: p.se, PKey: 0xFFFF, DestQP: p.destQPN & roce.QPNMask,
 		AckReq: p.ackReq, PSN: uint32(p.psn) & roce.PSNMask,
 		VA: p.va, RKey: p.rkey, DMALen: p.dlen, SwapAdd: p.swapAdd, Compare: p.compare,
 		Syndrome: p.syndrome, MSN: p.msn & roce.MSNMask, OrigData: p.orig,
@@ -242,7 +216,7 @@ func (p *packet) toWire(rp *roce.Packet) {
 // fromWire fills p (fresh from the pool) from a parsed packet; the payload
 // is copied into p's own storage.
 func (p *packet) fromWire(rp *roce.Packet) {
-	p.opcode = uint8(rp.Opcode)
+	p.opcode = rp.Opcode
 	p.se, p.ackReq = rp.SE, rp.AckReq
 	p.destQPN, p.psn = rp.DestQP, qp.PSN(rp.PSN)
 	p.va, p.rkey, p.dlen = rp.VA, rp.RKey, rp.DMALen

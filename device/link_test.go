@@ -8,12 +8,12 @@ import (
 
 	"rdmafs/link"
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
 
 // testLink stands between the transport and the device's link (in front
 // of the chain's capture and route, in place of its fault injector) so a
 // test can lose, hold and later deliver packets, as a real network would.
-// With twins it stands before each of them (devLink), with one filter.
 type testLink struct {
 	filter func(p *packet) linkAction // under Device.mu
 	held   []heldPacket
@@ -67,6 +67,9 @@ func (devLink) Close()                 {}
 // (or a test's link in its place): capture and route.
 func injectLocked(d *Device, p *packet) {
 	d.routeLocked(p)
+	if *wireFlag {
+		wireToSelf(d, p)
+	}
 	d.chain.Capture.WritePackets([]link.Packet{p})
 }
 
@@ -82,7 +85,7 @@ func (e *env) link(filter func(p *packet) linkAction) *testLink {
 
 // release delivers the first n held packets (all if n < 0).
 func (e *env) release(l *testLink, n int) {
-	e.d.Quiesce()
+	e.quiesce()
 	e.d.mu.Lock()
 	if n < 0 || n > len(l.held) {
 		n = len(l.held)
@@ -110,10 +113,10 @@ func once(k int, match func(p *packet) bool, act linkAction) func(*packet) linkA
 	}
 }
 
-func isOp(ops ...uint8) func(p *packet) bool {
+func isOp(ops ...roce.Opcode) func(p *packet) bool {
 	return func(p *packet) bool {
 		for _, o := range ops {
-			if p.opcode&opMask == o {
+			if p.opcode&roce.OpMask == o {
 				return true
 			}
 		}
@@ -127,7 +130,7 @@ func TestRCLostPacketSeqNak(t *testing.T) {
 	src, dst := e.mr(8192, 0), e.mr(8192, qp.AccessLocalWrite)
 	fill(src.Mem(), 3)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:8192", dst.LKey))
-	e.link(once(1, isOp(opSendMiddle), drop))
+	e.link(once(1, isOp(roce.OpSendMiddle), drop))
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey))
 	e.expect(acq, sendWC(1, "success", "send", a, 3000))
 	e.expect(bcq, recvWC(9, "success", "recv", b, 3000, a, ""))
@@ -146,18 +149,18 @@ func TestRCLostAckTimeout(t *testing.T) {
 	src, dst := e.mr(8192, 0), e.mr(8192, qp.AccessLocalWrite|qp.AccessRemoteWrite)
 	fill(src.Mem(), 4)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:8192", dst.LKey))
-	e.link(once(1, isOp(opAcknowledge), drop))
+	e.link(once(1, isOp(roce.OpAcknowledge), drop))
 	// One at a time, so that each is acknowledged on its own (requests
 	// that arrive together share one ACK: TestRCAcksCoalesced).
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:100", src.LKey))
-	e.d.Quiesce()
+	e.quiesce()
 	e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:2000 remote_addr=4096 rkey=%d", src.LKey, dst.RKey))
 	// The WRITE's ACK covers the SEND too (cumulative acknowledgement).
 	e.expect(acq, sendWC(1, "success", "send", a, 100), sendWC(2, "success", "rdma_write", a, 2000))
 	e.expect(bcq, recvWC(9, "success", "recv", b, 100, a, ""))
 
 	e.postRecv(b, fmt.Sprintf("wr_id=10 sge=%d:0:8192", dst.LKey))
-	e.link(once(1, isOp(opAcknowledge), drop))
+	e.link(once(1, isOp(roce.OpAcknowledge), drop))
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=3 send_flags=signaled sge=%d:0:100", src.LKey))
 	e.expect(acq)
 	e.expect(bcq, recvWC(10, "success", "recv", b, 100, a, ""))
@@ -177,7 +180,7 @@ func TestRCLostReadResponse(t *testing.T) {
 	a, b, acq, bcq := e.pair(qp.TypeRC)
 	local, remote := e.mr(16384, qp.AccessLocalWrite), e.mr(16384, rwAccess)
 	fill(remote.Mem(), 5)
-	e.link(once(2, isOp(opReadResponseMiddle), drop))
+	e.link(once(2, isOp(roce.OpReadResponseMiddle), drop))
 	e.postSend(a, fmt.Sprintf("opcode=rdma_read wr_id=1 send_flags=signaled sge=%d:0:6000 remote_addr=100 rkey=%d", local.LKey, remote.RKey))
 	e.expect(acq)
 	e.clk.Advance(qp.AckTimeout(14))
@@ -200,7 +203,7 @@ func TestRCLostAtomicAckNotExecutedTwice(t *testing.T) {
 	a, b, acq, _ := e.pair(qp.TypeRC)
 	local, remote := e.mr(64, qp.AccessLocalWrite), e.mr(64, rwAccess)
 	binary.LittleEndian.PutUint64(remote.Mem(), 10)
-	e.link(once(1, isOp(opAtomicAcknowledge), drop))
+	e.link(once(1, isOp(roce.OpAtomicAcknowledge), drop))
 	e.postSend(a, fmt.Sprintf("opcode=atomic_fetch_and_add wr_id=1 send_flags=signaled sge=%d:0:8 remote_addr=0 rkey=%d compare_add=5", local.LKey, remote.RKey))
 	e.expect(acq)
 	e.clk.Advance(qp.AckTimeout(14))
@@ -225,14 +228,14 @@ func TestRCRetryTimerRestartsOnProgress(t *testing.T) {
 	buf := e.mr(64, qp.AccessLocalWrite)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:64", buf.LKey), fmt.Sprintf("wr_id=10 sge=%d:0:64", buf.LKey))
 	l := e.link(func(p *packet) linkAction {
-		if p.opcode&opMask == opAcknowledge {
+		if p.opcode&roce.OpMask == roce.OpAcknowledge {
 			return hold
 		}
 		return deliver
 	})
 	// One at a time, so that each has an ACK of its own.
 	e.postSend(a, "opcode=send wr_id=1 send_flags=signaled")
-	e.d.Quiesce()
+	e.quiesce()
 	e.postSend(a, "opcode=send wr_id=2 send_flags=signaled")
 	e.expect(bcq, recvWC(9, "success", "recv", b, 0, a, ""), recvWC(10, "success", "recv", b, 0, a, ""))
 	to := qp.AckTimeout(14)
@@ -241,14 +244,14 @@ func TestRCRetryTimerRestartsOnProgress(t *testing.T) {
 	e.release(l, 1)
 	e.expect(acq, sendWC(1, "success", "send", a, 0))
 	e.clk.Advance(step)
-	e.d.Quiesce()
+	e.quiesce()
 	if c := e.qpCounters(a); c.RetryTimeouts != 0 {
 		t.Fatalf("timed out %d times although an ACK came %v ago", c.RetryTimeouts, step)
 	}
 	e.release(l, -1)
 	e.expect(acq, sendWC(2, "success", "send", a, 0))
 	e.clk.Advance(10 * to)
-	e.d.Quiesce()
+	e.quiesce()
 	if c := e.qpCounters(a); c.RetryTimeouts != 0 {
 		t.Fatalf("timed out %d times with nothing outstanding", c.RetryTimeouts)
 	}
@@ -262,7 +265,7 @@ func TestRCLateDuplicateResponses(t *testing.T) {
 	a, b, acq, _ := e.pair(qp.TypeRC)
 	local, remote := e.mr(8192, qp.AccessLocalWrite), e.mr(8192, rwAccess)
 	fill(remote.Mem(), 8)
-	l := e.link(once(1, isOp(opReadResponseOnly), hold))
+	l := e.link(once(1, isOp(roce.OpReadResponseOnly), hold))
 	e.postSend(a, fmt.Sprintf("opcode=rdma_read wr_id=1 send_flags=signaled sge=%d:0:500 remote_addr=0 rkey=%d", local.LKey, remote.RKey))
 	e.expect(acq)
 	e.clk.Advance(qp.AckTimeout(14))
@@ -285,7 +288,7 @@ func TestRCLostReadResponseLaterAck(t *testing.T) {
 	local, remote := e.mr(8192, qp.AccessLocalWrite), e.mr(8192, rwAccess)
 	fill(remote.Mem(), 16)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:64", local.LKey))
-	e.link(once(1, isOp(opReadResponseOnly), drop))
+	e.link(once(1, isOp(roce.OpReadResponseOnly), drop))
 	e.postSend(a,
 		fmt.Sprintf("opcode=rdma_read wr_id=1 send_flags=signaled sge=%d:100:200 remote_addr=0 rkey=%d", local.LKey, remote.RKey),
 		"opcode=send wr_id=2 send_flags=signaled")
@@ -306,11 +309,11 @@ func TestRCAckBeyondSentDropped(t *testing.T) {
 	a := e.qp(qpOpts{scq: acq, rcq: acq})
 	e.connectX(a, 0xABCDE, "")
 	e.postSend(a, "opcode=send wr_id=1 send_flags=signaled")
-	e.d.Quiesce()
+	e.quiesce()
 	e.d.mu.Lock()
 	before := a.comp.psn
 	p := e.d.pool.get()
-	p.opcode, p.psn, p.syndrome = transRC|opAcknowledge, a.req.psn.Add(3), aethACK
+	p.opcode, p.psn, p.syndrome = roce.TransportRC|roce.OpAcknowledge, a.req.psn.Add(3), aethACK
 	a.completeResponseLocked(p)
 	after := a.comp.psn
 	e.d.mu.Unlock()
@@ -329,7 +332,7 @@ func TestRCRetryAcrossLocalOp(t *testing.T) {
 	mr := e.mr(4096, qp.AccessLocalWrite|qp.AccessMWBind)
 	mw := e.mw(2)
 	e.postRecv(b, "wr_id=8", "wr_id=9")
-	e.link(once(1, isOp(opSendOnly), drop))
+	e.link(once(1, isOp(roce.OpSendOnly), drop))
 	e.postSend(a, "opcode=send wr_id=1 send_flags=signaled",
 		fmt.Sprintf("opcode=bind_mw wr_id=2 send_flags=signaled rkey=3 mw=%d bind_lkey=%d bind_addr=0 bind_length=64 bind_access=remote_read", mw.Handle, mr.LKey),
 		"opcode=send wr_id=3 send_flags=signaled")
@@ -372,7 +375,7 @@ func TestUCLossyWholeMessagesOnly(t *testing.T) {
 			e.postSend(a, fmt.Sprintf("opcode=send wr_id=%d sge=%d:%d:%d", posted, src.LKey, offs[posted], sizes[posted]))
 			posted++
 		}
-		e.d.Quiesce()
+		e.quiesce()
 		wcs, err := bcq.Poll(64)
 		if err != nil {
 			t.Fatal(err)
@@ -408,13 +411,13 @@ func TestRCAcksCoalesced(t *testing.T) {
 	a, b, acq, bcq := e.pair(qp.TypeRC)
 	src, dst := e.mr(4096, qp.AccessLocalWrite), e.mr(4096, rwAccess)
 	fill(src.Mem(), 51)
-	isReq := func(p *packet) bool { return opInfo(p.opcode)&ofRequest != 0 }
+	isReq := func(p *packet) bool { return p.opcode.Class()&roce.ClassRequest != 0 }
 	acks := 0
 	l := e.link(func(p *packet) linkAction {
 		if isReq(p) {
 			return hold
 		}
-		if p.opcode == transRC|opAcknowledge && p.syndrome>>5 == 0 {
+		if p.opcode == roce.TransportRC|roce.OpAcknowledge && p.syndrome>>5 == 0 {
 			acks++
 		}
 		return deliver
@@ -426,7 +429,7 @@ func TestRCAcksCoalesced(t *testing.T) {
 	for i := 11; i < 14; i++ {
 		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:%d:8 remote_addr=%d rkey=%d", i, src.LKey, i*8, i*8, dst.RKey))
 	}
-	e.d.Quiesce()
+	e.quiesce()
 	e.release(l, -1)
 	var want []string
 	for i := 0; i < 14; i++ {
@@ -444,7 +447,7 @@ func TestRCAcksCoalesced(t *testing.T) {
 	if c.AcksSent != uint64(acks) || c.AcksSent+c.AcksCoalesced != 13 {
 		t.Fatalf("acks sent %d (seen %d), coalesced %d; want 13 in all", c.AcksSent, acks, c.AcksCoalesced)
 	}
-	if !*wireFlag && !*twinFlag && c.AcksSent != 2 {
+	if !*wireFlag && c.AcksSent != 2 {
 		// One before the READ response, one at the end of the run.
 		t.Fatalf("%d ACKs for 13 WRITEs arriving together, want 2", c.AcksSent)
 	}

@@ -31,7 +31,7 @@ func (d *Device) AllocPD(owner Owner) (*PD, error) {
 	if err := d.checkOpenLocked(op); err != nil {
 		return nil, err
 	}
-	if err := d.admitLocked(op, "pd", d.pds.len(), d.cfg.MaxPD, owner, 0); err != nil {
+	if err := admitLocked(d, op, "pd", d.pds.m, d.cfg.MaxPD, owner); err != nil {
 		return nil, err
 	}
 	pd := &PD{dev: d, Owner: owner}
@@ -43,31 +43,12 @@ func (d *Device) AllocPD(owner Owner) (*PD, error) {
 func (d *Device) PD(h uint32) *PD { return lookup(d, &d.pds, h) }
 
 // Dealloc is ibv_dealloc_pd: EBUSY while anything lives on the PD.
-func (pd *PD) Dealloc() error {
-	d := pd.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.pds.live("dealloc_pd", "pd", pd.Handle, pd); err != nil {
-		return err
-	}
-	if pd.users > 0 {
-		return errf("dealloc_pd", syscall.EBUSY, "pd %d still has %d objects", pd.Handle, pd.users)
-	}
-	d.pds.del(pd.Handle)
-	return nil
-}
+func (pd *PD) Dealloc() error { return destroy(pd.dev, &pd.dev.pds, "dealloc_pd", "pd", pd.Handle, pd) }
 
-// lookupPDLocked resolves a PD handle named in a request by owner.
-func (d *Device) lookupPDLocked(op string, h uint32, owner Owner) (*PD, error) {
-	pd := d.pds.get(h)
-	if pd == nil {
-		return nil, errf(op, syscall.EINVAL, "pd %d does not exist", h)
-	}
-	if !owner.mayUse(pd.Owner) {
-		return nil, errf(op, syscall.EACCES, "pd %d belongs to another user", h)
-	}
-	return pd, nil
-}
+func (pd *PD) owner() Owner { return pd.Owner }
+
+func (pd *PD) usersLocked() (int, string) { return pd.users, "pd %d still has %d objects" }
+func (pd *PD) releaseLocked()             {}
 
 // MR is a memory region. Its memory is a memfd the daemon maps; a client
 // maps the same file (mr/H/mem), so the device and the client see one copy.
@@ -111,26 +92,47 @@ func (d *Device) releaseBackingLocked(b *mrBacking) {
 	}
 }
 
+// checkMRAccess refuses access flags an MR cannot have.
+func checkMRAccess(op string, acc qp.Access) error {
+	if acc&^qp.AccessSupportedMR != 0 {
+		return errf(op, syscall.EINVAL, "access: unsupported flags %s", acc&^qp.AccessSupportedMR)
+	}
+	// IBA 10.6.3.1: remote write or atomic needs local write.
+	if acc&(qp.AccessRemoteWrite|qp.AccessRemoteAtomic) != 0 && acc&qp.AccessLocalWrite == 0 {
+		return errf(op, syscall.EINVAL, "access: remote_write and remote_atomic need local_write")
+	}
+	return nil
+}
+
+// sharedLocked is the memory that share=H offset=N names for length
+// bytes: H's, which must be an MR of owner's whose memory holds them.
+// Both failures read alike (EINVAL), so another user's MR is not told
+// apart from a missing one.
+func (d *Device) sharedLocked(op string, owner Owner, h uint32, off, length uint64) (*mrBacking, error) {
+	base := d.mrs.get(h)
+	if base == nil || !owner.mayUse(base.Owner) {
+		return nil, errf(op, syscall.EINVAL, "share: no mr %d of yours", h)
+	}
+	size := base.backing.bytes
+	if off > size || length > size-off {
+		return nil, errf(op, syscall.EINVAL, "offset: %d bytes at %d do not fit mr %d's %d-byte memory", length, off, h, size)
+	}
+	return base.backing, nil
+}
+
 // RegMR is ibv_reg_mr with device-allocated memory, or (req.Share) on the
 // memory of another MR of the same owner.
 func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	const op = "reg_mr"
-	if req.Access&^qp.AccessSupportedMR != 0 {
-		return nil, errf(op, syscall.EINVAL, "access: unsupported flags %s", req.Access&^qp.AccessSupportedMR)
-	}
-	// IBA 10.6.3.1: remote write or atomic needs local write.
-	if req.Access&(qp.AccessRemoteWrite|qp.AccessRemoteAtomic) != 0 && req.Access&qp.AccessLocalWrite == 0 {
-		return nil, errf(op, syscall.EINVAL, "access: remote_write and remote_atomic need local_write")
+	if err := checkMRAccess(op, req.Access); err != nil {
+		return nil, err
 	}
 	if req.Length == 0 && req.Share == 0 {
 		return nil, errf(op, syscall.EINVAL, "length: must be at least 1 (0 only with share=H)")
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkOpenLocked(op); err != nil {
-		return nil, err
-	}
-	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -148,20 +150,19 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	if req.Share != 0 {
 		newBytes = 0 // memory the owner already has
 	}
-	if err := d.admitLocked(op, "mr", d.mrs.len(), d.cfg.MaxMR, owner, newBytes); err != nil {
+	if err := admitLocked(d, op, "mr", d.mrs.m, d.cfg.MaxMR, owner); err != nil {
+		return nil, err
+	}
+	if err := d.userBytesLocked(op, owner, newBytes); err != nil {
 		return nil, err
 	}
 	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access, valid: true}
 	if req.Share != 0 {
-		base := d.mrs.get(req.Share)
-		if base == nil || !owner.mayUse(base.Owner) {
-			return nil, errf(op, syscall.EINVAL, "share: no mr %d of yours", req.Share)
+		mr.backing, err = d.sharedLocked(op, owner, req.Share, req.Offset, req.Length)
+		if err != nil {
+			return nil, err
 		}
-		size := base.backing.bytes
-		if req.Offset > size || req.Length > size-req.Offset {
-			return nil, errf(op, syscall.EINVAL, "offset: %d bytes at %d do not fit mr %d's %d-byte memory", req.Length, req.Offset, req.Share, size)
-		}
-		mr.backing, mr.MemOffset = base.backing, req.Offset
+		mr.MemOffset = req.Offset
 		mr.backing.refs++
 	} else {
 		if req.Offset != 0 {
@@ -200,12 +201,12 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 	if err := d.mrs.live(op, "mr", mr.Handle, mr); err != nil {
 		return err
 	}
-	if mr.boundMWs > 0 {
-		return errf(op, syscall.EBUSY, "mr %d has %d memory windows bound", mr.Handle, mr.boundMWs)
+	if err := idle(op, mr.Handle, mr); err != nil {
+		return err
 	}
 	pd, acc := mr.PD, mr.Access
 	if req.PD != 0 {
-		p, err := d.lookupPDLocked(op, req.PD, owner)
+		p, err := useLocked(&d.pds, op, "pd", req.PD, owner)
 		if err != nil {
 			return err
 		}
@@ -214,26 +215,19 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 	if req.HasAccess {
 		acc = req.Access
 	}
-	if acc&^qp.AccessSupportedMR != 0 {
-		return errf(op, syscall.EINVAL, "access: unsupported flags %s", acc&^qp.AccessSupportedMR)
-	}
-	if acc&(qp.AccessRemoteWrite|qp.AccessRemoteAtomic) != 0 && acc&qp.AccessLocalWrite == 0 {
-		return errf(op, syscall.EINVAL, "access: remote_write and remote_atomic need local_write")
+	if err := checkMRAccess(op, acc); err != nil {
+		return err
 	}
 	backing, off, length, iova := mr.backing, mr.MemOffset, mr.Length, mr.IOVA
 	if req.HasTranslation {
-		base := d.mrs.get(req.Share)
-		if base == nil || !owner.mayUse(base.Owner) {
-			return errf(op, syscall.EINVAL, "share: no mr %d of yours", req.Share)
-		}
-		size := base.backing.bytes
-		if req.Offset > size || req.Length > size-req.Offset {
-			return errf(op, syscall.EINVAL, "offset: %d bytes at %d do not fit mr %d's %d-byte memory", req.Length, req.Offset, req.Share, size)
+		b, err := d.sharedLocked(op, owner, req.Share, req.Offset, req.Length)
+		if err != nil {
+			return err
 		}
 		if req.IOVA+req.Length < req.IOVA {
 			return errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", req.IOVA, req.Length)
 		}
-		backing, off, length, iova = base.backing, req.Offset, req.Length, req.IOVA
+		backing, off, length, iova = b, req.Offset, req.Length, req.IOVA
 	}
 	d.detachPacketsLocked(mr)
 	if pd != mr.PD {
@@ -291,24 +285,20 @@ func (mr *MR) Valid() bool {
 // Dereg is ibv_dereg_mr: EBUSY while memory windows are bound to it (IBA
 // 10.6.7.2.6). QPs whose WQEs still name its keys find them gone and fail
 // those WQEs with a protection error.
-func (mr *MR) Dereg() error {
+func (mr *MR) Dereg() error { return destroy(mr.dev, &mr.dev.mrs, "dereg_mr", "mr", mr.Handle, mr) }
+
+func (mr *MR) owner() Owner { return mr.Owner }
+
+func (mr *MR) usersLocked() (int, string) { return mr.boundMWs, "mr %d has %d memory windows bound" }
+
+func (mr *MR) releaseLocked() {
 	d := mr.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.mrs.live("dereg_mr", "mr", mr.Handle, mr); err != nil {
-		return err
-	}
-	if mr.boundMWs > 0 {
-		return errf("dereg_mr", syscall.EBUSY, "mr %d has %d memory windows bound", mr.Handle, mr.boundMWs)
-	}
 	d.detachPacketsLocked(mr)
-	d.mrs.del(mr.Handle)
 	d.keys.free(mr.keyTag)
 	mr.PD.users--
 	mr.valid = false
 	d.releaseBackingLocked(mr.backing)
 	mr.mem = nil
-	return nil
 }
 
 // MW is a memory window. Type 1 is bound with ibv_bind_mw semantics (here:
@@ -340,14 +330,11 @@ func (d *Device) AllocMW(owner Owner, req qp.CreateMW) (*MW, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkOpenLocked(op); err != nil {
-		return nil, err
-	}
-	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.admitLocked(op, "mw", d.mws.len(), d.cfg.MaxMW, owner, 0); err != nil {
+	if err := admitLocked(d, op, "mw", d.mws.m, d.cfg.MaxMW, owner); err != nil {
 		return nil, err
 	}
 	mw := &MW{dev: d, Owner: owner, PD: pd, Type: req.Type}
@@ -392,19 +379,16 @@ func (mw *MW) unbindLocked() {
 	mw.valid = false
 }
 
-// Dealloc is ibv_dealloc_mw.
-func (mw *MW) Dealloc() error {
-	d := mw.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.mws.live("dealloc_mw", "mw", mw.Handle, mw); err != nil {
-		return err
-	}
+// Dealloc is ibv_dealloc_mw; a bound window is unbound.
+func (mw *MW) Dealloc() error { return destroy(mw.dev, &mw.dev.mws, "dealloc_mw", "mw", mw.Handle, mw) }
+
+func (mw *MW) owner() Owner               { return mw.Owner }
+func (mw *MW) usersLocked() (int, string) { return 0, "" }
+
+func (mw *MW) releaseLocked() {
 	mw.unbindLocked()
-	d.mws.del(mw.Handle)
-	d.keys.free(mw.keyTag)
+	mw.dev.keys.free(mw.keyTag)
 	mw.PD.users--
-	return nil
 }
 
 // AH is an address handle for UD.
@@ -430,14 +414,11 @@ func (d *Device) CreateAH(owner Owner, req qp.CreateAH) (*AH, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkOpenLocked(op); err != nil {
-		return nil, err
-	}
-	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.admitLocked(op, "ah", d.ahs.len(), d.cfg.MaxAH, owner, 0); err != nil {
+	if err := admitLocked(d, op, "ah", d.ahs.m, d.cfg.MaxAH, owner); err != nil {
 		return nil, err
 	}
 	ah := &AH{dev: d, Owner: owner, PD: pd, Attr: req.AH}
@@ -451,14 +432,8 @@ func (d *Device) AH(h uint32) *AH { return lookup(d, &d.ahs, h) }
 
 // Destroy is ibv_destroy_ah. A UD send that names it and that the engine
 // has not yet taken from the ring fails with LOC_QP_OP_ERR.
-func (ah *AH) Destroy() error {
-	d := ah.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.ahs.live("destroy_ah", "ah", ah.Handle, ah); err != nil {
-		return err
-	}
-	d.ahs.del(ah.Handle)
-	ah.PD.users--
-	return nil
-}
+func (ah *AH) Destroy() error { return destroy(ah.dev, &ah.dev.ahs, "destroy_ah", "ah", ah.Handle, ah) }
+
+func (ah *AH) owner() Owner               { return ah.Owner }
+func (ah *AH) usersLocked() (int, string) { return 0, "" }
+func (ah *AH) releaseLocked()             { ah.PD.users-- }

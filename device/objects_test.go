@@ -44,7 +44,7 @@ func TestQPNAllocation(t *testing.T) {
 	a := qps[0]
 	e.connectX(a, gone, "timeout=0")
 	e.postSend(a, "opcode=send wr_id=1")
-	e.d.Quiesce()
+	e.quiesce()
 	if n := e.d.Counters.DroppedPackets.Load(); n == 0 {
 		t.Fatal("packet to a destroyed QPN was not dropped")
 	}
@@ -124,7 +124,7 @@ func TestDestroyQPWithWorkOutstanding(t *testing.T) {
 	a, b, acq, bcq := e.pair(qp.TypeRC)
 	e.postSend(a, "opcode=send wr_id=1 send_flags=signaled") // RNR wait
 	e.postRecv(a, "wr_id=2")
-	e.d.Quiesce()
+	e.quiesce()
 	if err := a.Destroy(); err != nil {
 		t.Fatal(err)
 	}

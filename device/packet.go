@@ -3,106 +3,26 @@ package device
 import (
 	"rdmafs/link"
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
-
-// IB transport opcodes (BTH OpCode, IBA 9.2; VERBS.md §8.3). The top three
-// bits are the transport, the low five the operation.
-const (
-	transRC = 0x00
-	transUC = 0x20
-	transUD = 0x60
-
-	opSendFirst          = 0x00
-	opSendMiddle         = 0x01
-	opSendLast           = 0x02
-	opSendLastImm        = 0x03
-	opSendOnly           = 0x04
-	opSendOnlyImm        = 0x05
-	opWriteFirst         = 0x06
-	opWriteMiddle        = 0x07
-	opWriteLast          = 0x08
-	opWriteLastImm       = 0x09
-	opWriteOnly          = 0x0A
-	opWriteOnlyImm       = 0x0B
-	opReadRequest        = 0x0C
-	opReadResponseFirst  = 0x0D
-	opReadResponseMiddle = 0x0E
-	opReadResponseLast   = 0x0F
-	opReadResponseOnly   = 0x10
-	opAcknowledge        = 0x11
-	opAtomicAcknowledge  = 0x12
-	opCompareSwap        = 0x13
-	opFetchAdd           = 0x14
-	opSendLastInv        = 0x16
-	opSendOnlyInv        = 0x17
-	opAtomicWrite        = 0x1D // IBA 1.5 (Memory Placement Extensions): RETH + 8 bytes
-	opMask               = 0x1F
-	transMask            = 0xE0
-)
-
-// opFlags classify an operation (the low five bits), like rxe's opcode
-// masks.
-type opFlags uint16
-
-const (
-	ofRequest opFlags = 1 << iota
-	ofResponse
-	ofFirst
-	ofMiddle
-	ofLast
-	ofSend
-	ofWrite
-	ofRead
-	ofAtomic
-	ofImm
-	ofInv
-	ofRETH
-	ofAETH
-	ofPayload
-	ofRWR         // consumes a receive WQE
-	ofAtomicWrite // ATOMIC WRITE: an 8-byte payload stored as one word
-)
-
-const ofOnly = ofFirst | ofLast
-
-var opTable = [32]opFlags{
-	opSendFirst:          ofRequest | ofSend | ofFirst | ofPayload | ofRWR,
-	opSendMiddle:         ofRequest | ofSend | ofMiddle | ofPayload,
-	opSendLast:           ofRequest | ofSend | ofLast | ofPayload,
-	opSendLastImm:        ofRequest | ofSend | ofLast | ofPayload | ofImm,
-	opSendOnly:           ofRequest | ofSend | ofOnly | ofPayload | ofRWR,
-	opSendOnlyImm:        ofRequest | ofSend | ofOnly | ofPayload | ofImm | ofRWR,
-	opWriteFirst:         ofRequest | ofWrite | ofFirst | ofPayload | ofRETH,
-	opWriteMiddle:        ofRequest | ofWrite | ofMiddle | ofPayload,
-	opWriteLast:          ofRequest | ofWrite | ofLast | ofPayload,
-	opWriteLastImm:       ofRequest | ofWrite | ofLast | ofPayload | ofImm | ofRWR,
-	opWriteOnly:          ofRequest | ofWrite | ofOnly | ofPayload | ofRETH,
-	opWriteOnlyImm:       ofRequest | ofWrite | ofOnly | ofPayload | ofRETH | ofImm | ofRWR,
-	opReadRequest:        ofRequest | ofRead | ofOnly | ofRETH,
-	opReadResponseFirst:  ofResponse | ofRead | ofFirst | ofPayload | ofAETH,
-	opReadResponseMiddle: ofResponse | ofRead | ofMiddle | ofPayload,
-	opReadResponseLast:   ofResponse | ofRead | ofLast | ofPayload | ofAETH,
-	opReadResponseOnly:   ofResponse | ofRead | ofOnly | ofPayload | ofAETH,
-	opAcknowledge:        ofResponse | ofAETH | ofOnly,
-	opAtomicAcknowledge:  ofResponse | ofAtomic | ofAETH | ofOnly,
-	opCompareSwap:        ofRequest | ofAtomic | ofOnly,
-	opFetchAdd:           ofRequest | ofAtomic | ofOnly,
-	opSendLastInv:        ofRequest | ofSend | ofLast | ofPayload | ofInv,
-	opSendOnlyInv:        ofRequest | ofSend | ofOnly | ofPayload | ofInv | ofRWR,
-	opAtomicWrite:        ofRequest | ofAtomicWrite | ofOnly | ofPayload | ofRETH,
-}
-
-func opInfo(opcode uint8) opFlags { return opTable[opcode&opMask] }
 
 // transportOf maps a QP type to its BTH transport bits.
-func transportOf(t qp.Type) uint8 {
+func transportOf(t qp.Type) roce.Opcode {
 	switch t {
 	case qp.TypeUC:
-		return transUC
+		return roce.TransportUC
 	case qp.TypeUD:
-		return transUD
+		return roce.TransportUD
 	}
-	return transRC
+	return roce.TransportRC
+}
+
+// engineOpcode reports whether the engine executes or answers packets of
+// opcode o: every valid RC, UC and UD opcode but FLUSH, which it does not
+// implement (a FLUSH is dropped, as an unknown opcode is).
+func engineOpcode(o roce.Opcode) bool {
+	c := o.Class()
+	return c != 0 && c&roce.ClassFlush == 0
 }
 
 // AETH syndromes (IBA 9.3.5; VERBS.md §5.2).
@@ -122,11 +42,14 @@ const (
 // (loopback here, UDP/IP for RoCEv2) provides. Payload may alias the memory
 // of the MR named by mr; see Device.detachPacketsLocked.
 type packet struct {
-	opcode  uint8
+	opcode  roce.Opcode
 	se      bool
 	ackReq  bool
 	destQPN uint32
 	psn     qp.PSN
+	// span is how many path-MTU segments (and PSNs) the payload holds on
+	// the direct path (loopback.go); 0 is one, as on a link.
+	span uint16
 
 	sgid, dgid [16]byte
 	srcQPN     uint32 // the sending QP (its UDP source port on the wire)
@@ -238,19 +161,22 @@ func (d *Device) detachPacketsLocked(mr *MR) {
 // link brought it. It returns the QP whose receive queue the packet was
 // for (nil: no QP took it), so that the wire can back off from a full one.
 func (d *Device) receiveLocked(p *packet) *QP {
-	d.Counters.PacketsRecv.Add(1)
+	d.Counters.PacketsRecv.Add(uint64(p.npsn()))
 	d.Counters.BytesRecv.Add(uint64(len(p.payload)))
+	return d.acceptLocked(p)
+}
+
+// acceptLocked is receiveLocked past the device's packet counters, which
+// the direct path adds once for a whole batch.
+func (d *Device) acceptLocked(p *packet) *QP {
 	if p.destQPN == GSIQPN {
 		d.gsiReceiveLocked(p)
 		return nil
 	}
 	q := d.qps[p.destQPN]
-	if q != nil && q.dev != d {
-		q = nil // a twin's QP: not on this device
-	}
 	// A connected QP takes packets only from the GID it is connected to
 	// (rxe's check_addr).
-	if q == nil || q.destroyed || opInfo(p.opcode) == 0 || p.opcode&transMask != transportOf(q.Type) ||
+	if q == nil || q.destroyed || !engineOpcode(p.opcode) || p.opcode&roce.TransportMask != transportOf(q.Type) ||
 		q.Type != qp.TypeUD && p.sgid != q.attr.AH.DGID {
 		d.Counters.DroppedPackets.Add(1)
 		d.pool.put(p)
@@ -266,7 +192,7 @@ func (d *Device) receiveLocked(p *packet) *QP {
 		return nil
 	}
 	in := &q.respIn
-	if opInfo(p.opcode)&ofRequest != 0 {
+	if p.opcode.Class()&roce.ClassRequest != 0 {
 		in = &q.reqIn
 	}
 	if len(*in) >= maxQueuedPackets {
@@ -282,7 +208,7 @@ func (d *Device) receiveLocked(p *packet) *QP {
 	*in = append(*in, p)
 	q.Counters.BytesRecv += uint64(len(p.payload))
 	q.inPeak = max(q.inPeak, len(*in))
-	d.engine.schedule(q)
+	d.wakeLocked(q, p)
 	return q
 }
 
@@ -333,5 +259,5 @@ func (q *QP) fromPeerLocked(p *packet) bool {
 		return false
 	}
 	s := q.dev.qps[p.srcQPN]
-	return s != nil && !s.destroyed && s.dev == q.dev && s.attr.DestQPNum == q.QPN
+	return s != nil && !s.destroyed && s.attr.DestQPNum == q.QPN
 }

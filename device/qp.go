@@ -1,6 +1,7 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,7 @@ type QP struct {
 	destroyed bool        // guarded by Device.mu
 	queued    atomic.Bool // in the engine's run queue; set under engine.mu
 	watched   bool        // the engine's spin loop polls the SQ; engine goroutine only
+	soon      bool        // in Device.soon (loopback.go); guarded by Device.mu
 	bellIdx   int         // index in dev.bellQPs, -1 when not there; guarded by dev.bellMu
 	// sqSeen is the SQ producer index the engine last fetched up to; the
 	// spin loop compares it with the ring's without Device.mu.
@@ -184,29 +186,22 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkOpenLocked(op); err != nil {
-		return nil, err
-	}
-	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
 	}
-	scq, err := d.lookupCQLocked(op, "send_cq", req.SendCQ, owner)
+	scq, err := useLocked(&d.cqs, op, "send_cq: cq", req.SendCQ, owner)
 	if err != nil {
 		return nil, err
 	}
-	rcq, err := d.lookupCQLocked(op, "recv_cq", req.RecvCQ, owner)
+	rcq, err := useLocked(&d.cqs, op, "recv_cq: cq", req.RecvCQ, owner)
 	if err != nil {
 		return nil, err
 	}
 	var srq *SRQ
 	if req.SRQ != 0 {
-		srq = d.srqs.get(req.SRQ)
-		if srq == nil {
-			return nil, errf(op, syscall.EINVAL, "srq: %d does not exist", req.SRQ)
-		}
-		if !owner.mayUse(srq.Owner) {
-			return nil, errf(op, syscall.EACCES, "srq: %d belongs to another user", req.SRQ)
+		if srq, err = useLocked(&d.srqs, op, "srq:", req.SRQ, owner); err != nil {
+			return nil, err
 		}
 		if srq.PD != pd {
 			return nil, errf(op, syscall.EINVAL, "srq: %d is on pd %d, not pd %d", req.SRQ, srq.PD.Handle, pd.Handle)
@@ -215,7 +210,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 			// IBA allows SRQs with RC, UC and UD alike.
 		}
 	}
-	if err := d.admitLocked(op, "qp", len(d.qps), d.cfg.MaxQP, owner, 0); err != nil {
+	if err := admitLocked(d, op, "qp", d.qps, d.cfg.MaxQP, owner); err != nil {
 		return nil, err
 	}
 	qpn, ok := d.allocQPNLocked()
@@ -517,11 +512,8 @@ func (q *QP) Destroy() error {
 	defer q.postMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if q.destroyed {
-		return errf("destroy_qp", syscall.ENOENT, "qp %d does not exist", q.QPN)
-	}
-	if err := d.checkOpenLocked("destroy_qp"); err != nil {
-		return err // Close released everything already
+	if err := q.liveLocked("destroy_qp"); err != nil {
+		return err // after Close: it released everything already
 	}
 	q.stopTimersLocked()
 	for _, mw := range d.mws.m {
@@ -537,6 +529,18 @@ func (q *QP) Destroy() error {
 	// The engine may be polling the SQ without Device.mu: it unmaps.
 	d.engine.retire(q)
 	return nil
+}
+
+func (q *QP) owner() Owner { return q.Owner }
+
+// liveLocked is the check a verb on a QP makes first: the QP was not
+// destroyed and the device is open (Close unmapped the rings). Unlike the
+// tables' live it goes by q.destroyed: QPs are in Device.qps by QPN.
+func (q *QP) liveLocked(op string) error {
+	if q.destroyed {
+		return errf(op, syscall.ENOENT, "qp %d does not exist", q.QPN)
+	}
+	return q.dev.checkOpenLocked(op)
 }
 
 // releaseLocked drops the QP's references and queued packets. The rings
@@ -564,7 +568,6 @@ func (q *QP) Kick() {
 // returns how many WRs were posted; on error the rest (bad_wr on) were not.
 func (q *QP) PostSend(wrs []qp.SendWR) (int, error) {
 	const op = "post_send"
-	d := q.dev
 	q.postMu.Lock()
 	defer q.postMu.Unlock()
 	if q.gone {
@@ -574,7 +577,6 @@ func (q *QP) PostSend(wrs []qp.SendWR) (int, error) {
 	if n > 0 {
 		q.Kick()
 	}
-	_ = d
 	return n, err
 }
 
@@ -589,64 +591,55 @@ func (q *QP) postSendLocked(op string, wrs []qp.SendWR) (int, error) {
 	if st := q.attr.QPState; !st.CanPostSend() {
 		return 0, errf(op, syscall.EINVAL, "qp %d is in %v; sends need RTS", q.QPN, st)
 	}
-	caps := qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: q.attr.MaxRdAtomic}
-	p := ring.NewProducer(q.sq)
-	for i := range wrs {
-		wr := &wrs[i]
-		if wr.SendFlags&qp.SendInline != 0 && wr.InlineData == nil && len(wr.SGL) > 0 {
-			// libibverbs copies inline data out of the SGEs at post time.
-			data, err := q.gatherInlineLocked(wr)
-			if err != nil {
-				return i, fail(op, err)
-			}
-			w := *wr
-			w.InlineData, w.SGL = data, nil
-			wr = &w
-		}
-		if err := qp.ValidateSendWR(q.Type, wr, caps); err != nil {
-			return i, fail(op, err)
-		}
-		if q.Type == qp.TypeUD {
-			ah := d.ahs.get(wr.AH)
-			if ah == nil {
-				return i, errf(op, syscall.EINVAL, "ah: %d does not exist", wr.AH)
-			}
-			if ah.PD != q.pd {
-				return i, errf(op, syscall.EINVAL, "ah: %d is on pd %d, the qp on pd %d", wr.AH, ah.PD.Handle, q.pd.Handle)
-			}
-		}
-		free, err := p.Free()
-		if err != nil {
-			return i, errf(op, syscall.EINVAL, "send queue indices are corrupt: %v", err)
-		}
-		if free == 0 {
-			return i, errf(op, syscall.ENOMEM, "send queue full (%d WRs)", q.Cap.MaxSendWR)
-		}
-		if err := ring.EncodeSendWQE(p.Next(), wr); err != nil {
-			return i, fail(op, err)
-		}
-		p.Advance()
-		p.Publish()
+	sp := ring.SendPoster{
+		Type:    q.Type,
+		Caps:    qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: q.attr.MaxRdAtomic},
+		Gather:  q.gatherInlineLocked,
+		CheckAH: func(h uint32) error { return q.checkAHLocked(op, h) },
 	}
-	return len(wrs), nil
+	n, err := sp.Post(ring.NewProducer(q.sq), wrs)
+	if err != nil {
+		err = postFailure(op, err, "send queue", "send queue", q.Cap.MaxSendWR)
+	}
+	return n, err
 }
 
-// gatherInlineLocked reads an inline send's SGEs (in MR iova space, so
-// they need valid lkeys here, unlike a program's virtual addresses).
-func (q *QP) gatherInlineLocked(wr *qp.SendWR) ([]byte, error) {
-	total, ok := sglLength(wr.SGL)
-	if !ok || total > uint64(q.Cap.MaxInlineData) {
-		return nil, &qp.Error{Key: "inline_data", Msg: fmt.Sprintf("%d bytes exceed max_inline_data %d", total, q.Cap.MaxInlineData)}
+// postFailure gives a post loop's refusal its errno: ENOMEM for a full
+// queue, EINVAL for corrupt indices (the client scribbled on them), and
+// the WR's own error's otherwise. full and corrupt name the queue in the
+// two messages.
+func postFailure(op string, err error, full, corrupt string, slots uint32) error {
+	switch {
+	case errors.Is(err, ring.ErrFull):
+		return errf(op, syscall.ENOMEM, "%s full (%d WRs)", full, slots)
+	case errors.Is(err, ring.ErrCorrupt):
+		return errf(op, syscall.EINVAL, "%s indices are corrupt: %v", corrupt, err)
 	}
-	buf := make([]byte, 0, total)
-	for _, s := range wr.SGL {
-		b, f := q.dev.lkeyLocked(q.pd, s.LKey, s.Addr, uint64(s.Length), 0)
-		if f != faultNone {
-			return nil, &qp.Error{Key: "sge", Msg: fmt.Sprintf("lkey %#x addr %#x length %d: %v", s.LKey, s.Addr, s.Length, f)}
-		}
-		buf = append(buf, b...)
+	return fail(op, err)
+}
+
+// gatherInlineLocked appends the bytes of one SGE of an inline send (in
+// MR iova space, so it needs a valid lkey here, unlike a program's
+// virtual addresses) to dst.
+func (q *QP) gatherInlineLocked(dst []byte, s qp.SGE) ([]byte, error) {
+	b, f := q.dev.lkeyLocked(q.pd, s.LKey, s.Addr, uint64(s.Length), 0)
+	if f != faultNone {
+		return nil, &qp.Error{Key: "sge", Msg: fmt.Sprintf("lkey %#x addr %#x length %d: %v", s.LKey, s.Addr, s.Length, f)}
 	}
-	return buf, nil
+	return append(dst, b...), nil
+}
+
+// checkAHLocked refuses a UD send whose address handle does not exist or
+// is on another PD than the QP.
+func (q *QP) checkAHLocked(op string, h uint32) error {
+	ah := q.dev.ahs.get(h)
+	if ah == nil {
+		return errf(op, syscall.EINVAL, "ah: %d does not exist", h)
+	}
+	if ah.PD != q.pd {
+		return errf(op, syscall.EINVAL, "ah: %d is on pd %d, the qp on pd %d", h, ah.PD.Handle, q.pd.Handle)
+	}
+	return nil
 }
 
 // PostRecv is ibv_post_recv from inside the daemon. In ERR the WRs are

@@ -1,9 +1,6 @@
 package device
 
-import (
-	"fmt"
-	"syscall"
-)
+import "syscall"
 
 // Per-user shares of the device's limits. Every count limit (max_pd,
 // max_mr, max_mw, max_cq, max_srq, max_ah, max_qp) and the registered
@@ -33,77 +30,70 @@ type UserShares struct {
 	MRBytes                     uint64
 }
 
+// userShare is one uid's share of a count limit.
+func (c *Config) userShare(limit uint32) uint32 {
+	return uint32(UserShareOf(uint64(limit), c.UserShare))
+}
+
 // UserShares is Config's per-user limits (after defaults).
 func (c *Config) UserShares() UserShares {
-	s := func(limit uint32) uint32 { return uint32(UserShareOf(uint64(limit), c.UserShare)) }
+	s := c.userShare
 	return UserShares{PD: s(c.MaxPD), MR: s(c.MaxMR), MW: s(c.MaxMW), CQ: s(c.MaxCQ),
 		SRQ: s(c.MaxSRQ), AH: s(c.MaxAH), QP: s(c.MaxQP),
 		MRBytes: max(UserShareOf(c.MaxTotalMRBytes, c.UserShare), 4096)}
 }
 
-// ownedIn counts o's objects in t.
-func ownedIn[T any](t *table[T], o Owner, owner func(*T) Owner) int {
+// ownedIn counts o's objects in m.
+func ownedIn[T any, P ownedPtr[T]](m map[uint32]*T, o Owner) int {
 	n := 0
-	for _, v := range t.m {
-		if owner(v) == o {
+	for _, v := range m {
+		if P(v).owner() == o {
 			n++
 		}
 	}
 	return n
 }
 
-// userShareLocked refuses the creation of one more object of kind ("pd",
-// "mr", ...; for "mr" also length more bytes) by owner beyond its share.
-func (d *Device) userShareLocked(op string, owner Owner, kind string, length uint64) error {
+// admitLocked is the check every creation makes before it allocates:
+// fewer than limit objects of the kind ("pd", "qp", ...) in m, all the
+// device has, and for a uid other than root fewer of its own than its
+// share of limit. An MR's memory is checked after, by userBytesLocked.
+func admitLocked[T any, P ownedPtr[T]](d *Device, op, kind string, m map[uint32]*T, limit uint32, owner Owner) error {
+	if uint32(len(m)) >= limit {
+		return errf(op, syscall.ENOMEM, "max_%s (%d) reached", kind, limit)
+	}
+	if owner == 0 {
+		return nil
+	}
+	share := d.cfg.userShare(limit)
+	if uint32(ownedIn[T, P](m, owner)) >= share {
+		return errf(op, syscall.ENOMEM, "max_%s per user (%d: --user-share %d%% of %d) reached by uid %d",
+			kind, share, d.cfg.UserShare, limit, owner)
+	}
+	return nil
+}
+
+// userBytesLocked refuses length more bytes of registered memory for a
+// uid other than root beyond its share of MaxTotalMRBytes.
+func (d *Device) userBytesLocked(op string, owner Owner, length uint64) error {
 	if owner == 0 {
 		return nil
 	}
 	c := &d.cfg
-	sh := c.UserShares()
-	var n int
-	var limit, share uint32
-	switch kind {
-	case "pd":
-		n, limit, share = ownedIn(&d.pds, owner, func(p *PD) Owner { return p.Owner }), c.MaxPD, sh.PD
-	case "mr":
-		n, limit, share = ownedIn(&d.mrs, owner, func(m *MR) Owner { return m.Owner }), c.MaxMR, sh.MR
-	case "mw":
-		n, limit, share = ownedIn(&d.mws, owner, func(m *MW) Owner { return m.Owner }), c.MaxMW, sh.MW
-	case "cq":
-		n, limit, share = ownedIn(&d.cqs, owner, func(q *CQ) Owner { return q.Owner }), c.MaxCQ, sh.CQ
-	case "srq":
-		n, limit, share = ownedIn(&d.srqs, owner, func(s *SRQ) Owner { return s.Owner }), c.MaxSRQ, sh.SRQ
-	case "ah":
-		n, limit, share = ownedIn(&d.ahs, owner, func(a *AH) Owner { return a.Owner }), c.MaxAH, sh.AH
-	case "qp":
-		for _, q := range d.qps {
-			if q.Owner == owner {
-				n++
-			}
+	share := c.UserShares().MRBytes
+	// Memory counts once however many MRs share it (share=H).
+	var used uint64
+	seen := map[*mrBacking]bool{}
+	for _, m := range d.mrs.m {
+		if m.Owner == owner && !seen[m.backing] {
+			seen[m.backing] = true
+			used += m.backing.bytes
 		}
-		limit, share = c.MaxQP, sh.QP
-	default:
-		panic("userShareLocked: kind " + kind)
 	}
-	if uint32(n) >= share {
-		return errf(op, syscall.ENOMEM, "max_%s per user (%d: --user-share %d%% of %d) reached by uid %d",
-			kind, share, c.UserShare, limit, owner)
-	}
-	if kind == "mr" {
-		// Memory counts once however many MRs share it (share=H).
-		var used uint64
-		seen := map[*mrBacking]bool{}
-		for _, m := range d.mrs.m {
-			if m.Owner == owner && !seen[m.backing] {
-				seen[m.backing] = true
-				used += m.backing.bytes
-			}
-		}
-		if used+length > sh.MRBytes {
-			return &Error{Op: op, Errno: syscall.ENOMEM, Err: fmt.Errorf(
-				"registered memory per user would exceed %d bytes (--user-share %d%% of %d) for uid %d (%d in use)",
-				sh.MRBytes, c.UserShare, c.MaxTotalMRBytes, owner, used)}
-		}
+	if used+length > share {
+		return errf(op, syscall.ENOMEM,
+			"registered memory per user would exceed %d bytes (--user-share %d%% of %d) for uid %d (%d in use)",
+			share, c.UserShare, c.MaxTotalMRBytes, owner, used)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"rdmafs/qp"
 	"rdmafs/ring"
+	"rdmafs/roce"
 )
 
 // wqeState is where a send WQE is in its life.
@@ -46,6 +47,28 @@ type reqState struct {
 	waitRNR   bool   // an RNR NAK holds the requester until its timer fires
 	sinceAck  int    // packets since the last AckReq
 }
+
+// What the completer may do to the requester (run.go's pipeline): these
+// three, and nothing else of reqState.
+
+// goBack asks for a go-back-N retry from the first unacknowledged PSN at
+// the requester's next run (a timeout, a sequence NAK, the end of an RNR
+// wait).
+func (r *reqState) goBack() { r.needRetry = true }
+
+// holdForRNR stops the requester until releaseRNR: an RNR NAK came, and
+// nothing is sent until its timer fires.
+func (r *reqState) holdForRNR() { r.waitRNR = true }
+
+// releaseRNR ends the RNR wait and goes back to the NAKed PSN.
+func (r *reqState) releaseRNR() {
+	r.waitRNR = false
+	r.goBack()
+}
+
+// returnSlot gives back the initiator slot (max_rd_atomic) of a retired
+// READ or atomic.
+func (r *reqState) returnSlot() { r.rdAtomic++ }
 
 // Bounds of the requester, as rxe's: unacknowledged PSNs in flight, and
 // packets between requests for an acknowledgement.
@@ -179,6 +202,7 @@ func (q *QP) requesterLocked() bool {
 		return false
 	}
 	mtu := q.mtu()
+	window := q.windowLocked()
 	for budget := requestBudget; budget > 0; {
 		if q.reqIdx == q.sqFetched {
 			return false
@@ -217,7 +241,7 @@ func (q *QP) requesterLocked() bool {
 				q.reqIdx++
 				continue
 			}
-			if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= maxUnackedPSNs {
+			if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= window {
 				return false
 			}
 			w.firstPSN = q.req.psn
@@ -238,10 +262,10 @@ func (q *QP) requesterLocked() bool {
 			q.reqIdx++
 			continue
 		}
-		if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= maxUnackedPSNs {
+		if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= window {
 			return false
 		}
-		if !q.sendPacketLocked(w, mtu) {
+		if !q.sendPacketLocked(w, mtu, window) {
 			return false
 		}
 		budget--
@@ -269,8 +293,9 @@ func (q *QP) mayStartLocked(w *sendWQE) bool {
 	return true
 }
 
-// sendPacketLocked builds and transmits the next packet of w.
-func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
+// sendPacketLocked builds and transmits the next packet of w, within the
+// window of unacknowledged PSNs.
+func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	d := q.dev
 	p := d.pool.get()
 	p.sgid = d.cfg.GID
@@ -289,7 +314,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 	op := w.wr.Opcode
 	switch {
 	case w.info.Read:
-		p.opcode = trans | opReadRequest
+		p.opcode = trans | roce.OpReadRequest
 		p.va, p.rkey, p.dlen = w.wr.RemoteAddr+w.sent, w.wr.RKey, uint32(w.length-w.sent)
 		p.ackReq = true
 		q.req.psn = q.req.psn.Add(npkts(w.length-w.sent, mtu))
@@ -297,10 +322,10 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 		w.state = wqePending
 	case w.info.Atomic:
 		if op == qp.WRAtomicCmpAndSwp {
-			p.opcode = trans | opCompareSwap
+			p.opcode = trans | roce.OpCompareSwap
 			p.swapAdd, p.compare = w.wr.Swap, w.wr.CompareAdd
 		} else {
-			p.opcode = trans | opFetchAdd
+			p.opcode = trans | roce.OpFetchAdd
 			p.swapAdd = w.wr.CompareAdd
 		}
 		p.va, p.rkey = w.wr.RemoteAddr, w.wr.RKey
@@ -310,7 +335,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 	case w.info.AtomicWrite:
 		// RETH for the target and the 8 bytes as the payload, in the
 		// order the WQE's compare_add holds them (ring/doc.go).
-		p.opcode = trans | opAtomicWrite
+		p.opcode = trans | roce.OpAtomicWrite
 		p.va, p.rkey, p.dlen = w.wr.RemoteAddr, w.wr.RKey, 8
 		p.buf = binary.LittleEndian.AppendUint64(p.buf[:0], w.wr.CompareAdd)
 		p.payload = p.buf
@@ -319,7 +344,11 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 		w.sent = w.length
 		w.state = wqePending
 	default: // SEND and WRITE families carry payload
-		n := int(min(w.length-w.sent, uint64(mtu)))
+		n := q.segmentLocked(w, mtu, window)
+		span := npkts(uint64(n), mtu)
+		if span > 1 {
+			p.span = uint16(span)
+		}
 		first := w.sent == 0
 		last := w.sent+uint64(n) == w.length
 		var fail keyFault
@@ -328,7 +357,9 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 			p.buf = append(p.buf[:0], p.payload...)
 			p.payload = p.buf
 		} else {
-			if cap(p.buf) < n {
+			// A packet longer than the MTU (the direct path) aliases
+			// one SGE (segmentLocked) and needs no buffer.
+			if cap(p.buf) < min(n, mtu) {
 				p.buf = make([]byte, 0, mtu)
 			}
 			p.payload, p.mr, fail = d.gatherLocked(q.pd, w.wr.SGL, w.sent, n, p.buf)
@@ -359,12 +390,12 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 			}
 			p.se = w.wr.SendFlags&qp.SendSolicited != 0 && (w.info.Send || w.info.Imm)
 		}
-		q.req.sinceAck++
+		q.req.sinceAck += int(span)
 		p.ackReq = q.Type == qp.TypeRC && (last || q.req.sinceAck >= maxPktsPerAck)
 		if p.ackReq {
 			q.req.sinceAck = 0
 		}
-		q.req.psn = q.req.psn.Add(1)
+		q.req.psn = q.req.psn.Add(span)
 		w.sent += uint64(n)
 		if last {
 			if q.Type == qp.TypeRC {
@@ -375,7 +406,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 			}
 		}
 	}
-	q.Counters.PacketsSent++
+	q.Counters.PacketsSent += uint64(p.npsn())
 	q.Counters.BytesSent += uint64(len(p.payload))
 	if q.Type == qp.TypeRC {
 		q.armRetryLocked()
@@ -385,39 +416,39 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int) bool {
 }
 
 // dataOpcode picks FIRST / MIDDLE / LAST / ONLY for a SEND or WRITE packet.
-func dataOpcode(info qp.OpInfo, first, last bool) uint8 {
+func dataOpcode(info qp.OpInfo, first, last bool) roce.Opcode {
 	if info.Write {
 		switch {
 		case first && last && info.Imm:
-			return opWriteOnlyImm
+			return roce.OpWriteOnlyImm
 		case first && last:
-			return opWriteOnly
+			return roce.OpWriteOnly
 		case first:
-			return opWriteFirst
+			return roce.OpWriteFirst
 		case last && info.Imm:
-			return opWriteLastImm
+			return roce.OpWriteLastImm
 		case last:
-			return opWriteLast
+			return roce.OpWriteLast
 		}
-		return opWriteMiddle
+		return roce.OpWriteMiddle
 	}
 	switch {
 	case first && last && info.Imm:
-		return opSendOnlyImm
+		return roce.OpSendOnlyImm
 	case first && last && info.Inv:
-		return opSendOnlyInv
+		return roce.OpSendOnlyInv
 	case first && last:
-		return opSendOnly
+		return roce.OpSendOnly
 	case first:
-		return opSendFirst
+		return roce.OpSendFirst
 	case last && info.Imm:
-		return opSendLastImm
+		return roce.OpSendLastImm
 	case last && info.Inv:
-		return opSendLastInv
+		return roce.OpSendLastInv
 	case last:
-		return opSendLast
+		return roce.OpSendLast
 	}
-	return opSendMiddle
+	return roce.OpSendMiddle
 }
 
 // rewindLocked is go-back-N: the requester restarts at the first

@@ -33,10 +33,7 @@ func (q *QP) Probe() error {
 	d := q.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if q.destroyed {
-		return errf(op, syscall.ENOENT, "qp %d does not exist", q.QPN)
-	}
-	if err := d.checkOpenLocked(op); err != nil {
+	if err := q.liveLocked(op); err != nil {
 		return err
 	}
 	if q.Type != qp.TypeRC {

@@ -137,7 +137,7 @@ func TestProbeOfDeadPeer(t *testing.T) {
 	}
 	for i := 0; i < 9; i++ { // retry_cnt=7: the first send and 7 retries
 		e.clk.Advance(qp.AckTimeout(14))
-		e.d.Quiesce()
+		e.quiesce()
 	}
 	e.state(a, qp.StateErr)
 	e.expect(acq)

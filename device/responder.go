@@ -37,6 +37,9 @@ type respState struct {
 	reading  bool
 	readRes  respResource
 	readNext qp.PSN
+	// aliasedReplies: READ responses of the direct path alias this QP's
+	// memory and may not have reached the requester yet.
+	aliasedReplies bool
 	// ACK coalescing. ACKs are cumulative, so while more packets wait in
 	// this run of the QP (moreQueued, set by runLocked) an ACK is only
 	// noted (ackDue, ackPSN); the next response of any kind sends it
@@ -70,7 +73,7 @@ func (q *QP) respondLocked(p *packet) {
 		q.dev.Counters.DroppedPackets.Add(1)
 		return
 	}
-	q.Counters.PacketsRecv++
+	q.Counters.PacketsRecv += uint64(p.npsn())
 	switch q.Type {
 	case qp.TypeUD:
 		q.respondUDLocked(p)
@@ -120,7 +123,7 @@ func (q *QP) flushAckLocked() {
 func (q *QP) sendAETHLocked(psn qp.PSN, syndrome uint8) {
 	d := q.dev
 	r := d.pool.get()
-	r.opcode = transRC | opAcknowledge
+	r.opcode = roce.TransportRC | roce.OpAcknowledge
 	r.psn = psn
 	r.syndrome = syndrome
 	switch syndrome {
@@ -158,7 +161,7 @@ func (q *QP) xmitResponseLocked(r *packet) {
 	r.srcQPN = q.QPN
 	r.dgid = q.attr.AH.DGID
 	r.destQPN = q.attr.DestQPNum
-	q.Counters.PacketsSent++
+	q.Counters.PacketsSent += uint64(r.npsn())
 	q.Counters.BytesSent += uint64(len(r.payload))
 	d.xmitLocked(r)
 }
@@ -180,8 +183,8 @@ func (q *QP) nakLocked(psn qp.PSN, syndrome uint8, status qp.WCStatus) {
 
 func (q *QP) respondRCLocked(p *packet) {
 	d := q.dev
-	flags := opInfo(p.opcode)
-	if flags&ofRequest == 0 {
+	flags := p.opcode.Class()
+	if flags&roce.ClassRequest == 0 {
 		q.Counters.Dropped++
 		return
 	}
@@ -211,35 +214,36 @@ func (q *QP) respondRCLocked(p *packet) {
 		return
 	}
 	switch {
-	case flags&ofSend != 0:
+	case flags&roce.ClassSend != 0:
 		q.respSendLocked(p, flags)
-	case flags&ofWrite != 0:
+	case flags&roce.ClassWrite != 0:
 		q.respWriteLocked(p, flags)
-	case flags&ofRead != 0:
+	case flags&roce.ClassRead != 0:
 		q.respReadLocked(p)
-	case flags&ofAtomic != 0:
+	case flags&roce.ClassAtomic != 0:
 		q.respAtomicLocked(p)
-	case flags&ofAtomicWrite != 0:
+	case flags&roce.ClassAtomicWrite != 0:
 		q.respAtomicWriteLocked(p)
 	}
 }
 
 // seqOKLocked checks the opcode against the message in progress.
-func (q *QP) seqOKLocked(flags opFlags) bool {
+func (q *QP) seqOKLocked(flags roce.Class) bool {
 	switch {
 	case q.resp.inSend:
-		return flags&ofSend != 0 && flags&ofFirst == 0
+		return flags&roce.ClassSend != 0 && flags&roce.ClassFirst == 0
 	case q.resp.inWrite:
-		return flags&ofWrite != 0 && flags&ofFirst == 0
+		return flags&roce.ClassWrite != 0 && flags&roce.ClassFirst == 0
 	}
-	return flags&ofFirst != 0
+	return flags&roce.ClassFirst != 0
 }
 
-// checkLenLocked applies the packet length rules of C9-95..C9-97: FIRST and
-// MIDDLE carry exactly one MTU, LAST and ONLY at most one.
-func (q *QP) packetLenOK(p *packet, flags opFlags) bool {
-	n, mtu := len(p.payload), q.mtu()
-	if flags&ofLast == 0 {
+// packetLenOK applies the packet length rules of C9-95..C9-97: FIRST and
+// MIDDLE carry exactly one MTU, LAST and ONLY at most one; a packet of the
+// direct path as many as its PSNs (loopback.go).
+func (q *QP) packetLenOK(p *packet, flags roce.Class) bool {
+	n, mtu := len(p.payload), q.mtu()*int(p.npsn())
+	if flags&roce.ClassLast == 0 {
 		return n == mtu
 	}
 	return n <= mtu
@@ -286,8 +290,8 @@ func (q *QP) rnrLocked(psn qp.PSN) {
 	q.sendAckLocked(psn, aethRNR|q.attr.MinRNRTimer&0x1F)
 }
 
-func (q *QP) respSendLocked(p *packet, flags opFlags) {
-	if flags&ofFirst != 0 {
+func (q *QP) respSendLocked(p *packet, flags roce.Class) {
+	if flags&roce.ClassFirst != 0 {
 		ok, malformed := q.takeRWQELocked()
 		if !ok && !malformed {
 			q.rnrLocked(p.psn)
@@ -305,10 +309,10 @@ func (q *QP) respSendLocked(p *packet, flags opFlags) {
 	if !q.placeLocked(p) {
 		return
 	}
-	q.resp.psn = q.resp.psn.Add(1)
-	q.resp.inSend = flags&ofLast == 0
-	if flags&ofLast != 0 {
-		if flags&ofInv != 0 {
+	q.resp.psn = q.resp.psn.Add(p.npsn())
+	q.resp.inSend = flags&roce.ClassLast == 0
+	if flags&roce.ClassLast != 0 {
+		if flags&roce.ClassInv != 0 {
 			if !q.invalidateLocked(p.imm) {
 				q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 				return
@@ -317,15 +321,15 @@ func (q *QP) respSendLocked(p *packet, flags opFlags) {
 		q.resp.msn++
 		var wf qp.WCFlags
 		switch {
-		case flags&ofImm != 0:
+		case flags&roce.ClassImm != 0:
 			wf = qp.WCWithImm
-		case flags&ofInv != 0:
+		case flags&roce.ClassInv != 0:
 			wf = qp.WCWithInv
 		}
 		q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
 	}
 	if p.ackReq {
-		q.sendAckLocked(p.psn, aethACK)
+		q.sendAckLocked(p.lastPSN(), aethACK)
 	}
 }
 
@@ -379,12 +383,12 @@ func (q *QP) invalidateLocked(rkey uint32) bool {
 	return q.dev.invalidateKeyLocked(q, rkey, true) == qp.WCSuccess
 }
 
-func (q *QP) respWriteLocked(p *packet, flags opFlags) {
+func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
 		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	if flags&ofFirst != 0 {
+	if flags&roce.ClassFirst != 0 {
 		if p.dlen > qp.MaxMsgSize {
 			q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 			return
@@ -399,11 +403,11 @@ func (q *QP) respWriteLocked(p *packet, flags opFlags) {
 		}
 	}
 	n := uint64(len(p.payload))
-	if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&ofLast != 0 && n != q.resp.writeResid) {
+	if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&roce.ClassLast != 0 && n != q.resp.writeResid) {
 		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	if flags&ofRWR != 0 && !q.resp.haveRWQE {
+	if flags&roce.ClassRecvWQE != 0 && !q.resp.haveRWQE {
 		// WRITE_WITH_IMM consumes a receive WQE (at its last packet).
 		ok, malformed := q.takeRWQELocked()
 		if !ok && !malformed {
@@ -426,11 +430,11 @@ func (q *QP) respWriteLocked(p *packet, flags opFlags) {
 	}
 	q.resp.writeVA += n
 	q.resp.writeResid -= n
-	q.resp.psn = q.resp.psn.Add(1)
-	q.resp.inWrite = flags&ofLast == 0
-	if flags&ofLast != 0 {
+	q.resp.psn = q.resp.psn.Add(p.npsn())
+	q.resp.inWrite = flags&roce.ClassLast == 0
+	if flags&roce.ClassLast != 0 {
 		q.resp.msn++
-		if flags&ofImm != 0 {
+		if flags&roce.ClassImm != 0 {
 			wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
 				QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
 				WCFlags: qp.WCWithImm, ImmData: p.imm}
@@ -439,7 +443,7 @@ func (q *QP) respWriteLocked(p *packet, flags opFlags) {
 		}
 	}
 	if p.ackReq {
-		q.sendAckLocked(p.psn, aethACK)
+		q.sendAckLocked(p.lastPSN(), aethACK)
 	}
 }
 
@@ -500,6 +504,9 @@ func (q *QP) responderTurnLocked() bool {
 			q.reqIn[i] = nil
 			i++
 			q.resp.moreQueued = i < len(q.reqIn)
+			if p.opcode&roce.OpMask != roce.OpReadRequest {
+				q.ownReadRepliesLocked()
+			}
 			q.respondLocked(p)
 			budget--
 			continue
@@ -526,7 +533,7 @@ func (q *QP) responderTurnLocked() bool {
 // next READ) waits its turn like any request; answering it now would skip
 // the responses the requester is waiting for.
 func (q *QP) replacesReplyLocked(p *packet) bool {
-	return p.opcode&opMask == opReadRequest && p.psn.Sub(q.resp.psn) < 0 && p.psn.Sub(q.resp.readNext) <= 0
+	return p.opcode&roce.OpMask == roce.OpReadRequest && p.psn.Sub(q.resp.psn) < 0 && p.psn.Sub(q.resp.readNext) <= 0
 }
 
 // readStepLocked sends READ response packets of the READ being answered,
@@ -540,12 +547,17 @@ func (q *QP) readStepLocked(budget int) int {
 		return budget
 	}
 	var peer *QP
-	if s := d.qps[q.attr.DestQPNum]; s != nil && s.dev == d && !s.destroyed {
+	if s := d.qps[q.attr.DestQPNum]; s != nil && !s.destroyed && d.isLocalGID(q.attr.AH.DGID) {
 		peer = s
 	}
 	r := &q.resp.readRes
 	mtu := uint64(q.mtu())
 	n := npkts(uint64(r.length), int(mtu))
+	// On the direct path a response packet carries up to superSeg bytes.
+	seg := uint32(1)
+	if peer != nil && d.isLocalGID(q.attr.AH.DGID) && d.directLocked(q.QPN, peer.QPN) {
+		seg = uint32(max(superSeg/mtu, 1))
+	}
 	for budget > 0 && q.resp.reading {
 		if peer != nil && len(peer.respIn) >= readWindow {
 			break // the requester has not taken the last ones yet
@@ -555,29 +567,32 @@ func (q *QP) readStepLocked(budget int) int {
 			q.resp.reading = false
 			break
 		}
-		if !q.readReplyPacketLocked(r, i, n, mtu) {
+		k := min(seg, n-i)
+		if !q.readReplyPacketLocked(r, i, k, n, mtu) {
 			q.resp.reading = false // NAKed; the QP is in ERR
 			break
 		}
 		budget--
-		q.resp.readNext = q.resp.readNext.Add(1)
-		if i+1 == n {
+		q.resp.readNext = q.resp.readNext.Add(k)
+		if i+k == n {
 			q.resp.reading = false
 		}
 	}
 	return budget
 }
 
-// readReplyPacketLocked sends response packet i of the n of READ r. It
-// returns false if the MR went away (the READ is NAKed).
-func (q *QP) readReplyPacketLocked(r *respResource, i, n uint32, mtu uint64) bool {
+// readReplyPacketLocked sends the response packet of READ r (n PSNs in
+// all) that starts at PSN i and holds k of them (1 but on the direct
+// path). It returns false if the MR went away (the READ is NAKed).
+func (q *QP) readReplyPacketLocked(r *respResource, i, k, n uint32, mtu uint64) bool {
 	d := q.dev
 	off := uint64(i) * mtu
-	size := min(mtu, uint64(r.length)-min(off, uint64(r.length)))
+	size := min(uint64(k)*mtu, uint64(r.length)-min(off, uint64(r.length)))
 	var src []byte
+	var mr *MR
 	if size > 0 {
 		var f keyFault
-		src, _, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
+		src, mr, f = d.rkeyMRLocked(q, r.rkey, r.va+off, size, qp.AccessRemoteRead)
 		if f != faultNone {
 			// The MR went away mid-read (rxe_recheck_mr).
 			q.nakLocked(r.firstPSN.Add(i), aethNAKRemAccess, qp.WCRemAccessErr)
@@ -586,27 +601,61 @@ func (q *QP) readReplyPacketLocked(r *respResource, i, n uint32, mtu uint64) boo
 	}
 	rp := d.pool.get()
 	switch {
-	case n == 1:
-		rp.opcode = transRC | opReadResponseOnly
+	case i == 0 && k == n:
+		rp.opcode = roce.TransportRC | roce.OpReadResponseOnly
 	case i == 0:
-		rp.opcode = transRC | opReadResponseFirst
-	case i == n-1:
-		rp.opcode = transRC | opReadResponseLast
+		rp.opcode = roce.TransportRC | roce.OpReadResponseFirst
+	case i+k == n:
+		rp.opcode = roce.TransportRC | roce.OpReadResponseLast
 	default:
-		rp.opcode = transRC | opReadResponseMiddle
+		rp.opcode = roce.TransportRC | roce.OpReadResponseMiddle
+	}
+	if k > 1 {
+		rp.span = uint16(k)
 	}
 	rp.psn = r.firstPSN.Add(i)
 	rp.syndrome = q.creditCodeLocked()
 	rp.msn = q.resp.msn & 0xFFFFFF
-	// The data is copied as the packet goes out, not aliased: once the
+	// On a link the data is copied as the packet goes out: once the
 	// READ's last packet is sent the responder goes on to later requests
 	// (a WRITE to the same bytes) before the requester takes the packet,
 	// and a READ must not return what a later request wrote (rxe copies
-	// into the skb). Requests behind the READ wait until it is answered.
-	rp.buf = append(rp.buf[:0], src...)
-	rp.payload = rp.buf
+	// into the skb). On the direct path the packet aliases the MR, which
+	// saves a copy of every byte, and a later request that writes memory
+	// first gives the packets still waiting at the requester their own
+	// copy (ownReadRepliesLocked).
+	if k > 1 && mr != nil {
+		rp.payload, rp.mr = src, mr
+		q.resp.aliasedReplies = true
+	} else {
+		rp.buf = append(rp.buf[:0], src...)
+		rp.payload = rp.buf
+	}
 	q.xmitResponseLocked(rp)
 	return true
+}
+
+// ownReadRepliesLocked gives the READ response packets of q that alias
+// its memory and still wait to be sent or taken by the requester a copy
+// of their own, before q executes a request that may write that memory.
+func (q *QP) ownReadRepliesLocked() {
+	if !q.resp.aliasedReplies {
+		return
+	}
+	q.resp.aliasedReplies = false
+	d := q.dev
+	for _, lp := range d.txq {
+		if p := lp.(*packet); p.mr != nil && p.srcQPN == q.QPN && p.opcode.Class()&roce.ClassResponse != 0 {
+			p.own()
+		}
+	}
+	if peer := d.qps[q.attr.DestQPNum]; peer != nil && d.isLocalGID(q.attr.AH.DGID) {
+		for _, p := range peer.respIn {
+			if p != nil && p.mr != nil {
+				p.own()
+			}
+		}
+	}
 }
 
 func (q *QP) respAtomicLocked(p *packet) {
@@ -630,7 +679,7 @@ func (q *QP) respAtomicLocked(p *packet) {
 		return
 	}
 	var orig uint64
-	if p.opcode&opMask == opCompareSwap {
+	if p.opcode&roce.OpMask == roce.OpCompareSwap {
 		orig = atomicCompareSwap(b, p.compare, p.swapAdd)
 	} else {
 		orig = atomicFetchAdd(b, p.swapAdd)
@@ -643,7 +692,7 @@ func (q *QP) respAtomicLocked(p *packet) {
 
 func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
 	r := q.dev.pool.get()
-	r.opcode = transRC | opAtomicAcknowledge
+	r.opcode = roce.TransportRC | roce.OpAtomicAcknowledge
 	r.psn = psn
 	r.syndrome = q.creditCodeLocked()
 	r.msn = q.resp.msn & 0xFFFFFF
@@ -690,7 +739,7 @@ func (q *QP) respAtomicWriteLocked(p *packet) {
 // with an AETH and no payload.
 func (q *QP) atomicWriteAckLocked(psn qp.PSN) {
 	r := q.dev.pool.get()
-	r.opcode = transRC | opReadResponseOnly
+	r.opcode = roce.TransportRC | roce.OpReadResponseOnly
 	r.psn = psn
 	r.syndrome = q.creditCodeLocked()
 	r.msn = q.resp.msn & 0xFFFFFF
@@ -705,12 +754,12 @@ func (q *QP) atomicWriteAckLocked(psn qp.PSN) {
 // its resource, or, once the resource has been reused, it is acknowledged
 // again like a WRITE (rxe drops it then, a class D error, and leaves the
 // requester to retry).
-func (q *QP) duplicateLocked(p *packet, flags opFlags) {
+func (q *QP) duplicateLocked(p *packet, flags roce.Class) {
 	d := q.dev
 	q.Counters.DuplicateReqs++
 	d.Counters.DuplicateReqs.Add(1)
 	switch {
-	case flags&(ofRead|ofAtomic|ofAtomicWrite) != 0:
+	case flags&(roce.ClassRead|roce.ClassAtomic|roce.ClassAtomicWrite) != 0:
 		for i := range q.resp.res {
 			r := &q.resp.res[i]
 			if !r.used || p.psn.Sub(r.firstPSN) < 0 || r.lastPSN.Sub(p.psn) < 0 {
@@ -728,13 +777,13 @@ func (q *QP) duplicateLocked(p *packet, flags opFlags) {
 			}
 			return
 		}
-		if flags&ofAtomicWrite != 0 {
+		if flags&roce.ClassAtomicWrite != 0 {
 			q.sendAckLocked(q.resp.psn.Add(^uint32(0)), aethACK)
 			return
 		}
 		q.Counters.Dropped++
 	default:
-		if p.ackReq || flags&ofLast != 0 {
+		if p.ackReq || flags&roce.ClassLast != 0 {
 			q.sendAckLocked(q.resp.psn.Add(^uint32(0)), aethACK)
 		}
 	}
@@ -743,14 +792,14 @@ func (q *QP) duplicateLocked(p *packet, flags opFlags) {
 // respondUCLocked: no ACKs; a PSN gap or any error drops the message in
 // progress (its receive WQE is reused) until the next FIRST or ONLY.
 func (q *QP) respondUCLocked(p *packet) {
-	flags := opInfo(p.opcode)
+	flags := p.opcode.Class()
 	if p.psn != q.resp.psn {
 		q.Counters.SeqErrors++
 		q.ucAbortLocked()
 	}
-	q.resp.psn = p.psn.Add(1)
+	q.resp.psn = p.psn.Add(p.npsn())
 	if q.resp.ucDrop {
-		if flags&ofFirst == 0 {
+		if flags&roce.ClassFirst == 0 {
 			q.Counters.Dropped++
 			return
 		}
@@ -759,15 +808,15 @@ func (q *QP) respondUCLocked(p *packet) {
 	q.noteCommEstLocked()
 	if !q.seqOKLocked(flags) {
 		q.ucAbortLocked()
-		if flags&ofFirst == 0 {
+		if flags&roce.ClassFirst == 0 {
 			q.Counters.Dropped++
 			return
 		}
 		q.resp.ucDrop = false
 	}
 	switch {
-	case flags&ofSend != 0:
-		if flags&ofFirst != 0 && !q.ucRWQELocked() {
+	case flags&roce.ClassSend != 0:
+		if flags&roce.ClassFirst != 0 && !q.ucRWQELocked() {
 			return
 		}
 		total, _ := sglLength(q.resp.rwqe.SGL)
@@ -781,26 +830,26 @@ func (q *QP) respondUCLocked(p *packet) {
 			return
 		}
 		q.resp.offset += uint64(len(p.payload))
-		q.resp.inSend = flags&ofLast == 0
-		if flags&ofLast != 0 {
+		q.resp.inSend = flags&roce.ClassLast == 0
+		if flags&roce.ClassLast != 0 {
 			q.resp.msn++
 			var wf qp.WCFlags
-			if flags&ofImm != 0 {
+			if flags&roce.ClassImm != 0 {
 				wf = qp.WCWithImm
 			}
 			q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
 		}
-	case flags&ofWrite != 0:
+	case flags&roce.ClassWrite != 0:
 		if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
 			q.ucAbortLocked()
 			return
 		}
-		if flags&ofFirst != 0 {
+		if flags&roce.ClassFirst != 0 {
 			q.resp.writeVA, q.resp.writeRKey = p.va, p.rkey
 			q.resp.writeResid, q.resp.writeLen = uint64(p.dlen), p.dlen
 		}
 		n := uint64(len(p.payload))
-		if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&ofLast != 0 && n != q.resp.writeResid) {
+		if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&roce.ClassLast != 0 && n != q.resp.writeResid) {
 			q.ucAbortLocked()
 			return
 		}
@@ -814,8 +863,8 @@ func (q *QP) respondUCLocked(p *packet) {
 		}
 		q.resp.writeVA += n
 		q.resp.writeResid -= n
-		q.resp.inWrite = flags&ofLast == 0
-		if flags&ofLast != 0 && flags&ofImm != 0 {
+		q.resp.inWrite = flags&roce.ClassLast == 0
+		if flags&roce.ClassLast != 0 && flags&roce.ClassImm != 0 {
 			if !q.ucRWQELocked() {
 				return
 			}
@@ -869,7 +918,7 @@ const grhSize = 40
 
 func (q *QP) respondUDLocked(p *packet) {
 	d := q.dev
-	if p.opcode&opMask != opSendOnly && p.opcode&opMask != opSendOnlyImm {
+	if p.opcode&roce.OpMask != roce.OpSendOnly && p.opcode&roce.OpMask != roce.OpSendOnlyImm {
 		q.Counters.Dropped++
 		return
 	}
@@ -922,7 +971,7 @@ func (q *QP) respondUDLocked(p *packet) {
 	q.noteCommEstLocked()
 	wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecv, QPNum: q.QPN,
 		ByteLen: uint32(grhSize + len(p.payload)), SrcQP: p.srcQP, WCFlags: qp.WCGRH}
-	if p.opcode&opMask == opSendOnlyImm {
+	if p.opcode&roce.OpMask == roce.OpSendOnlyImm {
 		wc.WCFlags |= qp.WCWithImm
 		wc.ImmData = p.imm
 	}

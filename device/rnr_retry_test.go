@@ -39,7 +39,7 @@ func TestRCRNRRetryExceeded(t *testing.T) {
 	a, b, acq, bcq := e.pairX(qp.TypeRC, "rnr_retry=2", "min_rnr_timer=1")
 	src := e.mr(64, 0)
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 sge=%d:0:40", src.LKey), "opcode=send wr_id=2")
-	e.d.Quiesce()
+	e.quiesce()
 	for i := 0; i < 2; i++ {
 		e.expect(acq)
 		e.clk.Advance(qp.RNRDelay(1))
@@ -62,10 +62,10 @@ func TestRCRNRRetryInfinite(t *testing.T) {
 	a, b, acq, bcq := e.pairX(qp.TypeRC, "rnr_retry=7", "min_rnr_timer=0x1f")
 	src, dst := e.mr(64, 0), e.mr(64, qp.AccessLocalWrite)
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:40", src.LKey))
-	e.d.Quiesce()
+	e.quiesce()
 	for i := 0; i < 100; i++ {
 		e.clk.Advance(qp.RNRDelay(0x1f))
-		e.d.Quiesce()
+		e.quiesce()
 	}
 	e.expect(acq)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:64", dst.LKey))
@@ -88,10 +88,10 @@ func TestRCRNRMultiPacketNoRetryCost(t *testing.T) {
 	fill(src.Mem(), 3)
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey),
 		fmt.Sprintf("opcode=send wr_id=2 send_flags=signaled sge=%d:0:10", src.LKey))
-	e.d.Quiesce()
+	e.quiesce()
 	for i := 0; i < 3; i++ {
 		e.clk.Advance(qp.RNRDelay(12))
-		e.d.Quiesce()
+		e.quiesce()
 	}
 	e.expect(acq)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:4096", dst.LKey), fmt.Sprintf("wr_id=10 sge=%d:4096:4096", dst.LKey))
@@ -109,7 +109,7 @@ func testRetryExceeded(t *testing.T, over string) {
 	e.connectX(a, 0xABCDE, "timeout=14 retry_cnt=3 "+over)
 	src := e.mr(8192, 0)
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 sge=%d:0:3000", src.LKey), "opcode=send wr_id=2 send_flags=signaled")
-	e.d.Quiesce()
+	e.quiesce()
 	to := qp.AckTimeout(14)
 	for i := 0; i < 3; i++ {
 		e.clk.Advance(to)
@@ -145,7 +145,7 @@ func TestRCTimeoutZeroNeverRetries(t *testing.T) {
 	a := e.qp(qpOpts{scq: acq, rcq: acq})
 	e.connectX(a, 0xABCDE, "timeout=0 retry_cnt=0")
 	e.postSend(a, "opcode=send wr_id=1")
-	e.d.Quiesce()
+	e.quiesce()
 	if e.clk.Pending() != 0 {
 		t.Fatal("timeout=0 armed a retransmit timer")
 	}

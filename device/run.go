@@ -1,5 +1,33 @@
 package device
 
+// The pipeline of one QP's turn, and what each role may do to another.
+// The roles are rxe's: the requester turns send WQEs into request packets,
+// the responder executes requests against this QP's memory and answers
+// them, the completer takes the answers and retires WQEs. Each owns its
+// state (reqState, respState, compState on the QP); what crosses between
+// them is listed here and nowhere else.
+//
+//	timers ──(retryFired, rnrFired: a sequence number and a schedule)──▶ turn
+//	respIn ──▶ completer ──▶ retire ──▶ send CQ
+//	reqIn  ──▶ responder ──▶ ACK/NAK/READ responses ──▶ link ──▶ peer's respIn
+//	SQ ring ──▶ requester ──▶ requests ──▶ link ──▶ peer's reqIn
+//
+//   - completer → requester: goBack (timeout, sequence NAK), holdForRNR and
+//     releaseRNR (an RNR NAK and its timer), returnSlot (a retired READ or
+//     atomic gives back its max_rd_atomic slot). Nothing else.
+//   - requester → completer: none; it reads comp.psn for its PSN window and
+//     arms the retransmit timer (armRetryLocked) when it sends.
+//   - responder ↔ the others: none on this QP; it talks to the peer's
+//     completer only through packets. The receive WQE it takes and the
+//     completions it writes are its own.
+//   - every role → the QP: an error moves the QP to ERR (enterErrLocked,
+//     fatalLocked), after which the flushes below complete what is left.
+//
+// A packet for a QP of the same device takes the direct path (loopback.go):
+// the peer's turn runs right after this one, in the same engine batch, so a
+// WRITE and its ACK cost two turns and no packets on a link; the roles and
+// what crosses between them are the same.
+
 import (
 	"encoding/binary"
 

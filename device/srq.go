@@ -45,14 +45,11 @@ func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkOpenLocked(op); err != nil {
-		return nil, err
-	}
-	pd, err := d.lookupPDLocked(op, req.PD, owner)
+	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.admitLocked(op, "srq", d.srqs.len(), d.cfg.MaxSRQ, owner, 0); err != nil {
+	if err := admitLocked(d, op, "srq", d.srqs.m, d.cfg.MaxSRQ, owner); err != nil {
 		return nil, err
 	}
 	slotSize, capSGE := ring.RecvSlotSize(req.MaxSGE)
@@ -129,45 +126,29 @@ func (s *SRQ) PostRecv(wrs []qp.RecvWR) (int, error) {
 // postRecvRing writes receive WQEs into a ring as a client would: from the
 // shared producer index, checking space against the shared consumer index.
 func postRecvRing(op string, r *ring.Ring, maxSGE uint32, wrs []qp.RecvWR) (int, error) {
-	p := ring.NewProducer(r)
-	for i := range wrs {
-		if err := qp.ValidateRecvWR(&wrs[i], maxSGE); err != nil {
-			return i, fail(op, err)
-		}
-		free, err := p.Free()
-		if err != nil {
-			return i, errf(op, syscall.EINVAL, "ring indices are corrupt: %v", err)
-		}
-		if free == 0 {
-			return i, errf(op, syscall.ENOMEM, "queue full (%d WRs)", r.SlotCount())
-		}
-		if err := ring.EncodeRecvWQE(p.Next(), &wrs[i]); err != nil {
-			return i, fail(op, err)
-		}
-		p.Advance()
-		p.Publish()
+	n, err := ring.PostRecv(ring.NewProducer(r), maxSGE, wrs)
+	if err != nil {
+		err = postFailure(op, err, "queue", "ring", r.SlotCount())
 	}
-	return len(wrs), nil
+	return n, err
 }
 
 // Destroy is ibv_destroy_srq: EBUSY while QPs are attached.
 func (s *SRQ) Destroy() error {
-	d := s.dev
-	s.postMu.Lock()
+	s.postMu.Lock() // a PostRecv in progress writes the ring we unmap
 	defer s.postMu.Unlock()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.srqs.live("destroy_srq", "srq", s.Handle, s); err != nil {
-		return err
-	}
-	if s.users > 0 {
-		return errf("destroy_srq", syscall.EBUSY, "srq %d has %d QPs attached", s.Handle, s.users)
-	}
-	d.srqs.del(s.Handle)
+	return destroy(s.dev, &s.dev.srqs, "destroy_srq", "srq", s.Handle, s)
+}
+
+func (s *SRQ) owner() Owner { return s.Owner }
+
+func (s *SRQ) usersLocked() (int, string) { return s.users, "srq %d has %d QPs attached" }
+
+// releaseLocked runs under postMu too (Destroy), which guards gone.
+func (s *SRQ) releaseLocked() {
 	s.PD.users--
 	s.gone = true
 	s.region.Close()
-	return nil
 }
 
 // takeLocked pops the next receive WQE into wr for the responder. It

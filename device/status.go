@@ -1,6 +1,9 @@
 package device
 
-import "rdmafs/qp"
+import (
+	"rdmafs/qp"
+	"rdmafs/ring"
+)
 
 // Gauges of a QP's and a CQ's queues at one moment, for the files that
 // show them (qp/N/counters, cq/H/attr) and so for `rdmafs show`. They are
@@ -73,16 +76,11 @@ func (cq *CQ) Status() CQStatus {
 	d := cq.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := CQStatus{CQE: cq.CQE, Armed: "none", Overflowed: cq.overflowed, Overflows: cq.overflows}
+	s := CQStatus{CQE: cq.CQE, Armed: ring.ArmName(ring.ArmNone), Overflowed: cq.overflowed, Overflows: cq.overflows}
 	if d.closed || d.cqs.get(cq.Handle) != cq {
 		return s // the ring is unmapped
 	}
 	s.Pending = min(cq.prod.Head()-cq.ring.LoadConsumer(), cq.ring.SlotCount())
-	switch cq.ring.Armed() {
-	case armNext:
-		s.Armed = "next"
-	case armSolicited:
-		s.Armed = "solicited"
-	}
+	s.Armed = ring.ArmName(cq.ring.Armed())
 	return s
 }

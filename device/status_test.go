@@ -20,7 +20,7 @@ func TestQueueGauges(t *testing.T) {
 	}
 	e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey),
 		fmt.Sprintf("opcode=send wr_id=2 send_flags=signaled sge=%d:0:100", src.LKey))
-	e.d.Quiesce()
+	e.quiesce()
 	if s := a.Queues(); s.SQPosted != 2 || s.SQInFlight != 2 || !s.RNRWait || s.RQPosted != 0 {
 		t.Fatalf("waiting on RNR: %+v, want 2 posted, both sent (in flight), rnr_wait", s)
 	}
@@ -34,7 +34,7 @@ func TestQueueGauges(t *testing.T) {
 		t.Fatalf("armed CQ: %+v", s)
 	}
 	e.clk.Advance(qp.RNRDelay(12))
-	e.d.Quiesce()
+	e.quiesce()
 	// 3000 bytes at path MTU 1024 and 100: PSNs 500-503.
 	if s := a.Queues(); s != (QueueStatus{SendPSN: 504, ExpectedPSN: 500}) {
 		t.Fatalf("after the WRs completed: %+v", s)
@@ -73,7 +73,7 @@ func TestCQOverflowCount(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:0:8 remote_addr=0 rkey=%d", i, mr.LKey, mr.RKey))
 	}
-	e.d.Quiesce()
+	e.quiesce()
 	if s := cq.Status(); !s.Overflowed || s.Overflows != 1 || s.Pending != 1 {
 		t.Fatalf("overflowed CQ: %+v", s)
 	}

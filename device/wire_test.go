@@ -344,7 +344,7 @@ func TestWireICRCAndMalformed(t *testing.T) {
 	defer conn.Close()
 	setDF(t, conn)
 	to := &net.UDPAddr{IP: eb.d.Config().Addr.AsSlice(), Port: roce.UDPPort}
-	rp := roce.Packet{Opcode: roce.Opcode(transUD | opSendOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: 7,
+	rp := roce.Packet{Opcode: roce.Opcode(roce.TransportUD | roce.OpSendOnly), PKey: 0xFFFF, DestQP: b.QPN, PSN: 7,
 		QKey: 0x11111111, SrcQP: 77, Payload: []byte("hello over plain UDP")}
 	ib, err := rp.AppendIB(nil)
 	if err != nil {
@@ -451,18 +451,18 @@ func TestWireCapture(t *testing.T) {
 
 	ops := captureOpcodes(t, readCapture(t, c), roce.CheckIPv4)
 	want := map[roce.Opcode]int{
-		transRC | opSendFirst: 1, transRC | opSendMiddle: 1, transRC | opSendLast: 1,
+		roce.TransportRC | roce.OpSendFirst: 1, roce.TransportRC | roce.OpSendMiddle: 1, roce.TransportRC | roce.OpSendLast: 1,
 		// Two READ RESPONSE ONLYs: the READ's and the ATOMIC WRITE's answers.
-		transRC | opWriteOnly: 1, transRC | opReadRequest: 1, transRC | opReadResponseOnly: 2,
-		transRC | opCompareSwap: 1, transRC | opAtomicAcknowledge: 1, transRC | opAtomicWrite: 1,
-		transUC | opSendOnly: 1,
+		roce.TransportRC | roce.OpWriteOnly: 1, roce.TransportRC | roce.OpReadRequest: 1, roce.TransportRC | roce.OpReadResponseOnly: 2,
+		roce.TransportRC | roce.OpCompareSwap: 1, roce.TransportRC | roce.OpAtomicAcknowledge: 1, roce.TransportRC | roce.OpAtomicWrite: 1,
+		roce.TransportUC | roce.OpSendOnly: 1,
 	}
 	for op, n := range want {
 		if ops[op] != n {
 			t.Errorf("opcode %v: %d packets, want %d (all: %v)", op, ops[op], n, ops)
 		}
 	}
-	if ops[transRC|opAcknowledge] == 0 {
+	if ops[roce.TransportRC|roce.OpAcknowledge] == 0 {
 		t.Errorf("no ACKs captured: %v", ops)
 	}
 	if d := ea.d.Counters.CaptureDrops.Load(); d != 0 {
@@ -473,8 +473,8 @@ func TestWireCapture(t *testing.T) {
 // Without an address the GIDs are fe80:: ones and the capture holds IPv6
 // datagrams.
 func TestCaptureIPv6Loopback(t *testing.T) {
-	if *wireFlag || *twinFlag {
-		t.Skip("-device.wire and -device.twin send packets as IPv4 datagrams")
+	if *wireFlag {
+		t.Skip("-device.wire sends packets as IPv4 datagrams")
 	}
 	e := newEnv(t)
 	c := e.d.OpenCapture()
@@ -485,7 +485,7 @@ func TestCaptureIPv6Loopback(t *testing.T) {
 	e.expect(acq, sendWC(6, "success", "send", a, 0))
 	e.expect(bcq, recvWC(5, "success", "recv", b, 0, a, ""))
 	ops := captureOpcodes(t, readCapture(t, c), roce.CheckIPv6)
-	if ops[opSendOnly] != 1 || ops[opAcknowledge] != 1 || len(ops) != 2 {
+	if ops[roce.OpSendOnly] != 1 || ops[roce.OpAcknowledge] != 1 || len(ops) != 2 {
 		t.Fatalf("opcodes %v", ops)
 	}
 }
@@ -501,7 +501,7 @@ func TestCaptureBounded(t *testing.T) {
 			lines[j] = "opcode=send"
 		}
 		e.postSend(a, lines...)
-		e.d.Quiesce()
+		e.quiesce()
 	}
 	_ = b
 	e.poll(acq)
@@ -567,8 +567,8 @@ func (l *faultLink) write(p *packet) {
 	}
 }
 
-// faults puts a faultLink before every device of the env (a twin's has a
-// seed of its own) and returns e.d's.
+// faults puts a faultLink before every device of the env and returns
+// e.d's.
 func (e *env) faults(seed uint64, drop, dup, reorder int) *faultLink {
 	var first *faultLink
 	e.d.mu.Lock()
@@ -771,32 +771,6 @@ func TestWirePortMTU(t *testing.T) {
 	if m, ok := link.InterfaceMTU(e.d.Config().Addr); !ok || m < 4096+80 {
 		t.Fatalf("lo MTU %d %v", m, ok)
 	}
-}
-
-// The twin harness (-device.twin) does what it says: the two QPs of a pair
-// live on two devices with two addresses, and what they exchange crosses
-// the wire, ICRC-checked, in both directions.
-func TestTwinHarnessCrossesWire(t *testing.T) {
-	e := newEnvTwin(t, true)
-	a, b, acq, bcq := e.pair(qp.TypeRC)
-	if a.dev == b.dev || a.dev.Config().Addr == b.dev.Config().Addr {
-		t.Fatalf("the pair shares a device: %v %v (%p %p)", a.dev.Config().Addr, b.dev.Config().Addr, a.dev, b.dev)
-	}
-	src, dst := e.mr(8192, 0), e.mr(8192, qp.AccessLocalWrite|qp.AccessRemoteWrite)
-	fill(src.Mem(), 41)
-	e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:5000 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
-	e.expect(acq, sendWC(1, "success", "rdma_write", a, 5000))
-	e.expect(bcq)
-	sameBytes(t, dst.Mem()[:5000], src.Mem()[:5000])
-	c := &e.d.Counters // shared by the twins
-	// 5 request packets at MTU 1024 one way, at least one ACK back.
-	if s, r := c.WirePacketsSent.Load(), c.WirePacketsRecv.Load(); s < 6 || r != s {
-		t.Fatalf("wire packets sent %d received %d", s, r)
-	}
-	if n := c.ICRCErrors.Load() + c.MalformedPackets.Load() + c.DroppedPackets.Load(); n != 0 {
-		t.Fatalf("%d packets dropped: %v", n, c.List())
-	}
-	e.healthy(a, b)
 }
 
 // debugState describes q's transport state, for a test that is stuck.

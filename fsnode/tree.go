@@ -15,6 +15,7 @@ import (
 	"rdmafs/cm"
 	"rdmafs/device"
 	"rdmafs/qp"
+	"rdmafs/ring"
 )
 
 // tree is one mount's view of one device.
@@ -671,13 +672,12 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 		h.write = func(ctx context.Context, data []byte) (uint32, syscall.Errno) {
 			text, err := textOf("req_notify_cq", data)
 			if err == nil {
-				switch w := strings.TrimSpace(text); w {
-				case "next", "solicited":
-					cq.ReqNotify(w == "solicited")
+				w := strings.TrimSpace(text)
+				if a, ok := ring.ParseArm(w); ok && a != ring.ArmNone {
+					cq.ReqNotify(a == ring.ArmSolicited)
 					return uint32(len(data)), 0
-				default:
-					err = invalid("req_notify_cq", "unknown request %q (want next or solicited)", clip(w))
 				}
+				err = invalid("req_notify_cq", "unknown request %q (want next or solicited)", clip(w))
 			}
 			return 0, o.fail("req_notify_cq", err)
 		}

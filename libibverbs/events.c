@@ -16,28 +16,7 @@
 #include <unistd.h>
 
 #include "rdmafs.h"
-
-static const char *const event_names[] = {
-	[IBV_EVENT_CQ_ERR] = "cq_err",
-	[IBV_EVENT_QP_FATAL] = "qp_fatal",
-	[IBV_EVENT_QP_REQ_ERR] = "qp_req_err",
-	[IBV_EVENT_QP_ACCESS_ERR] = "qp_access_err",
-	[IBV_EVENT_COMM_EST] = "comm_est",
-	[IBV_EVENT_SQ_DRAINED] = "sq_drained",
-	[IBV_EVENT_PATH_MIG] = "path_mig",
-	[IBV_EVENT_PATH_MIG_ERR] = "path_mig_err",
-	[IBV_EVENT_DEVICE_FATAL] = "device_fatal",
-	[IBV_EVENT_PORT_ACTIVE] = "port_active",
-	[IBV_EVENT_PORT_ERR] = "port_err",
-	[IBV_EVENT_LID_CHANGE] = "lid_change",
-	[IBV_EVENT_PKEY_CHANGE] = "pkey_change",
-	[IBV_EVENT_SM_CHANGE] = "sm_change",
-	[IBV_EVENT_SRQ_ERR] = "srq_err",
-	[IBV_EVENT_SRQ_LIMIT_REACHED] = "srq_limit_reached",
-	[IBV_EVENT_QP_LAST_WQE_REACHED] = "qp_last_wqe_reached",
-	[IBV_EVENT_CLIENT_REREGISTER] = "client_reregister",
-	[IBV_EVENT_GID_CHANGE] = "gid_change",
-};
+#include "rdmafs-text.h"
 
 /* The kind of object an event names (-1: the port or the device). */
 static int kind_of(enum ibv_event_type t)
@@ -124,8 +103,8 @@ static bool queue_line(struct rf_context *ctx, const char *line)
 
 	if (sscanf(line, "event=%31s %7[a-z]=%u", name, kind, &h) != 3)
 		return false;
-	for (size_t i = 0; i < sizeof(event_names) / sizeof(event_names[0]); i++)
-		if (event_names[i] && !strcmp(event_names[i], name))
+	for (size_t i = 0; i < sizeof(rdmafs_event_names) / sizeof(rdmafs_event_names[0]); i++)
+		if (rdmafs_event_names[i] && !strcmp(rdmafs_event_names[i], name))
 			type = i;
 	if (type < 0)
 		return false;

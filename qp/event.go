@@ -1,6 +1,12 @@
 package qp
 
-import "fmt"
+//go:generate go run gen_ctext.go -o ../libibverbs/rdmafs-text.h
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // EventType is ibv_event_type, with libibverbs' numbering: the async
 // events the device raises and the events file names, once for the
@@ -55,4 +61,30 @@ func ParseEventType(name string) (EventType, bool) {
 		}
 	}
 	return 0, false
+}
+
+// FormatEvent is the events file's line for an event of type t about the
+// object kind names ("qp", "cq", "srq" or "port") with handle or QPN h:
+// "event=comm_est qp=17", without the newline.
+func FormatEvent(t EventType, kind string, h uint32) string {
+	return "event=" + t.String() + " " + kind + "=" + strconv.FormatUint(uint64(h), 10)
+}
+
+// ParseEvent is the inverse of FormatEvent, for the known events.
+func ParseEvent(line string) (t EventType, kind string, h uint32, err error) {
+	f := strings.Fields(line)
+	if len(f) != 2 || !strings.HasPrefix(f[0], "event=") {
+		return 0, "", 0, fmt.Errorf("malformed event line %q", line)
+	}
+	name := strings.TrimPrefix(f[0], "event=")
+	t, ok := ParseEventType(name)
+	if !ok {
+		return 0, "", 0, fmt.Errorf("unknown event %q", name)
+	}
+	kind, v, ok := strings.Cut(f[1], "=")
+	n, perr := strconv.ParseUint(v, 10, 32)
+	if !ok || perr != nil {
+		return 0, "", 0, fmt.Errorf("malformed object %q in event line %q", f[1], line)
+	}
+	return t, kind, uint32(n), nil
 }

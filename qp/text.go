@@ -256,6 +256,20 @@ var textAVKeys = map[string]func(ah *AH, k, v string) error{
 	},
 }
 
+// textFormatAV writes the address-vector keys textAVKeys reads (not
+// port_num, which a modify carries apart); shared by FormatModify and
+// FormatCreateAH.
+func textFormatAV(l *textLine, ah *AH) {
+	l.str("dgid", FormatGID(ah.DGID))
+	l.num("sgid_index", uint64(ah.SGIDIndex))
+	l.num("hop_limit", uint64(ah.HopLimit))
+	l.num("traffic_class", uint64(ah.TrafficClass))
+	l.num("flow_label", uint64(ah.FlowLabel))
+	l.num("sl", uint64(ah.SL))
+	l.num("dlid", uint64(ah.DLID))
+	l.num("static_rate", uint64(ah.StaticRate))
+}
+
 // textCapKeys sets the ibv_qp_cap fields named by CapKeys; shared by
 // ParseModify (MaskCap) and ParseCreateQP.
 var textCapKeys = map[string]func(c *Cap, k, v string) error{

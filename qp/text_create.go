@@ -279,3 +279,82 @@ func textQPType(k, v string) (Type, error) {
 	}
 	return 0, textErr(k, "unknown QP type "+textQuote(v)+" (want rc, uc or ud)")
 }
+
+// The formatters below write the create lines the parsers above read, so
+// a client (the verbs library) and the daemon share one grammar. Each
+// writes the required keys and the optional ones that differ from their
+// default; Parse(Format(c)) is c.
+
+// FormatCreateMR is the mr/new line of c.
+func FormatCreateMR(c *CreateMR) string {
+	var l textLine
+	l.num("pd", uint64(c.PD))
+	l.num("length", c.Length)
+	if c.HasIOVA {
+		l.num("iova", c.IOVA)
+	}
+	if c.Access != 0 {
+		l.str("access", c.Access.String())
+	}
+	if c.Share != 0 {
+		l.num("share", uint64(c.Share))
+		l.num("offset", c.Offset)
+	}
+	return l.String()
+}
+
+// FormatCreateCQ is the cq/new line of c.
+func FormatCreateCQ(c *CreateCQ) string {
+	var l textLine
+	l.num("cqe", uint64(c.CQE))
+	if c.CompVector != 0 {
+		l.num("comp_vector", uint64(c.CompVector))
+	}
+	return l.String()
+}
+
+// FormatCreateSRQ is the srq/new line of c.
+func FormatCreateSRQ(c *CreateSRQ) string {
+	var l textLine
+	l.num("pd", uint64(c.PD))
+	l.num("max_wr", uint64(c.MaxWR))
+	l.num("max_sge", uint64(c.MaxSGE))
+	if c.SRQLimit != 0 {
+		l.num("srq_limit", uint64(c.SRQLimit))
+	}
+	return l.String()
+}
+
+// FormatCreateAH is the ah/new line of c.
+func FormatCreateAH(c *CreateAH) string {
+	var l textLine
+	l.num("pd", uint64(c.PD))
+	textFormatAV(&l, &c.AH)
+	if c.AH.PortNum != 0 {
+		l.num("port_num", uint64(c.AH.PortNum))
+	}
+	return l.String()
+}
+
+// FormatCreateQP is the qp/new line of c. With an SRQ the receive caps
+// are left out: the QP has no receive queue.
+func FormatCreateQP(c *CreateQP) string {
+	var l textLine
+	l.num("pd", uint64(c.PD))
+	l.str("qp_type", c.Type.String())
+	l.num("send_cq", uint64(c.SendCQ))
+	l.num("recv_cq", uint64(c.RecvCQ))
+	l.num("max_send_wr", uint64(c.Cap.MaxSendWR))
+	l.num("max_send_sge", uint64(c.Cap.MaxSendSGE))
+	l.num("max_inline_data", uint64(c.Cap.MaxInlineData))
+	if c.SRQ != 0 {
+		l.num("srq", uint64(c.SRQ))
+	} else {
+		l.num("max_recv_wr", uint64(c.Cap.MaxRecvWR))
+		l.num("max_recv_sge", uint64(c.Cap.MaxRecvSGE))
+	}
+	if c.SQSigAll {
+		l.num("sq_sig_all", 1)
+	}
+	return l.String()
+}

@@ -39,14 +39,7 @@ func FormatModify(a *Attr, mask AttrMask) string {
 		case MaskQKey:
 			num("qkey", uint64(a.QKey))
 		case MaskAV:
-			l.str("dgid", FormatGID(a.AH.DGID))
-			num("sgid_index", uint64(a.AH.SGIDIndex))
-			num("hop_limit", uint64(a.AH.HopLimit))
-			num("traffic_class", uint64(a.AH.TrafficClass))
-			num("flow_label", uint64(a.AH.FlowLabel))
-			num("sl", uint64(a.AH.SL))
-			num("dlid", uint64(a.AH.DLID))
-			num("static_rate", uint64(a.AH.StaticRate))
+			textFormatAV(&l, &a.AH)
 		case MaskPathMTU:
 			// Bytes, as attr prints it; an invalid MTU prints its enum
 			// number, which ParseModify refuses.

@@ -65,6 +65,13 @@
 // Producer and Consumer are not safe for concurrent use: several threads
 // posting to one queue take a lock, as rdma-core's rxe provider does.
 //
+// SendPoster.Post and PostRecv are the producer's post loop for work
+// queues (check each WR, take a free slot, encode, advance; publish once
+// at the end, so the WRs before a refused one are posted): the verbs
+// library and the daemon's post files both use them, and keep only their
+// locking, errnos and doorbells. The consumer index is loaded once per
+// call.
+//
 // A queue has one producing client at a time. The daemon's text files
 // (qp/N/post_send, post_recv, srq/H/post_recv) post as a client would,
 // under the QP's post lock, starting from the producer index as the ring

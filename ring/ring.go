@@ -50,6 +50,28 @@ const (
 	ArmSolicited = 2 // fire on the next solicited or error completion
 )
 
+// armNames are the words of the daemon's text for the arming values (a
+// CQ's notify file and status).
+var armNames = [...]string{ArmNone: "none", ArmNext: "next", ArmSolicited: "solicited"}
+
+// ArmName is the word for an arming value: none, next or solicited.
+func ArmName(v uint32) string {
+	if v < uint32(len(armNames)) {
+		return armNames[v]
+	}
+	return fmt.Sprintf("armed(%d)", v)
+}
+
+// ParseArm is the inverse of ArmName.
+func ParseArm(name string) (uint32, bool) {
+	for v, n := range armNames {
+		if n == name {
+			return uint32(v), true
+		}
+	}
+	return 0, false
+}
+
 // ErrCorrupt reports a ring whose shared header or indices are impossible:
 // a peer scribbled on them, or the memory is not a ring of this ABI.
 var ErrCorrupt = errors.New("ring: corrupt")

@@ -477,6 +477,60 @@ func TestArmed(t *testing.T) {
 	}
 }
 
+// TestReqNotifyTakeArm: the two sides of the CQ event protocol on the
+// armed word, as the daemon (TakeArm) and every client (ReqNotify) use
+// them.
+func TestReqNotifyTakeArm(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		requests          []bool // ReqNotify(solicitedOnly) calls, in order
+		solicited, failed bool   // the completion TakeArm sees
+		fire              bool
+		left              uint32 // the armed word afterwards
+	}{
+		{name: "not armed", fire: false, left: ArmNone},
+		{name: "next, any completion", requests: []bool{false}, fire: true, left: ArmNone},
+		{name: "solicited, plain completion", requests: []bool{true}, fire: false, left: ArmSolicited},
+		{name: "solicited, solicited completion", requests: []bool{true}, solicited: true, fire: true, left: ArmNone},
+		{name: "solicited, failed completion", requests: []bool{true}, failed: true, fire: true, left: ArmNone},
+		{name: "solicited does not weaken next", requests: []bool{false, true}, fire: true, left: ArmNone},
+		{name: "next strengthens solicited", requests: []bool{true, false}, fire: true, left: ArmNone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := newHeapRing(t, KindCQ, 64, 4)
+			for _, so := range tc.requests {
+				r.ReqNotify(so)
+			}
+			if got := r.TakeArm(tc.solicited, tc.failed); got != tc.fire {
+				t.Errorf("TakeArm = %v, want %v", got, tc.fire)
+			}
+			if r.Armed() != tc.left {
+				t.Errorf("armed %d afterwards, want %d", r.Armed(), tc.left)
+			}
+			if tc.fire && r.TakeArm(true, true) {
+				t.Error("one arming fired twice")
+			}
+		})
+	}
+}
+
+func TestArmNames(t *testing.T) {
+	for v, name := range map[uint32]string{ArmNone: "none", ArmNext: "next", ArmSolicited: "solicited"} {
+		if got := ArmName(v); got != name {
+			t.Errorf("ArmName(%d) = %q, want %q", v, got, name)
+		}
+		if got, ok := ParseArm(name); !ok || got != v {
+			t.Errorf("ParseArm(%q) = %d, %v", name, got, ok)
+		}
+	}
+	if got := ArmName(9); got != "armed(9)" {
+		t.Errorf("ArmName(9) = %q", got)
+	}
+	if _, ok := ParseArm("always"); ok {
+		t.Error(`ParseArm("always") ok`)
+	}
+}
+
 func TestKindString(t *testing.T) {
 	for k, want := range map[Kind]string{KindSQ: "sq", KindRQ: "rq", KindSRQ: "srq", KindCQ: "cq", 7: "Kind(7)"} {
 		if got := k.String(); got != want {

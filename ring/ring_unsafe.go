@@ -149,3 +149,34 @@ func (r *Ring) SwapArmed(v uint32) uint32 { return atomic.SwapUint32(r.armed, v)
 func (r *Ring) CompareAndSwapArmed(old, new uint32) bool {
 	return atomic.CompareAndSwapUint32(r.armed, old, new)
 }
+
+// ReqNotify is ibv_req_notify_cq, the waiter's side of the CQ event
+// protocol (package doc, memory ordering 5): arm for the next completion,
+// or with solicitedOnly for the next solicited or error one. A pending
+// request for any completion is never weakened to solicited-only
+// (C11-31/32), hence the compare-and-swap.
+func (r *Ring) ReqNotify(solicitedOnly bool) {
+	if solicitedOnly {
+		r.CompareAndSwapArmed(ArmNone, ArmSolicited)
+	} else {
+		r.SetArmed(ArmNext)
+	}
+}
+
+// TakeArm is the producer's side of the CQ event protocol, after it
+// published a CQE: if the arming asks for this completion (any for
+// ArmNext; for ArmSolicited one that is solicited or failed), it swaps it
+// to ArmNone and reports whether the event is due. The swap makes exactly
+// one completion consume an arming.
+func (r *Ring) TakeArm(solicited, failed bool) bool {
+	switch r.Armed() {
+	case ArmNext:
+	case ArmSolicited:
+		if !solicited && !failed {
+			return false
+		}
+	default:
+		return false
+	}
+	return r.SwapArmed(ArmNone) != ArmNone
+}

@@ -130,12 +130,42 @@ const (
 	HdrIETH
 )
 
+// Class says what an opcode means to a transport engine, as rxe's opcode
+// masks do: whether it is a request or a response, where in a message it
+// stands, what it does, and what it carries (the headers and the payload
+// of the same table, as flags).
+type Class uint32
+
+const (
+	ClassRequest Class = 1 << iota
+	ClassResponse
+	ClassFirst
+	ClassMiddle
+	ClassLast
+	ClassSend
+	ClassWrite
+	ClassRead
+	ClassAtomic      // COMPARE_SWAP, FETCH_ADD and their acknowledgement
+	ClassAtomicWrite // ATOMIC WRITE: 8 bytes stored as one word
+	ClassFlush
+	ClassRecvWQE // takes a receive WQE at the responder
+	ClassImm     // ImmDt
+	ClassInv     // IETH
+	ClassRETH
+	ClassAETH
+	ClassPayload
+
+	// ClassOnly is a message of one packet.
+	ClassOnly = ClassFirst | ClassLast
+)
+
 // opInfo is one row of the opcode table.
 type opInfo struct {
 	name    string
 	hdrs    Headers
 	hlen    uint8 // BTH + extension headers
 	payload bool  // may carry a payload
+	class   Class
 }
 
 var opTable [opcodeCount]opInfo
@@ -146,49 +176,68 @@ func init() {
 		name    string
 		hdrs    Headers
 		payload bool
+		class   Class
 	}
+	const (
+		req, resp         = ClassRequest, ClassResponse
+		first, mid, last  = ClassFirst, ClassMiddle, ClassLast
+		only              = ClassOnly
+		send, write, read = ClassSend, ClassWrite, ClassRead
+		rwqe              = ClassRecvWQE
+	)
 	rows := []row{
-		{OpSendFirst, "SEND_FIRST", 0, true},
-		{OpSendMiddle, "SEND_MIDDLE", 0, true},
-		{OpSendLast, "SEND_LAST", 0, true},
-		{OpSendLastImm, "SEND_LAST_WITH_IMMEDIATE", HdrImmDt, true},
-		{OpSendOnly, "SEND_ONLY", 0, true},
-		{OpSendOnlyImm, "SEND_ONLY_WITH_IMMEDIATE", HdrImmDt, true},
-		{OpWriteFirst, "RDMA_WRITE_FIRST", HdrRETH, true},
-		{OpWriteMiddle, "RDMA_WRITE_MIDDLE", 0, true},
-		{OpWriteLast, "RDMA_WRITE_LAST", 0, true},
-		{OpWriteLastImm, "RDMA_WRITE_LAST_WITH_IMMEDIATE", HdrImmDt, true},
-		{OpWriteOnly, "RDMA_WRITE_ONLY", HdrRETH, true},
-		{OpWriteOnlyImm, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", HdrRETH | HdrImmDt, true},
-		{OpReadRequest, "RDMA_READ_REQUEST", HdrRETH, false},
-		{OpReadResponseFirst, "RDMA_READ_RESPONSE_FIRST", HdrAETH, true},
-		{OpReadResponseMiddle, "RDMA_READ_RESPONSE_MIDDLE", 0, true},
-		{OpReadResponseLast, "RDMA_READ_RESPONSE_LAST", HdrAETH, true},
-		{OpReadResponseOnly, "RDMA_READ_RESPONSE_ONLY", HdrAETH, true},
-		{OpAcknowledge, "ACKNOWLEDGE", HdrAETH, false},
-		{OpAtomicAcknowledge, "ATOMIC_ACKNOWLEDGE", HdrAETH | HdrAtomicAckETH, false},
-		{OpCompareSwap, "COMPARE_SWAP", HdrAtomicETH, false},
-		{OpFetchAdd, "FETCH_ADD", HdrAtomicETH, false},
-		{OpSendLastInv, "SEND_LAST_WITH_INVALIDATE", HdrIETH, true},
-		{OpSendOnlyInv, "SEND_ONLY_WITH_INVALIDATE", HdrIETH, true},
-		{OpFlush, "FLUSH", HdrFETH | HdrRETH, false},
-		{OpAtomicWrite, "ATOMIC_WRITE", HdrRETH, true},
+		{OpSendFirst, "SEND_FIRST", 0, true, req | send | first | rwqe},
+		{OpSendMiddle, "SEND_MIDDLE", 0, true, req | send | mid},
+		{OpSendLast, "SEND_LAST", 0, true, req | send | last},
+		{OpSendLastImm, "SEND_LAST_WITH_IMMEDIATE", HdrImmDt, true, req | send | last},
+		{OpSendOnly, "SEND_ONLY", 0, true, req | send | only | rwqe},
+		{OpSendOnlyImm, "SEND_ONLY_WITH_IMMEDIATE", HdrImmDt, true, req | send | only | rwqe},
+		{OpWriteFirst, "RDMA_WRITE_FIRST", HdrRETH, true, req | write | first},
+		{OpWriteMiddle, "RDMA_WRITE_MIDDLE", 0, true, req | write | mid},
+		{OpWriteLast, "RDMA_WRITE_LAST", 0, true, req | write | last},
+		{OpWriteLastImm, "RDMA_WRITE_LAST_WITH_IMMEDIATE", HdrImmDt, true, req | write | last | rwqe},
+		{OpWriteOnly, "RDMA_WRITE_ONLY", HdrRETH, true, req | write | only},
+		{OpWriteOnlyImm, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", HdrRETH | HdrImmDt, true, req | write | only | rwqe},
+		{OpReadRequest, "RDMA_READ_REQUEST", HdrRETH, false, req | read | only},
+		{OpReadResponseFirst, "RDMA_READ_RESPONSE_FIRST", HdrAETH, true, resp | read | first},
+		{OpReadResponseMiddle, "RDMA_READ_RESPONSE_MIDDLE", 0, true, resp | read | mid},
+		{OpReadResponseLast, "RDMA_READ_RESPONSE_LAST", HdrAETH, true, resp | read | last},
+		{OpReadResponseOnly, "RDMA_READ_RESPONSE_ONLY", HdrAETH, true, resp | read | only},
+		{OpAcknowledge, "ACKNOWLEDGE", HdrAETH, false, resp | only},
+		{OpAtomicAcknowledge, "ATOMIC_ACKNOWLEDGE", HdrAETH | HdrAtomicAckETH, false, resp | ClassAtomic | only},
+		{OpCompareSwap, "COMPARE_SWAP", HdrAtomicETH, false, req | ClassAtomic | only},
+		{OpFetchAdd, "FETCH_ADD", HdrAtomicETH, false, req | ClassAtomic | only},
+		{OpSendLastInv, "SEND_LAST_WITH_INVALIDATE", HdrIETH, true, req | send | last},
+		{OpSendOnlyInv, "SEND_ONLY_WITH_INVALIDATE", HdrIETH, true, req | send | only | rwqe},
+		{OpFlush, "FLUSH", HdrFETH | HdrRETH, false, req | ClassFlush | only},
+		{OpAtomicWrite, "ATOMIC_WRITE", HdrRETH, true, req | ClassAtomicWrite | only},
 	}
 	ucOps := map[Opcode]bool{
 		OpSendFirst: true, OpSendMiddle: true, OpSendLast: true, OpSendLastImm: true,
 		OpSendOnly: true, OpSendOnlyImm: true, OpWriteFirst: true, OpWriteMiddle: true,
 		OpWriteLast: true, OpWriteLastImm: true, OpWriteOnly: true, OpWriteOnlyImm: true,
 	}
-	add := func(op Opcode, name string, hdrs Headers, payload bool) {
-		opTable[op] = opInfo{name: name, hdrs: hdrs, hlen: uint8(BTHLen + hdrs.Len()), payload: payload}
+	add := func(op Opcode, name string, hdrs Headers, payload bool, class Class) {
+		for _, x := range [...]struct {
+			h Headers
+			c Class
+		}{{HdrImmDt, ClassImm}, {HdrIETH, ClassInv}, {HdrRETH, ClassRETH}, {HdrAETH, ClassAETH}} {
+			if hdrs&x.h != 0 {
+				class |= x.c
+			}
+		}
+		if payload {
+			class |= ClassPayload
+		}
+		opTable[op] = opInfo{name: name, hdrs: hdrs, hlen: uint8(BTHLen + hdrs.Len()), payload: payload, class: class}
 	}
 	for _, r := range rows {
-		add(TransportRC|r.op, "RC_"+r.name, r.hdrs, r.payload)
+		add(TransportRC|r.op, "RC_"+r.name, r.hdrs, r.payload, r.class)
 		if ucOps[r.op] {
-			add(TransportUC|r.op, "UC_"+r.name, r.hdrs, r.payload)
+			add(TransportUC|r.op, "UC_"+r.name, r.hdrs, r.payload, r.class)
 		}
 		if r.op == OpSendOnly || r.op == OpSendOnlyImm {
-			add(TransportUD|r.op, "UD_"+r.name, HdrDETH|r.hdrs, r.payload)
+			add(TransportUD|r.op, "UD_"+r.name, HdrDETH|r.hdrs, r.payload, r.class)
 		}
 	}
 }
@@ -226,6 +275,9 @@ func (o Opcode) Headers() (Headers, bool) {
 	r := &opTable[o]
 	return r.hdrs, r.hlen != 0
 }
+
+// Class returns what o is to a transport engine (0 if o is not valid).
+func (o Opcode) Class() Class { return opTable[o].class }
 
 // HasPayload reports whether packets with opcode o may carry a payload.
 func (o Opcode) HasPayload() bool { return opTable[o].payload }

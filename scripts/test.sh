@@ -29,9 +29,11 @@ echo "== go vet"
 go vet ./...
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
-# The engine's behavioural suite again, across RoCEv2: every pair of QPs on
-# two devices with two loopback addresses (-device.twin), then each device
-# sending to its own address (-device.wire). Raw sockets: root.
+# The engine's behavioural suite again: with the packets between a
+# device's own QPs on the link chain instead of the direct path
+# (-device.packets), and across RoCEv2, each test's device sending them
+# through the wire to its own loopback address (-device.wire). Raw
+# sockets: root.
 echo "== device suite across the wire"
-go test -race -count=1 -timeout 10m ./device -device.twin
+go test -race -count=1 -timeout 10m ./device -device.packets
 go test -race -count=1 -timeout 10m ./device -device.wire

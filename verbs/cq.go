@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"rdmafs/qp"
 	"rdmafs/ring"
 )
 
@@ -37,7 +39,10 @@ type CQ struct {
 // how many it has: a power of two).
 func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 	const op = "create_cq"
-	name, err := c.transact(op, "cq", fmt.Sprintf("cqe=%d", cqe))
+	if cqe < 0 || uint64(cqe) > math.MaxUint32 {
+		return nil, errorf(op, syscall.EINVAL, "cqe: %d out of range", cqe)
+	}
+	name, err := c.transact(op, "cq", qp.FormatCreateCQ(&qp.CreateCQ{CQE: uint32(cqe)}))
 	if err != nil {
 		return nil, err
 	}
@@ -111,11 +116,7 @@ func (cq *CQ) ReqNotifyCQ(solicitedOnly bool) error {
 	if cq.r == nil {
 		return errorf("req_notify_cq", syscall.EBADF, "cq %d is destroyed or closed", cq.Handle)
 	}
-	if solicitedOnly {
-		cq.r.CompareAndSwapArmed(ring.ArmNone, ring.ArmSolicited)
-	} else {
-		cq.r.SetArmed(ring.ArmNext)
-	}
+	cq.r.ReqNotify(solicitedOnly)
 	return nil
 }
 

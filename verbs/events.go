@@ -2,9 +2,7 @@ package verbs
 
 import (
 	"context"
-	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -29,26 +27,10 @@ type AsyncEvent struct {
 
 func (e AsyncEvent) String() string { return e.Line }
 
-// parseAsyncEvent reads "event=comm_est qp=17".
+// parseAsyncEvent reads "event=comm_est qp=17" (qp.ParseEvent).
 func parseAsyncEvent(line string) (AsyncEvent, error) {
-	ev := AsyncEvent{Line: line}
-	f := strings.Fields(line)
-	if len(f) != 2 || !strings.HasPrefix(f[0], "event=") {
-		return ev, fmt.Errorf("malformed event line %q", line)
-	}
-	name := strings.TrimPrefix(f[0], "event=")
-	t, ok := qp.ParseEventType(name)
-	if !ok {
-		return ev, fmt.Errorf("unknown event %q", name)
-	}
-	ev.Type = t
-	k, v, ok := strings.Cut(f[1], "=")
-	n, err := strconv.ParseUint(v, 10, 32)
-	if !ok || err != nil {
-		return ev, fmt.Errorf("malformed object %q in event line %q", f[1], line)
-	}
-	ev.Kind, ev.Handle = k, uint32(n)
-	return ev, nil
+	t, kind, h, err := qp.ParseEvent(line)
+	return AsyncEvent{Type: t, Kind: kind, Handle: h, Line: line}, err
 }
 
 // ReadAsyncEvents is ibv_get_async_event for every event queued: it blocks

@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -58,21 +57,23 @@ type MR struct {
 // RegMR is ibv_reg_mr: length bytes of device memory with the given
 // access, at an iova the daemon chooses (its own address of the memory).
 func (pd *PD) RegMR(length int, access Access) (*MR, error) {
-	return pd.regMR(fmt.Sprintf("pd=%d length=%d access=%s", pd.Handle, length, accessText(access)))
+	return pd.regMR(length, qp.CreateMR{Access: access})
 }
 
 // RegMRIOVA is RegMR with the iova given: work requests address byte i of
 // the MR as iova+i (ibv_reg_mr_iova).
 func (pd *PD) RegMRIOVA(length int, iova uint64, access Access) (*MR, error) {
-	return pd.regMR(fmt.Sprintf("pd=%d length=%d iova=%d access=%s", pd.Handle, length, iova, accessText(access)))
+	return pd.regMR(length, qp.CreateMR{IOVA: iova, HasIOVA: true, Access: access})
 }
 
-func accessText(a Access) string { return strings.TrimSpace(a.String()) }
-
-func (pd *PD) regMR(line string) (*MR, error) {
+func (pd *PD) regMR(length int, req qp.CreateMR) (*MR, error) {
 	const op = "reg_mr"
 	c := pd.ctx
-	name, err := c.transact(op, "mr", line)
+	if length < 0 {
+		return nil, errorf(op, syscall.EINVAL, "length: %d is negative", length)
+	}
+	req.PD, req.Length = pd.Handle, uint64(length)
+	name, err := c.transact(op, "mr", qp.FormatCreateMR(&req))
 	if err != nil {
 		return nil, err
 	}
@@ -177,12 +178,7 @@ type AH struct {
 // equal to the port's reaches the device itself.
 func (pd *PD) CreateAH(a AHAttr) (*AH, error) {
 	const op = "create_ah"
-	line := fmt.Sprintf("pd=%d dgid=%s sgid_index=%d hop_limit=%d traffic_class=%d flow_label=%d sl=%d dlid=%d static_rate=%d",
-		pd.Handle, qp.FormatGID(a.DGID), a.SGIDIndex, a.HopLimit, a.TrafficClass, a.FlowLabel, a.SL, a.DLID, a.StaticRate)
-	if a.PortNum != 0 {
-		line += fmt.Sprintf(" port_num=%d", a.PortNum)
-	}
-	name, err := pd.ctx.transact(op, "ah", line)
+	name, err := pd.ctx.transact(op, "ah", qp.FormatCreateAH(&qp.CreateAH{PD: pd.Handle, AH: a}))
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -55,8 +56,7 @@ type sendQueue struct {
 	region *ring.Region // the sq file; its fd is the doorbell; nil once released
 	r      *ring.Ring
 	p      *ring.Producer
-	inline []byte    // scratch for inline gathers
-	wr     qp.SendWR // scratch copy of an inline WR
+	post   ring.SendPoster // its scratch makes inline posts allocation-free
 	bell   [1]byte
 }
 
@@ -79,19 +79,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	if init.SendCQ == nil || init.RecvCQ == nil {
 		return nil, errorf(op, syscall.EINVAL, "send_cq and recv_cq are required")
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "pd=%d qp_type=%v send_cq=%d recv_cq=%d max_send_wr=%d max_send_sge=%d max_inline_data=%d",
-		pd.Handle, init.Type, init.SendCQ.Handle, init.RecvCQ.Handle,
-		init.Cap.MaxSendWR, init.Cap.MaxSendSGE, init.Cap.MaxInlineData)
+	req := qp.CreateQP{PD: pd.Handle, Type: init.Type, SendCQ: init.SendCQ.Handle, RecvCQ: init.RecvCQ.Handle,
+		Cap: init.Cap, SQSigAll: init.SQSigAll}
 	if init.SRQ != nil {
-		fmt.Fprintf(&b, " srq=%d", init.SRQ.Handle)
-	} else {
-		fmt.Fprintf(&b, " max_recv_wr=%d max_recv_sge=%d", init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE)
+		req.SRQ = init.SRQ.Handle
 	}
-	if init.SQSigAll {
-		b.WriteString(" sq_sig_all=1")
-	}
-	name, err := c.transact(op, "qp", b.String())
+	name, err := c.transact(op, "qp", qp.FormatCreateQP(&req))
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +110,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		return fail(err)
 	}
 	q.send.p = ring.NewProducer(q.send.r)
-	q.send.inline = make([]byte, 0, q.Cap.MaxInlineData)
+	q.send.post = ring.SendPoster{Type: q.Type, Gather: q.gatherSGE}
 	if init.SRQ == nil {
 		if q.recv.region, q.recv.r, err = mapQueue(op, c.path("qp", name, "rq"), ring.KindRQ); err != nil {
 			return fail(err)
@@ -243,79 +236,44 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 	if st := QPState(q.state.Load()); !st.CanPostSend() {
 		return &PostError{Op: op, Errno: syscall.EINVAL, Err: fmt.Errorf("qp %d is in %v; sends need RTS", q.QPN, st)}
 	}
-	caps := qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: uint8(q.maxRdAtomic.Load())}
-	free, err := s.p.Free()
-	if err != nil {
-		return &PostError{Op: op, Errno: syscall.EIO, Err: err}
-	}
-	posted := 0
+	s.post.Caps = qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: uint8(q.maxRdAtomic.Load())}
+	posted, err := s.post.Post(s.p, wrs)
 	var perr error
-	for i := range wrs {
-		wr := &wrs[i]
-		if wr.SendFlags&qp.SendInline != 0 && wr.InlineData == nil && len(wr.SGL) > 0 {
-			if wr, err = q.gatherInline(wr); err != nil {
-				perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
-				break
-			}
-		}
-		if err := qp.ValidateSendWR(q.Type, wr, caps); err != nil {
-			perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
-			break
-		}
-		if free == 0 {
-			perr = &PostError{Op: op, Index: i, Errno: syscall.ENOMEM, Err: fmt.Errorf("send queue full (%d WRs)", q.Cap.MaxSendWR)}
-			break
-		}
-		if err := ring.EncodeSendWQE(s.p.Next(), wr); err != nil {
-			perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
-			break
-		}
-		s.p.Advance()
-		free--
-		posted++
+	if err != nil {
+		perr = postFailure(op, posted, err, "send queue", q.Cap.MaxSendWR)
 	}
-	if posted > 0 {
-		s.p.Publish()
-		if q.ctx.alwaysDoorbell || s.r.NeedWakeup() {
-			q.doorbells.Add(1)
-			if bell := q.ctx.bell; bell != nil {
-				// The device doorbell: a futex wake, no FUSE request.
-				bell.BumpEvent()
-				bell.WakeEventWaiters()
-			} else if _, err := unix.Write(s.region.Fd(), s.bell[:]); err != nil && perr == nil {
-				perr = &Error{Op: op, Errno: errnoOf(err), Reason: "doorbell: " + err.Error()}
-			}
+	if posted > 0 && (q.ctx.alwaysDoorbell || s.r.NeedWakeup()) {
+		q.doorbells.Add(1)
+		if bell := q.ctx.bell; bell != nil {
+			// The device doorbell: a futex wake, no FUSE request.
+			bell.BumpEvent()
+			bell.WakeEventWaiters()
+		} else if _, err := unix.Write(s.region.Fd(), s.bell[:]); err != nil && perr == nil {
+			perr = &Error{Op: op, Errno: errnoOf(err), Reason: "doorbell: " + err.Error()}
 		}
 	}
 	return perr
 }
 
-// gatherInline copies an inline WR's SGL into the QP's scratch. The send
-// lock is held.
-func (q *QP) gatherInline(wr *SendWR) (*SendWR, error) {
-	s := &q.send
-	var total uint64
-	for _, e := range wr.SGL {
-		total += uint64(e.Length)
-	}
-	if total > uint64(q.Cap.MaxInlineData) {
-		return nil, &qp.Error{Key: "inline_data", Msg: fmt.Sprintf("%d bytes exceed max_inline_data %d", total, q.Cap.MaxInlineData)}
-	}
-	buf := s.inline[:0]
+// gatherSGE appends the bytes of one SGE of an inline send, from the MRs
+// of this Context, to dst. The send lock is held.
+func (q *QP) gatherSGE(dst []byte, e SGE) ([]byte, error) {
 	q.ctx.mu.RLock()
-	var err error
-	for _, e := range wr.SGL {
-		if buf, err = q.ctx.gatherLocked(q.pd, e, buf); err != nil {
-			break
-		}
+	defer q.ctx.mu.RUnlock()
+	return q.ctx.gatherLocked(q.pd, e, dst)
+}
+
+// postFailure is a post loop's refusal of wrs[index] as a *PostError:
+// ENOMEM for a full queue (queue names it), EIO for corrupt indices,
+// EINVAL for the WR's own error.
+func postFailure(op string, index int, err error, queue string, slots uint32) error {
+	switch {
+	case errors.Is(err, ring.ErrFull):
+		return &PostError{Op: op, Index: index, Errno: syscall.ENOMEM, Err: fmt.Errorf("%s full (%d WRs)", queue, slots)}
+	case errors.Is(err, ring.ErrCorrupt):
+		return &PostError{Op: op, Index: index, Errno: syscall.EIO, Err: err}
 	}
-	q.ctx.mu.RUnlock()
-	if err != nil {
-		return nil, err
-	}
-	s.wr = *wr
-	s.wr.InlineData, s.wr.SGL = buf, nil
-	return &s.wr, nil
+	return &PostError{Op: op, Index: index, Errno: syscall.EINVAL, Err: err}
 }
 
 // PostRecv is ibv_post_recv: the WRs go straight into the mapped receive
@@ -349,36 +307,14 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 
 // postRecv is the receive post of a QP or an SRQ; the queue's lock is held.
 func postRecv(op string, reg *ring.Region, r *ring.Ring, p *ring.Producer, bell *[1]byte, maxSGE uint32, wrs []RecvWR) error {
-	free, err := p.Free()
-	if err != nil {
-		return &PostError{Op: op, Errno: syscall.EIO, Err: err}
-	}
-	posted := 0
+	posted, err := ring.PostRecv(p, maxSGE, wrs)
 	var perr error
-	for i := range wrs {
-		wr := &wrs[i]
-		if err := qp.ValidateRecvWR(wr, maxSGE); err != nil {
-			perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
-			break
-		}
-		if free == 0 {
-			perr = &PostError{Op: op, Index: i, Errno: syscall.ENOMEM, Err: fmt.Errorf("receive queue full (%d WRs)", r.SlotCount())}
-			break
-		}
-		if err := ring.EncodeRecvWQE(p.Next(), wr); err != nil {
-			perr = &PostError{Op: op, Index: i, Errno: syscall.EINVAL, Err: err}
-			break
-		}
-		p.Advance()
-		free--
-		posted++
+	if err != nil {
+		perr = postFailure(op, posted, err, "receive queue", r.SlotCount())
 	}
-	if posted > 0 {
-		p.Publish()
-		if r.NeedWakeup() {
-			if _, err := unix.Write(reg.Fd(), bell[:]); err != nil && perr == nil {
-				perr = &Error{Op: op, Errno: errnoOf(err), Reason: "doorbell: " + err.Error()}
-			}
+	if posted > 0 && r.NeedWakeup() {
+		if _, err := unix.Write(reg.Fd(), bell[:]); err != nil && perr == nil {
+			perr = &Error{Op: op, Errno: errnoOf(err), Reason: "doorbell: " + err.Error()}
 		}
 	}
 	return perr

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"rdmafs/qp"
 	"rdmafs/ring"
 )
 
@@ -28,10 +29,7 @@ type SRQ struct {
 func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
 	const op = "create_srq"
 	c := pd.ctx
-	line := fmt.Sprintf("pd=%d max_wr=%d max_sge=%d", pd.Handle, a.MaxWR, a.MaxSGE)
-	if a.SRQLimit != 0 {
-		line += fmt.Sprintf(" srq_limit=%d", a.SRQLimit)
-	}
+	line := qp.FormatCreateSRQ(&qp.CreateSRQ{PD: pd.Handle, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit})
 	name, err := c.transact(op, "srq", line)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,295 @@
+package device
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"rdmafs/qp"
+)
+
+// The direct path (loopback.go) must be indistinguishable from the chain
+// but for its speed: each scenario runs on a device of each kind and
+// everything a program or a user can see is compared: completions, data,
+// async events, the QPs' states and PSNs, and the counters that count
+// what a link would have carried.
+
+// transcript records what a scenario shows.
+type transcript struct {
+	e     *env
+	lines []string
+}
+
+func (tr *transcript) logf(format string, args ...any) {
+	tr.lines = append(tr.lines, fmt.Sprintf(format, args...))
+}
+
+// settle records the completions of cqs and the events so far.
+func (tr *transcript) settle(cqs ...*CQ) {
+	for _, cq := range cqs {
+		for _, wc := range tr.e.poll(cq) {
+			tr.logf("cq %d: %s", cq.Handle, wc)
+		}
+	}
+	for _, ev := range tr.e.events() {
+		tr.logf("event: %s", ev)
+	}
+}
+
+// qps records the QPs' states and the transport's counters: with traffic,
+// every packet and byte a link would have carried too. After an error or
+// an RNR NAK a link carries the rest of the message, which the receiver
+// drops (and may NAK as out of sequence); the direct path does not send
+// it, so only the answers are compared there. ACKs are coalesced as each
+// path's timing allows and are not compared.
+func (tr *transcript) qps(traffic bool, qps ...*QP) {
+	tr.e.quiesce()
+	var acks uint64
+	for i, q := range qps {
+		a := q.Query()
+		c := q.CountersSnapshot()
+		tr.logf("qp %d: %v sq_psn=%d rq_psn=%d", i, a.QPState, a.SQPSN, a.RQPSN)
+		tr.logf("qp %d: rnr naks %d/%d, nak inv %d/%d access %d/%d op %d/%d, retransmits %d, send wqes %d, recv wqes %d",
+			i, c.RNRNaksSent, c.RNRNaksRecv, c.InvReqNaksSent, c.InvReqNaksRecv,
+			c.RemAccessNaksSent, c.RemAccessNaksRecv, c.RemOpNaksSent, c.RemOpNaksRecv, c.Retransmits, c.SendWQEs, c.RecvWQEs)
+		acks += c.AcksSent
+		if traffic {
+			tr.logf("qp %d: packets but ACKs sent %d recv %d, bytes sent %d recv %d, dropped %d",
+				i, c.PacketsSent-c.AcksSent, c.PacketsRecv, c.BytesSent, c.BytesRecv, c.Dropped)
+		}
+	}
+	dc := &tr.e.d.Counters
+	tr.logf("device: completions %d, errors %d", dc.Completions.Load(), dc.ErrCompletions.Load())
+	if traffic {
+		tr.logf("device: packets but ACKs sent %d recv %d, bytes sent %d recv %d",
+			dc.PacketsSent.Load()-acks, dc.PacketsRecv.Load()-acks, dc.BytesSent.Load(), dc.BytesRecv.Load())
+	}
+}
+
+// sameOnBothPaths runs scenario on the direct path and on the chain and
+// compares the transcripts; it returns the direct device's direct_packets.
+func sameOnBothPaths(t *testing.T, scenario func(tr *transcript)) {
+	t.Helper()
+	if *wireFlag {
+		t.Skip("compares the two ways of one device to itself")
+	}
+	var got [2][]string
+	var direct [2]uint64
+	for i, packets := range []bool{false, true} {
+		e := newEnvOn(t, false, func(c *Config) { c.PacketLoopback = packets })
+		tr := &transcript{e: e}
+		scenario(tr)
+		got[i] = tr.lines
+		direct[i] = e.d.Counters.DirectPackets.Load()
+	}
+	a, b := strings.Join(got[0], "\n"), strings.Join(got[1], "\n")
+	if a != b {
+		t.Fatalf("the direct path and the chain differ:\ndirect:\n%s\nchain:\n%s", a, b)
+	}
+	if direct[0] == 0 || direct[1] != 0 {
+		t.Fatalf("direct_packets %d on the direct path, %d on the chain; want some and none", direct[0], direct[1])
+	}
+}
+
+func TestDirectSameAsChainRC(t *testing.T) {
+	sameOnBothPaths(t, func(tr *transcript) {
+		e := tr.e
+		a, b, acq, bcq := e.pair(qp.TypeRC) // path MTU 1024
+		src := e.mr(1<<20, qp.AccessLocalWrite)
+		dst := e.mr(1<<20, qp.AccessLocalWrite|qp.AccessRemoteWrite|qp.AccessRemoteRead|qp.AccessRemoteAtomic)
+		fill(src.Mem(), 7)
+		fill(dst.Mem()[512<<10:], 9)
+		e.postRecv(b, fmt.Sprintf("wr_id=10 sge=%d:0:100000", dst.LKey),
+			fmt.Sprintf("wr_id=11 sge=%d:100000:50 sge=%d:100100:9000", dst.LKey, dst.LKey),
+			fmt.Sprintf("wr_id=12 sge=%d:200000:64", dst.LKey))
+		e.postSend(a,
+			// Many segments, in one SGE and across three.
+			fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:70001", src.LKey),
+			fmt.Sprintf("opcode=send wr_id=2 send_flags=signaled sge=%d:0:10 sge=%d:5000:4000 sge=%d:20000:5000", src.LKey, src.LKey, src.LKey),
+			fmt.Sprintf("opcode=rdma_write wr_id=3 send_flags=signaled sge=%d:0:300000 remote_addr=%d rkey=%d", src.LKey, 300000, dst.RKey),
+			fmt.Sprintf("opcode=rdma_write_with_imm wr_id=4 send_flags=signaled imm_data=5 sge=%d:0:3000 remote_addr=%d rkey=%d", src.LKey, 700000, dst.RKey),
+			fmt.Sprintf("opcode=rdma_read wr_id=5 send_flags=signaled sge=%d:600000:200000 remote_addr=%d rkey=%d", src.LKey, 512<<10, dst.RKey),
+			fmt.Sprintf("opcode=atomic_fetch_and_add wr_id=6 send_flags=signaled sge=%d:900000:8 remote_addr=%d rkey=%d compare_add=3", src.LKey, 800000, dst.RKey),
+			fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=7 send_flags=signaled sge=%d:900008:8 remote_addr=%d rkey=%d compare_add=3 swap=44", src.LKey, 800000, dst.RKey),
+			fmt.Sprintf("opcode=rdma_write wr_id=8 sge=%d:0:0 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
+		tr.settle(acq, bcq)
+		sameBytes(t, dst.Mem()[:70001], src.Mem()[:70001])
+		sameBytes(t, dst.Mem()[300000:600000], src.Mem()[:300000])
+		sameBytes(t, src.Mem()[600000:800000], dst.Mem()[512<<10:512<<10+200000])
+		tr.logf("payload sums %d %d", sum(dst.Mem()), sum(src.Mem()))
+		tr.qps(true, a, b)
+	})
+}
+
+func TestDirectSameAsChainRNR(t *testing.T) {
+	sameOnBothPaths(t, func(tr *transcript) {
+		e := tr.e
+		a, b, acq, bcq := e.pairX(qp.TypeRC, "rnr_retry=3", "min_rnr_timer=1")
+		src, dst := e.mr(65536, 0), e.mr(65536, qp.AccessLocalWrite)
+		e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:20000", src.LKey))
+		e.quiesce()
+		e.clk.Advance(qp.RNRDelay(1))
+		tr.settle(acq, bcq)
+		e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:65536", dst.LKey))
+		e.quiesce()
+		e.clk.Advance(qp.RNRDelay(1))
+		tr.settle(acq, bcq)
+		// Out of RNR retries: rnr_retry_exc_err, the requester in ERR.
+		e.postSend(a, fmt.Sprintf("opcode=send wr_id=2 send_flags=signaled sge=%d:0:3000", src.LKey))
+		for range 4 {
+			e.quiesce()
+			e.clk.Advance(qp.RNRDelay(1))
+		}
+		tr.settle(acq, bcq)
+		tr.qps(false, a, b)
+	})
+}
+
+func TestDirectSameAsChainErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		post func(e *env, a *QP, src, dst *MR) string
+	}{
+		{"remote access", func(e *env, a *QP, src, dst *MR) string {
+			return fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:9000 remote_addr=0 rkey=%d", src.LKey, dst.RKey^0x100)
+		}},
+		{"beyond the MR", func(e *env, a *QP, src, dst *MR) string {
+			return fmt.Sprintf("opcode=rdma_read wr_id=1 send_flags=signaled sge=%d:0:9000 remote_addr=60000 rkey=%d", src.LKey, dst.RKey)
+		}},
+		{"receive buffer too small", func(e *env, a *QP, src, dst *MR) string {
+			return fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:9000", src.LKey)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sameOnBothPaths(t, func(tr *transcript) {
+				e := tr.e
+				a, b, acq, bcq := e.pair(qp.TypeRC)
+				src := e.mr(65536, qp.AccessLocalWrite)
+				dst := e.mr(65536, qp.AccessLocalWrite|qp.AccessRemoteWrite|qp.AccessRemoteRead)
+				e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:5000", dst.LKey))
+				e.postSend(a, c.post(e, a, src, dst), fmt.Sprintf("opcode=send wr_id=2 sge=%d:0:10", src.LKey))
+				tr.settle(acq, bcq)
+				tr.qps(false, a, b)
+			})
+		})
+	}
+}
+
+func TestDirectSameAsChainUD(t *testing.T) {
+	sameOnBothPaths(t, func(tr *transcript) {
+		e := tr.e
+		a, b, acq, bcq, ah := e.udPair()
+		src, dst := e.mr(8192, 0), e.mr(8192, qp.AccessLocalWrite)
+		fill(src.Mem(), 3)
+		e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:2000", dst.LKey), fmt.Sprintf("wr_id=10 sge=%d:2000:2000", dst.LKey))
+		e.postSend(a,
+			fmt.Sprintf("opcode=send_with_imm wr_id=1 send_flags=signaled imm_data=66 sge=%d:0:1000 ah=%d remote_qpn=%d remote_qkey=0x11111111", src.LKey, ah.Handle, b.QPN),
+			fmt.Sprintf("opcode=send wr_id=2 send_flags=signaled sge=%d:0:100 ah=%d remote_qpn=%d remote_qkey=0x22", src.LKey, ah.Handle, b.QPN),
+			fmt.Sprintf("opcode=send wr_id=3 send_flags=signaled sge=%d:0:1960 ah=%d remote_qpn=%d remote_qkey=0x11111111", src.LKey, ah.Handle, b.QPN))
+		tr.settle(acq, bcq)
+		// The GRHs but their GIDs (each device has its own), and the data.
+		tr.logf("grh %x %x, data %d %d", dst.Mem()[:8], dst.Mem()[2000:2008], sum(dst.Mem()[40:2000]), sum(dst.Mem()[2040:4000]))
+		gid := e.d.Port().GID
+		for _, off := range []int{0, 2000} {
+			if [16]byte(dst.Mem()[off+8:off+24]) != gid || [16]byte(dst.Mem()[off+24:off+40]) != gid {
+				t.Errorf("grh at %d: GIDs %x, want the device's %x twice", off, dst.Mem()[off+8:off+40], gid)
+			}
+		}
+		tr.qps(true, a, b)
+	})
+}
+
+func TestDirectSameAsChainUC(t *testing.T) {
+	sameOnBothPaths(t, func(tr *transcript) {
+		e := tr.e
+		a, b, acq, bcq := e.pair(qp.TypeUC)
+		src, dst := e.mr(65536, 0), e.mr(65536, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+		fill(src.Mem(), 5)
+		e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:10000", dst.LKey))
+		e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:9000", src.LKey),
+			fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:20000 remote_addr=20000 rkey=%d", src.LKey, dst.RKey))
+		tr.settle(acq, bcq)
+		tr.logf("sum %d", sum(dst.Mem()))
+		tr.qps(true, a, b)
+	})
+}
+
+func sum(b []byte) uint64 {
+	var s uint64
+	for i, c := range b {
+		s += uint64(c) * uint64(i%251+1)
+	}
+	return s
+}
+
+// A capture or a fault rule that applies to a QP puts its packets back on
+// the chain, at the path MTU; a rule for another QP leaves them direct.
+func TestDirectPathGivesWay(t *testing.T) {
+	if *wireFlag || *packetsFlag {
+		t.Skip("about the direct path of one device")
+	}
+	e := newEnv(t)
+	a, b, acq, bcq := e.pair(qp.TypeRC)
+	src, dst := e.mr(65536, 0), e.mr(65536, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+	write := func(id int) {
+		t.Helper()
+		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:0:10000 remote_addr=0 rkey=%d", id, src.LKey, dst.RKey))
+		e.expect(acq, sendWC(uint64(id), "success", "rdma_write", a, 10000))
+	}
+	direct := func() uint64 { e.quiesce(); return e.d.Counters.DirectPackets.Load() }
+	write(1)
+	if n := direct(); n != 11 {
+		t.Fatalf("direct_packets %d after a 10-segment WRITE, want 11 (and the ACK)", n)
+	}
+	c := e.d.OpenCapture()
+	write(2)
+	if n := direct(); n != 11 {
+		t.Fatalf("direct_packets %d with a capture open, want still 11", n)
+	}
+	// The capture saw every packet, none longer than the path MTU and its
+	// headers: the records of a pcap stream after its 24-byte header.
+	var pcap []byte
+	records := func() (n, longest int) {
+		for off := 24; off+16 <= len(pcap); {
+			l := int(binary.LittleEndian.Uint32(pcap[off+8:]))
+			if off+16+l > len(pcap) {
+				break
+			}
+			n, longest = n+1, max(longest, l)
+			off += 16 + l
+		}
+		return
+	}
+	for n, _ := records(); n < 11; n, _ = records() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		b, err := c.Next(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("capture: %v after %d packets", err, n)
+		}
+		pcap = append(pcap, b...)
+	}
+	if n, longest := records(); n != 11 || longest > 1024+100 {
+		t.Fatalf("capture: %d packets, the longest %d bytes; want 11, at most the MTU and headers", n, longest)
+	}
+	c.Close()
+	e.setFaults(Faults{Drop: 1, QPN: 0xFFFFFF}) // another QP's rule
+	write(3)
+	if n := direct(); n != 22 {
+		t.Fatalf("direct_packets %d with a rule for another QP, want 22", n)
+	}
+	e.setFaults(Faults{Dup: 1, QPN: b.QPN})
+	write(4)
+	if n := direct(); n != 22 {
+		t.Fatalf("direct_packets %d with a rule for the QP, want still 22", n)
+	}
+	if n := e.d.Counters.FaultDups.Load(); n < 11 {
+		t.Fatalf("fault_dups %d, want at least 11 (10 segments and the ACK)", n)
+	}
+	e.setFaults(Faults{})
+	e.expect(bcq)
+	e.healthy(a, b)
+}
