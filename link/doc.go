@@ -51,8 +51,9 @@
 // packets (the device's clock; each takes the chain's lock, and sends the
 // packet only if the fault settings it was delayed under are still in
 // force and the chain is open). Everything else runs on the device's
-// goroutines: the engine, which writes packets; the verbs, which change
-// fault settings or open captures.
+// goroutines: the engine (or a goroutine running turns in its place: the
+// receive goroutine, the device's doorbell), which writes packets; the
+// verbs, which change fault settings or open captures.
 //
 // A delivery may write to the chain: the device runs the QP turns a
 // batch of datagrams made runnable on the receive goroutine, inside

@@ -64,10 +64,10 @@ type WireConfig struct {
 // them without locks (IPv4, UDP, ICRC, IB headers) and delivers them
 // under one hold of the chain's lock, in which the device may also run
 // the turns they make runnable and send their answers (the package doc,
-// Goroutines), so it wakes no other goroutine for them. It reads the raw socket itself, not
-// through Go's netpoller, whose wake-ups a process with spinning
-// goroutines (the engine, in-process clients) sees only every few
-// milliseconds. Close shuts the socket down, which wakes it.
+// Goroutines), so it wakes no other goroutine for them. It reads the raw
+// socket itself, not through Go's netpoller, whose wake-ups a process
+// with spinning goroutines (the engine, in-process clients) sees only
+// every few milliseconds. Close shuts the socket down, which wakes it.
 //
 // The counters say how well batching works: WireSendCalls and
 // WireRecvCalls against WirePacketsSent and WirePacketsRecv are the
