@@ -303,20 +303,26 @@ func (q *QP) retryLocked() {
 // retireLocked completes finished WQEs in order from the tail, writing
 // their completions, and publishes the SQ consumer index. A WQE that failed
 // takes the QP to ERR after its own completion.
+//
+// The slots go back to the client first, with one store of the consumer
+// index for the whole run, and then the completions are written: a client
+// that polls a CQE may post into its slot at once (as rxe), and the index,
+// a cache line the client reads on every post, moves once a turn instead
+// of once a WQE. The engine's copies stay valid until it fetches again.
 func (q *QP) retireLocked() {
-	moved := false
+	first := q.sqHead
+	failed := false
 	for q.sqHead != q.reqIdx && q.sqHead != q.sqFetched {
 		w := &q.swq[q.sqHead&q.sqMask()]
 		if w.state != wqeDone {
 			break
 		}
-		q.popLocked(w, w.status)
-		moved = true
+		q.releaseSlotLocked(w)
 		if w.status != qp.WCSuccess {
 			if q.reqIdx == q.sqHead-1 {
 				q.reqIdx = q.sqHead
 			}
-			q.enterErrLocked()
+			failed = true
 			break
 		}
 	}
@@ -324,34 +330,46 @@ func (q *QP) retireLocked() {
 	if q.sqHead == q.reqIdx && q.reqIdx != q.sqFetched {
 		w := &q.swq[q.reqIdx&q.sqMask()]
 		if w.state == wqeDone && w.status != qp.WCSuccess {
-			q.popLocked(w, w.status)
+			q.releaseSlotLocked(w)
 			q.reqIdx++
-			moved = true
-			q.enterErrLocked()
+			failed = true
 		}
 	}
-	if moved {
-		q.sqCons.Publish()
-		if q.sqHead == q.reqIdx {
-			q.armRetryLocked() // nothing outstanding: lets the timer lapse
-		}
+	if q.sqHead == first {
+		return
+	}
+	q.sqCons.Publish()
+	for i := first; i != q.sqHead; i++ {
+		w := &q.swq[i&q.sqMask()]
+		q.completeSendLocked(w, w.status)
+	}
+	if failed {
+		q.enterErrLocked()
+	}
+	if q.sqHead == q.reqIdx {
+		q.armRetryLocked() // nothing outstanding: lets the timer lapse
 	}
 }
 
-// popLocked retires the WQE at the head of swq with status. A client's
-// WQE frees its ring slot before its completion is visible (as rxe), so a
-// client that polls the CQE can post into it at once (w stays valid: the
-// engine's copy is overwritten only when the engine fetches again); a
-// reserved one is unreserved first, so its slot is free before it can be
-// reused, and it completes without a CQE.
-func (q *QP) popLocked(w *sendWQE, status qp.WCStatus) {
+// releaseSlotLocked takes the WQE at the head of swq off the send queue:
+// a client's WQE gives its ring slot back (published by the caller), a
+// reserved one is unreserved (reserved.go), so that its slot is free
+// before its completion can be seen and the slot reused.
+func (q *QP) releaseSlotLocked(w *sendWQE) {
 	q.sqHead++
 	if w.reserved {
-		q.unreserveLocked(w, status)
+		q.unreserveLocked(w, w.status)
 	} else {
 		q.sqCons.Advance(1)
-		q.sqCons.Publish()
 	}
+}
+
+// popLocked retires the WQE at the head of swq with status, slot first,
+// then completion (a flush, one WQE at a time).
+func (q *QP) popLocked(w *sendWQE, status qp.WCStatus) {
+	w.status = status
+	q.releaseSlotLocked(w)
+	q.sqCons.Publish()
 	q.completeSendLocked(w, status)
 }
 

@@ -18,10 +18,11 @@ import (
 // which the engine does anything with a posted send WQE; a QP reaching one
 // of them is run by the modify anyway), reads only their rings' atomics,
 // and takes the doorbell's own lock. A wake with nothing posted costs two
-// atomic loads per such QP and delays nobody's verbs. A wake that found
-// posted work runs the turns on this goroutine, already awake, when the
-// engine sleeps and Device.mu is free (TryLock, never a wait), instead of
-// waking the engine goroutine for them (engine.runHeldLocked).
+// atomic loads per such QP and delays nobody's verbs. On a device with a
+// wire, a wake that found posted work runs the turns on this goroutine,
+// already awake, when the engine sleeps and Device.mu is free (TryLock,
+// never a wait), instead of waking the engine goroutine for them
+// (engine.runHeldLocked).
 type doorbell struct {
 	region *ring.Region
 	r      *ring.Ring
@@ -75,8 +76,11 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		// than waking the engine goroutine: one hand-over less between
 		// the client's post and the packet on the wire. It never waits
 		// for Device.mu, so a busy device (a verb, the engine's batch)
-		// costs the doorbell nothing: the engine gets the QPs then.
-		if found && !d.engine.awake.Load() && d.mu.TryLock() {
+		// costs the doorbell nothing: the engine gets the QPs then. A
+		// device without a wire leaves its QPs to the engine goroutine,
+		// whose spin on their rings serves a client that keeps posting
+		// without a single doorbell (QPs run here are not watched).
+		if found && d.hasWire && !d.engine.awake.Load() && d.mu.TryLock() {
 			d.engine.runHeldLocked()
 			d.mu.Unlock()
 		} else {

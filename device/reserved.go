@@ -13,7 +13,7 @@ import (
 // asked for whatever the device has in flight, and the ring keeps one
 // producer (the client). A reserved WQE is counted when posted (used++),
 // runs through the requester and completer like any other, and is
-// unreserved (used--) before its swq entry is released (popLocked), so a
+// unreserved (used--) as its swq entry is released (releaseSlotLocked), so a
 // new reserved WQE never finds its slot taken. It never writes a CQE, not
 // even when flushed.
 type reserved struct {
