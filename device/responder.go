@@ -384,6 +384,7 @@ func (q *QP) invalidateLocked(rkey uint32) bool {
 }
 
 func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
+	var whole []byte
 	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
 		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
 		return
@@ -396,10 +397,15 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 		q.resp.writeVA, q.resp.writeRKey = p.va, p.rkey
 		q.resp.writeResid, q.resp.writeLen = uint64(p.dlen), p.dlen
 		if p.dlen != 0 {
-			if _, f := q.dev.rkeyLocked(q, p.rkey, p.va, uint64(p.dlen), qp.AccessRemoteWrite); f != faultNone {
+			b, f := q.dev.rkeyLocked(q, p.rkey, p.va, uint64(p.dlen), qp.AccessRemoteWrite)
+			if f != faultNone {
 				q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
 				return
 			}
+			// The whole message's target: an ONLY packet (every
+			// WRITE of the direct path up to 64 KiB) copies into it
+			// without resolving the rkey a second time.
+			whole = b
 		}
 	}
 	n := uint64(len(p.payload))
@@ -420,11 +426,16 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 		}
 	}
 	if n > 0 {
-		// Resolved again for every packet: the MR may have gone meanwhile.
-		dst, f := q.dev.rkeyLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
-		if f != faultNone {
-			q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
-			return
+		dst := whole
+		if dst == nil || flags&roce.ClassOnly != roce.ClassOnly {
+			// Resolved again for every packet: the MR may have gone
+			// meanwhile.
+			var f keyFault
+			dst, f = q.dev.rkeyLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
+			if f != faultNone {
+				q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+				return
+			}
 		}
 		copyOrdered(dst, p.payload)
 	}
