@@ -67,9 +67,11 @@
 //     and its answer the wire, without waking another thread.
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
 //     schedules the QPs whose rings have new WQEs, under bellMu (the set
-//     of QPs that may send) and the scheduler's lock; when it found work,
-//     the engine sleeps and Device.mu is free (TryLock: it never waits
-//     for it), it runs their turns.
+//     of QPs that may send) and the scheduler's lock; on a device with a
+//     wire, when it found work, the engine sleeps and Device.mu is free
+//     (TryLock: it never waits for it), it runs their turns (a device
+//     without one leaves them to the engine, whose spin then serves the
+//     client's next posts without a doorbell).
 //   - The wire's receive goroutine (package link, when Config.Addr is
 //     set): sleeps in recvmmsg, checks datagrams without a lock, then
 //     delivers them under Device.mu (dispatcher, link.go) and, while the
