@@ -18,6 +18,22 @@ type compState struct {
 	idle         bool      // nothing outstanding; a running retry timer is lapsing
 	progress     bool      // an acknowledgement came since the timer was armed
 	progressAt   time.Time // when the last one came
+	// open is a swq index such that every WQE in [sqHead, open) is done
+	// (firstOpenLocked): WQEs finish out of retire's order (a stream of
+	// READs all answered in one turn), and the scans for the next one to
+	// acknowledge start here instead of walking the finished ones again.
+	open uint32
+}
+
+// firstOpenLocked is where the scans of the outstanding WQEs start: the
+// remembered index when it still lies in [sqHead, reqIdx] (a retry moves
+// reqIdx back, retire and flush move sqHead on), else sqHead. WQEs only
+// ever become done, so what was done before open still is.
+func (q *QP) firstOpenLocked() uint32 {
+	if o := q.comp.open; o-q.sqHead <= q.reqIdx-q.sqHead {
+		return o
+	}
+	return q.sqHead
 }
 
 // completeResponseLocked handles an ACK, NAK, read response or atomic
@@ -72,7 +88,9 @@ func (q *QP) ackThroughLocked(psn qp.PSN) {
 	if psn.Sub(q.comp.acked) > 0 {
 		q.comp.acked = psn
 	}
-	for i := q.sqHead; i != q.reqIdx; i++ {
+	// Every WQE the loop passes is done (it stops at the first it cannot
+	// finish), so open follows it.
+	for i := q.firstOpenLocked(); i != q.reqIdx; i, q.comp.open = i+1, i+1 {
 		w := &q.swq[i&q.sqMask()]
 		if w.state == wqeDone {
 			continue
@@ -197,7 +215,7 @@ func (q *QP) handleAETHLocked(p *packet) {
 
 // wqeAtLocked finds the outstanding WQE whose PSN range holds psn.
 func (q *QP) wqeAtLocked(psn qp.PSN) *sendWQE {
-	for i := q.sqHead; i != q.reqIdx+1 && i != q.sqFetched; i++ {
+	for i := q.firstOpenLocked(); i != q.reqIdx+1 && i != q.sqFetched; i++ {
 		w := &q.swq[i&q.sqMask()]
 		if w.state == wqeDone || w.state == wqePosted || w.info.Local {
 			continue
