@@ -1,6 +1,10 @@
 package device
 
 import (
+	"runtime"
+	"slices"
+	"sync/atomic"
+
 	"rdmafs/ring"
 )
 
@@ -17,8 +21,11 @@ import (
 // send (bellQPs: the device's QPs in RTS, SQD, SQE or ERR, the states in
 // which the engine does anything with a posted send WQE; a QP reaching one
 // of them is run by the modify anyway), reads only their rings' atomics,
-// and takes the doorbell's own lock. A wake with nothing posted costs two
-// atomic loads per such QP and delays nobody's verbs. On a device with a
+// and takes no lock: it reads an immutable view of those QPs (bellView)
+// that a state change replaces, and a destroyed QP's rings are unmapped
+// only once no wake still looks at a view that held it (waitBellScan). A
+// wake with nothing posted costs two atomic loads per such QP and delays
+// nobody's verbs. On a device with a
 // wire, a wake that found posted work runs the turns on this goroutine,
 // already awake, when the engine sleeps and Device.mu is free (TryLock,
 // never a wait), instead of waking the engine goroutine for them
@@ -27,7 +34,7 @@ type doorbell struct {
 	region *ring.Region
 	r      *ring.Ring
 	done   chan struct{}
-	closed bool // guarded by Device.bellMu
+	closed atomic.Bool
 }
 
 func (d *Device) startDoorbell() error {
@@ -55,22 +62,24 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		// makes the wait below return at once, so no ring is lost between
 		// a scan and the sleep. stopDoorbell sets closed before it rings.
 		seq := b.r.EventSeq()
-		d.engine.holdWake()
-		d.bellMu.Lock()
-		if b.closed {
-			d.bellMu.Unlock()
-			d.engine.releaseHold()
+		if b.closed.Load() {
 			return
 		}
+		d.engine.holdWake()
 		found := false
-		for _, q := range d.bellQPs {
-			if q.newSendWork() {
-				d.engine.schedule(q)
-				found = true
+		d.bellScan.Add(1)
+		var n int
+		if v := d.bellView.Load(); v != nil {
+			n = len(*v)
+			for _, q := range *v {
+				if q.newSendWork() {
+					d.engine.schedule(q)
+					found = true
+				}
 			}
 		}
-		d.bellScans.Add(uint64(len(d.bellQPs)))
-		d.bellMu.Unlock()
+		d.bellScan.Add(1)
+		d.bellScans.Add(uint64(n))
 		// Woken for posted work, this goroutine runs the turns itself
 		// when Device.mu is free at once (engine.runHeldLocked), rather
 		// than waking the engine goroutine: one hand-over less between
@@ -93,8 +102,9 @@ func (d *Device) doorbellLoop(b *doorbell) {
 
 // syncBellLocked puts q in its device's bellQPs while its state can send
 // and it lives, and takes it out otherwise. Called wherever the state
-// changes and at destroy; a destroyed QP is out before its rings are
-// unmapped, so the doorbell never reads them afterwards.
+// changes and at destroy; a destroyed QP is out of the view before its
+// rings are unmapped, and the reaper waits for the wakes that may hold an
+// older view (waitBellScan), so the doorbell never reads them afterwards.
 func (q *QP) syncBellLocked() {
 	d := q.dev
 	want := !q.destroyed && q.attr.QPState.CanPostSend()
@@ -106,6 +116,7 @@ func (q *QP) syncBellLocked() {
 	if want {
 		q.bellIdx = len(d.bellQPs)
 		d.bellQPs = append(d.bellQPs, q)
+		d.publishBellLocked()
 		return
 	}
 	last := len(d.bellQPs) - 1
@@ -115,14 +126,34 @@ func (q *QP) syncBellLocked() {
 	d.bellQPs[last] = nil
 	d.bellQPs = d.bellQPs[:last]
 	q.bellIdx = -1
+	d.publishBellLocked()
+}
+
+// publishBellLocked replaces the doorbell's view with a copy of bellQPs
+// (bellMu held): a wake reads the view it loaded to the end, so the view
+// is never changed in place.
+func (d *Device) publishBellLocked() {
+	v := slices.Clone(d.bellQPs)
+	d.bellView.Store(&v)
+}
+
+// waitBellScan waits until no doorbell wake looks at a view that may be
+// older than the caller's last change of bellQPs: one that is scanning now
+// started, for all the caller knows, before the change. A scan is a few
+// atomic loads per QP, so the wait is short; the reaper calls it before it
+// unmaps the rings of QPs it took out of the view.
+func (d *Device) waitBellScan() {
+	if s := d.bellScan.Load(); s&1 == 1 {
+		for d.bellScan.Load() == s {
+			runtime.Gosched()
+		}
+	}
 }
 
 // stopDoorbell ends the loop (after the engine stopped) and unmaps.
 func (d *Device) stopDoorbell() {
 	b := d.bell
-	d.bellMu.Lock()
-	b.closed = true
-	d.bellMu.Unlock()
+	b.closed.Store(true)
 	b.r.BumpEvent()
 	b.r.WakeEventWaiters()
 	<-b.done

@@ -515,6 +515,9 @@ func (e *engine) reapRetired() {
 	if len(r) == 0 {
 		return
 	}
+	// They left the doorbell's view when destroyed; a wake may still be
+	// looking at an older one.
+	e.d.waitBellScan()
 	for _, q := range r {
 		if q.watched {
 			q.watched = false
