@@ -198,15 +198,15 @@ func TestRCAtomicWriteMalformed(t *testing.T) {
 		name string
 		mod  func(p *packet)
 	}{
-		{"DMALen16", func(p *packet) { p.dlen = 16 }},
-		{"Payload4", func(p *packet) { p.payload = p.payload[:4] }},
+		{"DMALen16", func(p *packet) { p.DMALen = 16 }},
+		{"Payload4", func(p *packet) { p.Payload = p.Payload[:4] }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
 			a, b, acq, _ := e.pair(qp.TypeRC)
 			remote := e.mr(64, rwAccess)
 			e.link(func(p *packet) linkAction {
-				if p.opcode&roce.OpMask == roce.OpAtomicWrite {
+				if p.Opcode&roce.OpMask == roce.OpAtomicWrite {
 					c.mod(p)
 				}
 				return deliver

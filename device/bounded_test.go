@@ -184,12 +184,12 @@ func TestDuplicateReadsBounded(t *testing.T) {
 	d.mu.Lock()
 	for i := 0; i < 11; i++ {
 		p := d.pool.get()
-		p.opcode = roce.TransportRC | roce.OpReadRequest
-		p.psn = first
-		p.va, p.rkey, p.dlen = 0, src.RKey, size
-		p.ackReq = true
+		p.Opcode = roce.TransportRC | roce.OpReadRequest
+		p.setPSN(first)
+		p.VA, p.RKey, p.DMALen = 0, src.RKey, size
+		p.AckReq = true
 		p.sgid, p.dgid = d.cfg.GID, a.attr.AH.DGID
-		p.srcQPN, p.destQPN = a.QPN, b.QPN
+		p.srcQPN, p.DestQP = a.QPN, b.QPN
 		injectLocked(d, p)
 	}
 	d.mu.Unlock()

@@ -49,15 +49,15 @@ func (q *QP) completeResponseLocked(p *packet) {
 	// way would otherwise complete WQEs the requester is sending again
 	// (the duplicates it sends are acknowledged anew). A duplicate ACK of
 	// the last acknowledged PSN is harmless and let through.
-	beyond := p.psn.Sub(q.req.psn) >= 0
-	old := p.psn.Before(q.comp.psn) && p.opcode.Class()&roce.ClassRead == 0 &&
-		(p.opcode&roce.OpMask != roce.OpAcknowledge || p.psn.Before(q.comp.psn.Add(^uint32(0))))
+	beyond := p.psn().Sub(q.req.psn) >= 0
+	old := p.psn().Before(q.comp.psn) && p.Opcode.Class()&roce.ClassRead == 0 &&
+		(p.Opcode&roce.OpMask != roce.OpAcknowledge || p.psn().Before(q.comp.psn.Add(^uint32(0))))
 	if beyond || old {
 		q.Counters.DuplicateResps++
 		q.dropLocked(p)
 		return
 	}
-	op := p.opcode & roce.OpMask
+	op := p.Opcode & roce.OpMask
 	switch op {
 	case roce.OpAcknowledge:
 		q.handleAETHLocked(p)
@@ -146,16 +146,16 @@ func (q *QP) ackPendingLocked() {
 // handleAETHLocked processes an ACKNOWLEDGE: an ACK, an RNR NAK or a NAK.
 func (q *QP) handleAETHLocked(p *packet) {
 	d := q.dev
-	syn := p.syndrome
+	syn := p.Syndrome
 	switch syn & aethTypeMask {
 	case aethACK:
-		q.ackThroughLocked(p.psn)
+		q.ackThroughLocked(p.psn())
 		q.armRetryLocked()
 	case aethRNR:
 		q.Counters.RNRNaksRecv++
 		d.Counters.RNRNaksRecv.Add(1)
-		q.ackThroughLocked(p.psn.Add(^uint32(0)))
-		w := q.wqeAtLocked(p.psn)
+		q.ackThroughLocked(p.psn().Add(^uint32(0)))
+		w := q.wqeAtLocked(p.psn())
 		if w == nil {
 			return
 		}
@@ -175,7 +175,7 @@ func (q *QP) handleAETHLocked(p *packet) {
 		seq := q.rnrSeq
 		q.rnrTimer = d.clock.AfterFunc(qp.RNRDelay(syn&0x1F), func() { q.rnrExpired(seq) })
 	case aethNAK:
-		q.ackThroughLocked(p.psn.Add(^uint32(0)))
+		q.ackThroughLocked(p.psn().Add(^uint32(0)))
 		switch syn {
 		case aethNAKSeq:
 			q.Counters.SeqErrNaks++
@@ -194,7 +194,7 @@ func (q *QP) handleAETHLocked(p *packet) {
 		}
 		q.Counters.RemoteErrNak++
 		d.Counters.RemoteErrNaks.Add(1)
-		w := q.wqeAtLocked(p.psn)
+		w := q.wqeAtLocked(p.psn())
 		if w == nil {
 			return
 		}
@@ -235,12 +235,12 @@ func (q *QP) failWQELocked(w *sendWQE, s qp.WCStatus) {
 }
 
 func (q *QP) handleReadResponseLocked(p *packet) {
-	w := q.wqeAtLocked(p.psn)
+	w := q.wqeAtLocked(p.psn())
 	if w != nil && w.info.AtomicWrite {
 		q.handleAtomicWriteResponseLocked(p)
 		return
 	}
-	if w == nil || !w.info.Read || p.psn != q.comp.psn {
+	if w == nil || !w.info.Read || p.psn() != q.comp.psn {
 		// Out of order or duplicate: rxe drops it and lets the retry
 		// timer or a later response sort it out.
 		q.Counters.DuplicateResps++
@@ -248,15 +248,15 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 		return
 	}
 	// A response implicitly acknowledges everything before it.
-	q.ackThroughLocked(p.psn.Add(^uint32(0)))
-	off := uint64(p.psn.Sub(w.firstPSN)) * uint64(q.mtu())
-	if f := q.dev.scatterLocked(q.pd, w.wr.SGL, off, p.payload); f != faultNone {
+	q.ackThroughLocked(p.psn().Add(^uint32(0)))
+	off := uint64(p.psn().Sub(w.firstPSN)) * uint64(q.mtu())
+	if f := q.dev.scatterLocked(q.pd, w.wr.SGL, off, p.Payload); f != faultNone {
 		q.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}
-	q.comp.psn = p.psn.Add(p.npsn())
+	q.comp.psn = p.psn().Add(p.npsn())
 	q.progressLocked()
-	if op := p.opcode & roce.OpMask; op == roce.OpReadResponseLast || op == roce.OpReadResponseOnly {
+	if op := p.Opcode & roce.OpMask; op == roce.OpReadResponseLast || op == roce.OpReadResponseOnly {
 		w.state, w.status = wqeDone, qp.WCSuccess
 		q.ackPendingLocked()
 	}
@@ -270,17 +270,17 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 // or atomic (ackThroughLocked). A plain ACK that covers the PSN completes
 // an ATOMIC WRITE the same way (rxe's requester takes either).
 func (q *QP) handleAtomicWriteResponseLocked(p *packet) {
-	if p.opcode&roce.OpMask != roce.OpReadResponseOnly || len(p.payload) != 0 || p.syndrome&aethTypeMask != aethACK {
+	if p.Opcode&roce.OpMask != roce.OpReadResponseOnly || len(p.Payload) != 0 || p.Syndrome&aethTypeMask != aethACK {
 		q.dropLocked(&packet{})
 		return
 	}
-	q.ackThroughLocked(p.psn)
+	q.ackThroughLocked(p.psn())
 	q.armRetryLocked()
 }
 
 func (q *QP) handleAtomicAckLocked(p *packet) {
-	w := q.wqeAtLocked(p.psn)
-	if w == nil || !w.info.Atomic || p.psn != q.comp.psn {
+	w := q.wqeAtLocked(p.psn())
+	if w == nil || !w.info.Atomic || p.psn() != q.comp.psn {
 		// Out of order (responses before it were lost) or a duplicate:
 		// taking it would move the window past a READ that has not got
 		// its data. Dropped; the retry asks again and the responder
@@ -289,15 +289,15 @@ func (q *QP) handleAtomicAckLocked(p *packet) {
 		q.dropLocked(&packet{})
 		return
 	}
-	q.ackThroughLocked(p.psn.Add(^uint32(0)))
+	q.ackThroughLocked(p.psn().Add(^uint32(0)))
 	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], p.orig)
+	binary.LittleEndian.PutUint64(b[:], p.OrigData)
 	if f := q.dev.scatterLocked(q.pd, w.wr.SGL, 0, b[:]); f != faultNone {
 		q.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}
 	w.state, w.status = wqeDone, qp.WCSuccess
-	q.comp.psn = p.psn.Add(1)
+	q.comp.psn = p.psn().Add(1)
 	q.progressLocked()
 	q.ackPendingLocked()
 	q.armRetryLocked()

@@ -126,16 +126,16 @@ func (d *Device) gsiReceiveLocked(p *packet) {
 	g := &d.gsi
 	defer d.pool.put(p)
 	switch {
-	case p.opcode != roce.TransportUD|roce.OpSendOnly:
+	case p.Opcode != roce.TransportUD|roce.OpSendOnly:
 		g.droppedOpcode.Add(1)
 		d.Counters.DroppedPackets.Add(1)
 		return
-	case p.qkey != GSIQKey:
+	case p.QKey != GSIQKey:
 		g.droppedQKey.Add(1)
 		d.Counters.QKeyViolations.Add(1)
 		d.Counters.DroppedPackets.Add(1)
 		return
-	case len(p.payload) != MADBytes:
+	case len(p.Payload) != MADBytes:
 		g.droppedSize.Add(1)
 		d.Counters.DroppedPackets.Add(1)
 		return
@@ -144,11 +144,11 @@ func (d *Device) gsiReceiveLocked(p *packet) {
 		d.Counters.DroppedPackets.Add(1)
 		return
 	}
-	m := GSIMessage{SGID: p.sgid, SrcQPN: p.srcQP, PKey: GSIPKey, Local: p.local}
+	m := GSIMessage{SGID: p.sgid, SrcQPN: p.SrcQP, PKey: GSIPKey, Local: p.local}
 	if !p.local && isV4Mapped(p.sgid) {
 		m.SrcAddr = netip.AddrFrom4([4]byte(p.sgid[12:]))
 	}
-	copy(m.MAD[:], p.payload)
+	copy(m.MAD[:], p.Payload)
 	select {
 	case g.queue <- m:
 		g.recv.Add(1)
@@ -169,13 +169,13 @@ func (d *Device) SendMAD(dgid [16]byte, mad [MADBytes]byte) error {
 		return errf("send_mad", syscall.ENODEV, "device is closed")
 	}
 	p := d.pool.get()
-	p.opcode = roce.TransportUD | roce.OpSendOnly
+	p.Opcode = roce.TransportUD | roce.OpSendOnly
 	p.sgid, p.dgid = d.cfg.GID, dgid
-	p.srcQPN, p.destQPN = GSIQPN, GSIQPN
-	p.qkey, p.srcQP = GSIQKey, GSIQPN
-	p.psn = d.gsi.nextPSNLocked()
+	p.srcQPN, p.DestQP = GSIQPN, GSIQPN
+	p.QKey, p.SrcQP = GSIQKey, GSIQPN
+	p.setPSN(d.gsi.nextPSNLocked())
 	p.buf = append(p.buf[:0], mad[:]...)
-	p.payload = p.buf
+	p.Payload = p.buf
 	d.gsi.sent.Add(1)
 	d.xmitLocked(p)
 	return nil

@@ -73,9 +73,9 @@ func TestGSIReceiveRules(t *testing.T) {
 	inject := func(opcode roce.Opcode, qkey uint32, n int) {
 		d.mu.Lock()
 		p := d.pool.get()
-		p.opcode, p.qkey, p.destQPN, p.srcQP = opcode, qkey, GSIQPN, 5
+		p.Opcode, p.QKey, p.DestQP, p.SrcQP = opcode, qkey, GSIQPN, 5
 		p.buf = append(p.buf[:0], make([]byte, n)...)
-		p.payload = p.buf
+		p.Payload = p.buf
 		d.receiveLocked(p)
 		d.mu.Unlock()
 	}

@@ -164,11 +164,11 @@ func TestForeignQPCannotAnswerForPeer(t *testing.T) {
 	d := x.q.dev
 	d.mu.Lock()
 	ack := d.pool.get()
-	ack.opcode = roce.TransportRC | roce.OpAcknowledge
-	ack.psn = a.req.psn.Add(^uint32(0))
-	ack.syndrome = 0x1F
+	ack.Opcode = roce.TransportRC | roce.OpAcknowledge
+	ack.setPSN(a.req.psn.Add(^uint32(0)))
+	ack.Syndrome = 0x1F
 	ack.sgid, ack.dgid = d.cfg.GID, a.attr.AH.DGID
-	ack.srcQPN, ack.destQPN = x.q.QPN, a.QPN
+	ack.srcQPN, ack.DestQP = x.q.QPN, a.QPN
 	injectLocked(d, ack)
 	d.mu.Unlock()
 	if got := e.poll(acq); len(got) != 0 {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"rdmafs/link"
-	"rdmafs/qp"
 	"rdmafs/roce"
 )
 
@@ -108,8 +107,8 @@ func (d *Device) routeLocked(p *packet) {
 
 // Meta implements link.Packet.
 func (p *packet) Meta() link.Meta {
-	return link.Meta{SGID: p.sgid, DGID: p.dgid, SrcQPN: p.srcQPN, DestQPN: p.destQPN,
-		Route: p.route, Src: p.dev.wireAddr, Dst: p.hop, PayloadLen: len(p.payload)}
+	return link.Meta{SGID: p.sgid, DGID: p.dgid, SrcQPN: p.srcQPN, DestQPN: p.DestQP,
+		Route: p.route, Src: p.dev.wireAddr, Dst: p.hop, PayloadLen: len(p.Payload)}
 }
 
 // Header implements link.Packet.
@@ -121,8 +120,8 @@ func (p *packet) Clone() link.Packet {
 	buf := c.buf
 	*c = *p
 	c.next = nil
-	c.buf = append(buf[:0], p.payload...)
-	c.payload = c.buf
+	c.buf = append(buf[:0], p.Payload...)
+	c.Payload = c.buf
 	c.mr = nil
 	return c
 }
@@ -176,7 +175,7 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 		p.srcPort = dg.SrcPort
 		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Src))
 		p.dgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Dst))
-		if p.opcode&roce.TransportMask == roce.TransportUD {
+		if p.Opcode&roce.TransportMask == roce.TransportUD {
 			p.ipHdr, p.hasIPHdr = [20]byte(dg.Raw[:20]), true
 		}
 		q := d.receiveLocked(p)
@@ -201,31 +200,24 @@ const wireHighWater = maxQueuedPackets / 2
 // udpSourcePort is the UDP source port of q's packets (link.SourcePort).
 func udpSourcePort(qpn uint32) uint16 { return link.SourcePort(qpn) }
 
-// toWire fills rp with p's wire fields.
+// toWire fills rp with p's wire fields: the engine's headers, with the
+// default partition (the engine keeps none) and the 24-bit fields cut to
+// their width, as marshalling insists.
 func (p *packet) toWire(rp *roce.Packet) {
-	*rp = roce.Packet{
-		Opcode: p.opcode, SE: p.se, PKey: 0xFFFF, DestQP: p.destQPN & roce.QPNMask,
-		AckReq: p.ackReq, PSN: uint32(p.psn) & roce.PSNMask,
-		VA: p.va, RKey: p.rkey, DMALen: p.dlen, SwapAdd: p.swapAdd, Compare: p.compare,
-		Syndrome: p.syndrome, MSN: p.msn & roce.MSNMask, OrigData: p.orig,
-		Imm: p.imm, InvRKey: p.imm, QKey: p.qkey, SrcQP: p.srcQP & roce.QPNMask,
-		Payload: p.payload,
-	}
+	*rp = p.Packet
+	rp.PKey = 0xFFFF
+	rp.DestQP &= roce.QPNMask
+	rp.PSN &= roce.PSNMask
+	rp.MSN &= roce.MSNMask
+	rp.SrcQP &= roce.QPNMask
 }
 
 // fromWire fills p (fresh from the pool) from a parsed packet; the payload
-// is copied into p's own storage.
+// is copied into p's own storage, since rp's aliases the receive buffer.
 func (p *packet) fromWire(rp *roce.Packet) {
-	p.opcode = rp.Opcode
-	p.se, p.ackReq = rp.SE, rp.AckReq
-	p.destQPN, p.psn = rp.DestQP, qp.PSN(rp.PSN)
-	p.va, p.rkey, p.dlen = rp.VA, rp.RKey, rp.DMALen
-	p.swapAdd, p.compare = rp.SwapAdd, rp.Compare
-	p.syndrome, p.msn, p.orig = rp.Syndrome, rp.MSN, rp.OrigData
-	p.imm = rp.Imm | rp.InvRKey // at most one of them is carried
-	p.qkey, p.srcQP = rp.QKey, rp.SrcQP
+	p.Packet = *rp
 	p.buf = append(p.buf[:0], rp.Payload...)
-	p.payload = p.buf
+	p.Payload = p.buf
 }
 
 // Faults says what the fault injector does (link.Faults).

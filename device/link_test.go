@@ -116,7 +116,7 @@ func once(k int, match func(p *packet) bool, act linkAction) func(*packet) linkA
 func isOp(ops ...roce.Opcode) func(p *packet) bool {
 	return func(p *packet) bool {
 		for _, o := range ops {
-			if p.opcode&roce.OpMask == o {
+			if p.Opcode&roce.OpMask == o {
 				return true
 			}
 		}
@@ -228,7 +228,7 @@ func TestRCRetryTimerRestartsOnProgress(t *testing.T) {
 	buf := e.mr(64, qp.AccessLocalWrite)
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:64", buf.LKey), fmt.Sprintf("wr_id=10 sge=%d:0:64", buf.LKey))
 	l := e.link(func(p *packet) linkAction {
-		if p.opcode&roce.OpMask == roce.OpAcknowledge {
+		if p.Opcode&roce.OpMask == roce.OpAcknowledge {
 			return hold
 		}
 		return deliver
@@ -313,7 +313,8 @@ func TestRCAckBeyondSentDropped(t *testing.T) {
 	e.d.mu.Lock()
 	before := a.comp.psn
 	p := e.d.pool.get()
-	p.opcode, p.psn, p.syndrome = roce.TransportRC|roce.OpAcknowledge, a.req.psn.Add(3), aethACK
+	p.Opcode, p.Syndrome = roce.TransportRC|roce.OpAcknowledge, aethACK
+	p.setPSN(a.req.psn.Add(3))
 	a.completeResponseLocked(p)
 	after := a.comp.psn
 	e.d.mu.Unlock()
@@ -411,13 +412,13 @@ func TestRCAcksCoalesced(t *testing.T) {
 	a, b, acq, bcq := e.pair(qp.TypeRC)
 	src, dst := e.mr(4096, qp.AccessLocalWrite), e.mr(4096, rwAccess)
 	fill(src.Mem(), 51)
-	isReq := func(p *packet) bool { return p.opcode.Class()&roce.ClassRequest != 0 }
+	isReq := func(p *packet) bool { return p.Opcode.Class()&roce.ClassRequest != 0 }
 	acks := 0
 	l := e.link(func(p *packet) linkAction {
 		if isReq(p) {
 			return hold
 		}
-		if p.opcode == roce.TransportRC|roce.OpAcknowledge && p.syndrome>>5 == 0 {
+		if p.Opcode == roce.TransportRC|roce.OpAcknowledge && p.Syndrome>>5 == 0 {
 			acks++
 		}
 		return deliver

@@ -119,12 +119,12 @@ func (d *Device) directTxLocked(pkts []link.Packet) []link.Packet {
 	var n, bytes uint64
 	for _, lp := range pkts {
 		p := lp.(*packet)
-		if p.route != link.Local || f.Active() && (f.QPN == 0 || f.QPN == p.srcQPN || f.QPN == p.destQPN) {
+		if p.route != link.Local || f.Active() && (f.QPN == 0 || f.QPN == p.srcQPN || f.QPN == p.DestQP) {
 			rest = append(rest, lp)
 			continue
 		}
 		n += uint64(p.npsn())
-		bytes += uint64(len(p.payload))
+		bytes += uint64(len(p.Payload))
 		p.local = true
 		d.acceptLocked(p)
 	}
@@ -193,4 +193,4 @@ func (p *packet) npsn() uint32 {
 }
 
 // lastPSN is the PSN of p's last segment.
-func (p *packet) lastPSN() qp.PSN { return p.psn.Add(p.npsn() - 1) }
+func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }

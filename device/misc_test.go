@@ -74,10 +74,10 @@ func TestRCInitiatorDepthAndFence(t *testing.T) {
 	fill(remote.Mem(), 13)
 	var reads int
 	l := e.link(func(p *packet) linkAction {
-		if p.opcode&roce.OpMask == roce.OpReadRequest {
+		if p.Opcode&roce.OpMask == roce.OpReadRequest {
 			reads++
 		}
-		if p.opcode&roce.OpMask == roce.OpReadResponseOnly {
+		if p.Opcode&roce.OpMask == roce.OpReadResponseOnly {
 			return hold
 		}
 		return deliver
@@ -104,10 +104,10 @@ func TestRCInitiatorDepthAndFence(t *testing.T) {
 	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:64", buf.LKey), fmt.Sprintf("wr_id=10 sge=%d:0:64", buf.LKey))
 	var sends int
 	l.filter = func(p *packet) linkAction {
-		if p.opcode&roce.OpMask == roce.OpSendOnly {
+		if p.Opcode&roce.OpMask == roce.OpSendOnly {
 			sends++
 		}
-		if p.opcode&roce.OpMask == roce.OpReadResponseOnly {
+		if p.Opcode&roce.OpMask == roce.OpReadResponseOnly {
 			return hold
 		}
 		return deliver
@@ -136,7 +136,7 @@ func TestRCLocalInvWaitsForEarlierWork(t *testing.T) {
 	local, remote := e.mr(8192, qp.AccessLocalWrite), e.mr(8192, rwAccess)
 	fill(remote.Mem(), 14)
 	l := e.link(func(p *packet) linkAction {
-		if p.opcode&roce.OpMask == roce.OpReadResponseOnly {
+		if p.Opcode&roce.OpMask == roce.OpReadResponseOnly {
 			return hold
 		}
 		return deliver

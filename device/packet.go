@@ -42,11 +42,9 @@ const (
 // (loopback here, UDP/IP for RoCEv2) provides. Payload may alias the memory
 // of the MR named by mr; see Device.detachPacketsLocked.
 type packet struct {
-	opcode  roce.Opcode
-	se      bool
-	ackReq  bool
-	destQPN uint32
-	psn     qp.PSN
+	// The BTH and extension headers, in the wire's own vocabulary; toWire
+	// and fromWire add only what the engine leaves to the wire.
+	roce.Packet
 	// span is how many path-MTU segments (and PSNs) the payload holds on
 	// the direct path (loopback.go); 0 is one, as on a link.
 	span uint16
@@ -63,33 +61,22 @@ type packet struct {
 	ipHdr    [20]byte
 	hasIPHdr bool
 
-	// RETH / AtomicETH
-	va   uint64
-	rkey uint32
-	dlen uint32
-	// AtomicETH operands
-	swapAdd, compare uint64
-	// AETH
-	syndrome uint8
-	msn      uint32
-	// AtomicAckETH
-	orig uint64
-	// ImmDt or IETH
-	imm uint32
-	// DETH
-	qkey, srcQP uint32
-
-	payload []byte
-	mr      *MR    // MR payload aliases, nil if payload is owned
-	buf     []byte // owned storage for payload
-	next    *packet
-	dev     *Device // whose pool the packet is from
+	mr   *MR    // MR payload aliases, nil if payload is owned
+	buf  []byte // owned storage for payload
+	next *packet
+	dev  *Device // whose pool the packet is from
 
 	// The route the device chose (routeLocked) and, on the wire, the
 	// IPv4 address it goes to.
 	route link.Route
 	hop   [4]byte
 }
+
+// psn and setPSN give the BTH's PSN the transport's 24-bit arithmetic
+// (qp.PSN); roce keeps it a plain uint32.
+func (p *packet) psn() qp.PSN { return qp.PSN(p.PSN) }
+
+func (p *packet) setPSN(n qp.PSN) { p.PSN = uint32(n) }
 
 // packetPool is a free list of packets. It is used only under Device.mu,
 // so it needs no lock of its own. It keeps at most maxPooledPackets (the
@@ -126,7 +113,7 @@ func (pp *packetPool) put(p *packet) {
 	if pp.n >= maxPooledPackets || cap(p.buf) > maxPooledBuf {
 		return
 	}
-	p.payload, p.mr = nil, nil
+	p.Payload, p.mr = nil, nil
 	p.next = pp.free
 	pp.free = p
 	pp.n++
@@ -137,8 +124,8 @@ func (p *packet) own() {
 	if p.mr == nil {
 		return
 	}
-	p.buf = append(p.buf[:0], p.payload...)
-	p.payload = p.buf
+	p.buf = append(p.buf[:0], p.Payload...)
+	p.Payload = p.buf
 	p.mr = nil
 }
 
@@ -162,21 +149,21 @@ func (d *Device) detachPacketsLocked(mr *MR) {
 // for (nil: no QP took it), so that the wire can back off from a full one.
 func (d *Device) receiveLocked(p *packet) *QP {
 	d.Counters.PacketsRecv.Add(uint64(p.npsn()))
-	d.Counters.BytesRecv.Add(uint64(len(p.payload)))
+	d.Counters.BytesRecv.Add(uint64(len(p.Payload)))
 	return d.acceptLocked(p)
 }
 
 // acceptLocked is receiveLocked past the device's packet counters, which
 // the direct path adds once for a whole batch.
 func (d *Device) acceptLocked(p *packet) *QP {
-	if p.destQPN == GSIQPN {
+	if p.DestQP == GSIQPN {
 		d.gsiReceiveLocked(p)
 		return nil
 	}
-	q := d.qps[p.destQPN]
+	q := d.qps[p.DestQP]
 	// A connected QP takes packets only from the GID it is connected to
 	// (rxe's check_addr).
-	if q == nil || q.destroyed || !engineOpcode(p.opcode) || p.opcode&roce.TransportMask != transportOf(q.Type) ||
+	if q == nil || q.destroyed || !engineOpcode(p.Opcode) || p.Opcode&roce.TransportMask != transportOf(q.Type) ||
 		q.Type != qp.TypeUD && p.sgid != q.attr.AH.DGID {
 		d.Counters.DroppedPackets.Add(1)
 		d.pool.put(p)
@@ -192,7 +179,7 @@ func (d *Device) acceptLocked(p *packet) *QP {
 		return nil
 	}
 	in := &q.respIn
-	if p.opcode.Class()&roce.ClassRequest != 0 {
+	if p.Opcode.Class()&roce.ClassRequest != 0 {
 		in = &q.reqIn
 	}
 	if len(*in) >= maxQueuedPackets {
@@ -206,7 +193,7 @@ func (d *Device) acceptLocked(p *packet) *QP {
 		return q
 	}
 	*in = append(*in, p)
-	q.Counters.BytesRecv += uint64(len(p.payload))
+	q.Counters.BytesRecv += uint64(len(p.Payload))
 	q.inPeak = max(q.inPeak, len(*in))
 	d.wakeLocked(q, p)
 	return q

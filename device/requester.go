@@ -300,46 +300,46 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	p := d.pool.get()
 	p.sgid = d.cfg.GID
 	p.srcQPN = q.QPN
-	p.psn = q.req.psn
+	p.setPSN(q.req.psn)
 	if q.Type == qp.TypeUD {
 		p.dgid = w.dgid
-		p.destQPN = w.wr.RemoteQPN
-		p.qkey = w.qkey
-		p.srcQP = q.QPN
+		p.DestQP = w.wr.RemoteQPN
+		p.QKey = w.qkey
+		p.SrcQP = q.QPN
 	} else {
 		p.dgid = q.attr.AH.DGID
-		p.destQPN = q.attr.DestQPNum
+		p.DestQP = q.attr.DestQPNum
 	}
 	trans := transportOf(q.Type)
 	op := w.wr.Opcode
 	switch {
 	case w.info.Read:
-		p.opcode = trans | roce.OpReadRequest
-		p.va, p.rkey, p.dlen = w.wr.RemoteAddr+w.sent, w.wr.RKey, uint32(w.length-w.sent)
-		p.ackReq = true
+		p.Opcode = trans | roce.OpReadRequest
+		p.VA, p.RKey, p.DMALen = w.wr.RemoteAddr+w.sent, w.wr.RKey, uint32(w.length-w.sent)
+		p.AckReq = true
 		q.req.psn = q.req.psn.Add(npkts(w.length-w.sent, mtu))
 		w.sent = w.length
 		w.state = wqePending
 	case w.info.Atomic:
 		if op == qp.WRAtomicCmpAndSwp {
-			p.opcode = trans | roce.OpCompareSwap
-			p.swapAdd, p.compare = w.wr.Swap, w.wr.CompareAdd
+			p.Opcode = trans | roce.OpCompareSwap
+			p.SwapAdd, p.Compare = w.wr.Swap, w.wr.CompareAdd
 		} else {
-			p.opcode = trans | roce.OpFetchAdd
-			p.swapAdd = w.wr.CompareAdd
+			p.Opcode = trans | roce.OpFetchAdd
+			p.SwapAdd = w.wr.CompareAdd
 		}
-		p.va, p.rkey = w.wr.RemoteAddr, w.wr.RKey
-		p.ackReq = true
+		p.VA, p.RKey = w.wr.RemoteAddr, w.wr.RKey
+		p.AckReq = true
 		q.req.psn = q.req.psn.Add(1)
 		w.state = wqePending
 	case w.info.AtomicWrite:
 		// RETH for the target and the 8 bytes as the payload, in the
 		// order the WQE's compare_add holds them (ring/doc.go).
-		p.opcode = trans | roce.OpAtomicWrite
-		p.va, p.rkey, p.dlen = w.wr.RemoteAddr, w.wr.RKey, 8
+		p.Opcode = trans | roce.OpAtomicWrite
+		p.VA, p.RKey, p.DMALen = w.wr.RemoteAddr, w.wr.RKey, 8
 		p.buf = binary.LittleEndian.AppendUint64(p.buf[:0], w.wr.CompareAdd)
-		p.payload = p.buf
-		p.ackReq = true
+		p.Payload = p.buf
+		p.AckReq = true
 		q.req.psn = q.req.psn.Add(1)
 		w.sent = w.length
 		w.state = wqePending
@@ -353,23 +353,23 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 		last := w.sent+uint64(n) == w.length
 		var fail keyFault
 		if w.wr.SendFlags&qp.SendInline != 0 {
-			p.payload = w.wr.InlineData[w.sent : w.sent+uint64(n)]
-			p.buf = append(p.buf[:0], p.payload...)
-			p.payload = p.buf
+			p.Payload = w.wr.InlineData[w.sent : w.sent+uint64(n)]
+			p.buf = append(p.buf[:0], p.Payload...)
+			p.Payload = p.buf
 		} else {
 			// A packet longer than the MTU (the direct path) aliases
 			// one SGE (segmentLocked) and needs no buffer.
 			if cap(p.buf) < min(n, mtu) {
 				p.buf = make([]byte, 0, mtu)
 			}
-			p.payload, p.mr, fail = d.gatherLocked(q.pd, w.wr.SGL, w.sent, n, p.buf)
+			p.Payload, p.mr, fail = d.gatherLocked(q.pd, w.wr.SGL, w.sent, n, p.buf)
 			if fail != faultNone {
 				d.pool.put(p)
 				w.fail(qp.WCLocProtErr)
 				return false
 			}
 			if p.mr == nil {
-				p.buf = p.payload[:0]
+				p.buf = p.Payload[:0]
 			} else if q.Type != qp.TypeRC {
 				// UC and UD complete the WQE as soon as its last packet
 				// is out, before the receiver has run: the client may
@@ -379,20 +379,20 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 				p.own()
 			}
 		}
-		p.opcode = trans | dataOpcode(w.info, first, last)
+		p.Opcode = trans | dataOpcode(w.info, first, last)
 		if first && w.info.Write {
-			p.va, p.rkey, p.dlen = w.wr.RemoteAddr, w.wr.RKey, uint32(w.length)
+			p.VA, p.RKey, p.DMALen = w.wr.RemoteAddr, w.wr.RKey, uint32(w.length)
 		}
 		if last {
-			p.imm = w.wr.ImmData
+			p.Imm = w.wr.ImmData
 			if op == qp.WRSendWithInv {
-				p.imm = w.wr.InvalidateRKey
+				p.InvRKey = w.wr.InvalidateRKey
 			}
-			p.se = w.wr.SendFlags&qp.SendSolicited != 0 && (w.info.Send || w.info.Imm)
+			p.SE = w.wr.SendFlags&qp.SendSolicited != 0 && (w.info.Send || w.info.Imm)
 		}
 		q.req.sinceAck += int(span)
-		p.ackReq = q.Type == qp.TypeRC && (last || q.req.sinceAck >= maxPktsPerAck)
-		if p.ackReq {
+		p.AckReq = q.Type == qp.TypeRC && (last || q.req.sinceAck >= maxPktsPerAck)
+		if p.AckReq {
 			q.req.sinceAck = 0
 		}
 		q.req.psn = q.req.psn.Add(span)
@@ -407,7 +407,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 		}
 	}
 	q.Counters.PacketsSent += uint64(p.npsn())
-	q.Counters.BytesSent += uint64(len(p.payload))
+	q.Counters.BytesSent += uint64(len(p.Payload))
 	if q.Type == qp.TypeRC {
 		q.armRetryLocked()
 	}

@@ -123,12 +123,12 @@ func (q *QP) flushAckLocked() {
 func (q *QP) sendAETHLocked(psn qp.PSN, syndrome uint8) {
 	d := q.dev
 	r := d.pool.get()
-	r.opcode = roce.TransportRC | roce.OpAcknowledge
-	r.psn = psn
-	r.syndrome = syndrome
+	r.Opcode = roce.TransportRC | roce.OpAcknowledge
+	r.setPSN(psn)
+	r.Syndrome = syndrome
 	switch syndrome {
 	case aethACK:
-		r.syndrome = q.creditCodeLocked()
+		r.Syndrome = q.creditCodeLocked()
 		q.Counters.AcksSent++
 	case aethNAKSeq:
 		q.Counters.SeqNaksSent++
@@ -139,7 +139,7 @@ func (q *QP) sendAETHLocked(psn qp.PSN, syndrome uint8) {
 	case aethNAKRemOp:
 		q.Counters.RemOpNaksSent++
 	}
-	r.msn = q.resp.msn & 0xFFFFFF
+	r.MSN = q.resp.msn & 0xFFFFFF
 	q.xmitResponseLocked(r)
 }
 
@@ -160,9 +160,9 @@ func (q *QP) xmitResponseLocked(r *packet) {
 	r.sgid = d.cfg.GID
 	r.srcQPN = q.QPN
 	r.dgid = q.attr.AH.DGID
-	r.destQPN = q.attr.DestQPNum
+	r.DestQP = q.attr.DestQPNum
 	q.Counters.PacketsSent += uint64(r.npsn())
-	q.Counters.BytesSent += uint64(len(r.payload))
+	q.Counters.BytesSent += uint64(len(r.Payload))
 	d.xmitLocked(r)
 }
 
@@ -183,12 +183,12 @@ func (q *QP) nakLocked(psn qp.PSN, syndrome uint8, status qp.WCStatus) {
 
 func (q *QP) respondRCLocked(p *packet) {
 	d := q.dev
-	flags := p.opcode.Class()
+	flags := p.Opcode.Class()
 	if flags&roce.ClassRequest == 0 {
 		q.Counters.Dropped++
 		return
 	}
-	switch diff := p.psn.Sub(q.resp.psn); {
+	switch diff := p.psn().Sub(q.resp.psn); {
 	case diff > 0:
 		// A gap: NAK the expected PSN once, then drop until it arrives.
 		q.Counters.SeqErrors++
@@ -210,7 +210,7 @@ func (q *QP) respondRCLocked(p *packet) {
 	// Opcode sequence (IBA 9.8.3.1): a message in progress continues with
 	// MIDDLE/LAST of the same kind; otherwise a new one starts.
 	if !q.seqOKLocked(flags) {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
 	switch {
@@ -242,7 +242,7 @@ func (q *QP) seqOKLocked(flags roce.Class) bool {
 // MIDDLE carry exactly one MTU, LAST and ONLY at most one; a packet of the
 // direct path as many as its PSNs (loopback.go).
 func (q *QP) packetLenOK(p *packet, flags roce.Class) bool {
-	n, mtu := len(p.payload), q.mtu()*int(p.npsn())
+	n, mtu := len(p.Payload), q.mtu()*int(p.npsn())
 	if flags&roce.ClassLast == 0 {
 		return n == mtu
 	}
@@ -294,16 +294,16 @@ func (q *QP) respSendLocked(p *packet, flags roce.Class) {
 	if flags&roce.ClassFirst != 0 {
 		ok, malformed := q.takeRWQELocked()
 		if !ok && !malformed {
-			q.rnrLocked(p.psn)
+			q.rnrLocked(p.psn())
 			return
 		}
 		if malformed {
-			q.nakLocked(p.psn, aethNAKRemOp, qp.WCLocQPOpErr)
+			q.nakLocked(p.psn(), aethNAKRemOp, qp.WCLocQPOpErr)
 			return
 		}
 	}
 	if !q.packetLenOK(p, flags) {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
 	if !q.placeLocked(p) {
@@ -313,22 +313,23 @@ func (q *QP) respSendLocked(p *packet, flags roce.Class) {
 	q.resp.inSend = flags&roce.ClassLast == 0
 	if flags&roce.ClassLast != 0 {
 		if flags&roce.ClassInv != 0 {
-			if !q.invalidateLocked(p.imm) {
-				q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+			if !q.invalidateLocked(p.InvRKey) {
+				q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 				return
 			}
 		}
 		q.resp.msn++
 		var wf qp.WCFlags
+		var imm uint32
 		switch {
 		case flags&roce.ClassImm != 0:
-			wf = qp.WCWithImm
+			wf, imm = qp.WCWithImm, p.Imm
 		case flags&roce.ClassInv != 0:
-			wf = qp.WCWithInv
+			wf, imm = qp.WCWithInv, p.InvRKey
 		}
-		q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
+		q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, imm, p.SE)
 	}
-	if p.ackReq {
+	if p.AckReq {
 		q.sendAckLocked(p.lastPSN(), aethACK)
 	}
 }
@@ -339,15 +340,15 @@ func (q *QP) respSendLocked(p *packet, flags roce.Class) {
 // a local protection error here and a remote operational error there.
 func (q *QP) placeLocked(p *packet) bool {
 	total, _ := sglLength(q.resp.rwqe.SGL)
-	if q.resp.offset+uint64(len(p.payload)) > total {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCLocLenErr)
+	if q.resp.offset+uint64(len(p.Payload)) > total {
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCLocLenErr)
 		return false
 	}
-	if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.payload); f != faultNone {
-		q.nakLocked(p.psn, aethNAKRemOp, qp.WCLocProtErr)
+	if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.Payload); f != faultNone {
+		q.nakLocked(p.psn(), aethNAKRemOp, qp.WCLocProtErr)
 		return false
 	}
-	q.resp.offset += uint64(len(p.payload))
+	q.resp.offset += uint64(len(p.Payload))
 	return true
 }
 
@@ -386,20 +387,20 @@ func (q *QP) invalidateLocked(rkey uint32) bool {
 func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 	var whole []byte
 	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
 	if flags&roce.ClassFirst != 0 {
-		if p.dlen > qp.MaxMsgSize {
-			q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		if p.DMALen > qp.MaxMsgSize {
+			q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 			return
 		}
-		q.resp.writeVA, q.resp.writeRKey = p.va, p.rkey
-		q.resp.writeResid, q.resp.writeLen = uint64(p.dlen), p.dlen
-		if p.dlen != 0 {
-			b, f := q.dev.rkeyLocked(q, p.rkey, p.va, uint64(p.dlen), qp.AccessRemoteWrite)
+		q.resp.writeVA, q.resp.writeRKey = p.VA, p.RKey
+		q.resp.writeResid, q.resp.writeLen = uint64(p.DMALen), p.DMALen
+		if p.DMALen != 0 {
+			b, f := q.dev.rkeyLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteWrite)
 			if f != faultNone {
-				q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+				q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 				return
 			}
 			// The whole message's target: an ONLY packet (every
@@ -408,20 +409,20 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 			whole = b
 		}
 	}
-	n := uint64(len(p.payload))
+	n := uint64(len(p.Payload))
 	if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&roce.ClassLast != 0 && n != q.resp.writeResid) {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
 	if flags&roce.ClassRecvWQE != 0 && !q.resp.haveRWQE {
 		// WRITE_WITH_IMM consumes a receive WQE (at its last packet).
 		ok, malformed := q.takeRWQELocked()
 		if !ok && !malformed {
-			q.rnrLocked(p.psn)
+			q.rnrLocked(p.psn())
 			return
 		}
 		if malformed {
-			q.nakLocked(p.psn, aethNAKRemOp, qp.WCLocQPOpErr)
+			q.nakLocked(p.psn(), aethNAKRemOp, qp.WCLocQPOpErr)
 			return
 		}
 	}
@@ -433,11 +434,11 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 			var f keyFault
 			dst, f = q.dev.rkeyLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
 			if f != faultNone {
-				q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+				q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 				return
 			}
 		}
-		copyOrdered(dst, p.payload)
+		copyOrdered(dst, p.Payload)
 	}
 	q.resp.writeVA += n
 	q.resp.writeResid -= n
@@ -448,12 +449,12 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 		if flags&roce.ClassImm != 0 {
 			wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
 				QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
-				WCFlags: qp.WCWithImm, ImmData: p.imm}
+				WCFlags: qp.WCWithImm, ImmData: p.Imm}
 			q.resp.haveRWQE = false
-			q.postRecvCQELocked(&wc, p.se)
+			q.postRecvCQELocked(&wc, p.SE)
 		}
 	}
-	if p.ackReq {
+	if p.AckReq {
 		q.sendAckLocked(p.lastPSN(), aethACK)
 	}
 }
@@ -466,22 +467,22 @@ func (q *QP) saveResourceLocked(r respResource) {
 }
 
 func (q *QP) respReadLocked(p *packet) {
-	if q.attr.QPAccessFlags&qp.AccessRemoteRead == 0 || q.attr.MaxDestRdAtomic == 0 || p.dlen > qp.MaxMsgSize {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+	if q.attr.QPAccessFlags&qp.AccessRemoteRead == 0 || q.attr.MaxDestRdAtomic == 0 || p.DMALen > qp.MaxMsgSize {
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	if p.dlen != 0 {
-		if _, f := q.dev.rkeyLocked(q, p.rkey, p.va, uint64(p.dlen), qp.AccessRemoteRead); f != faultNone {
-			q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+	if p.DMALen != 0 {
+		if _, f := q.dev.rkeyLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteRead); f != faultNone {
+			q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 			return
 		}
 	}
-	n := npkts(uint64(p.dlen), q.mtu())
-	r := respResource{firstPSN: p.psn, lastPSN: p.psn.Add(n - 1), va: p.va, rkey: p.rkey, length: p.dlen}
+	n := npkts(uint64(p.DMALen), q.mtu())
+	r := respResource{firstPSN: p.psn(), lastPSN: p.psn().Add(n - 1), va: p.VA, rkey: p.RKey, length: p.DMALen}
 	q.saveResourceLocked(r)
 	q.resp.msn++ // C9-148: the MSN counts the READ when it is accepted
 	q.resp.psn = r.lastPSN.Add(1)
-	q.startReadReplyLocked(&r, p.psn)
+	q.startReadReplyLocked(&r, p.psn())
 }
 
 // startReadReplyLocked makes r, from PSN from on, the READ being answered;
@@ -515,7 +516,7 @@ func (q *QP) responderTurnLocked() bool {
 			q.reqIn[i] = nil
 			i++
 			q.resp.moreQueued = i < len(q.reqIn)
-			if p.opcode&roce.OpMask != roce.OpReadRequest {
+			if p.Opcode&roce.OpMask != roce.OpReadRequest {
 				q.ownReadRepliesLocked()
 			}
 			q.respondLocked(p)
@@ -544,7 +545,7 @@ func (q *QP) responderTurnLocked() bool {
 // next READ) waits its turn like any request; answering it now would skip
 // the responses the requester is waiting for.
 func (q *QP) replacesReplyLocked(p *packet) bool {
-	return p.opcode&roce.OpMask == roce.OpReadRequest && p.psn.Sub(q.resp.psn) < 0 && p.psn.Sub(q.resp.readNext) <= 0
+	return p.Opcode&roce.OpMask == roce.OpReadRequest && p.psn().Sub(q.resp.psn) < 0 && p.psn().Sub(q.resp.readNext) <= 0
 }
 
 // readStepLocked sends READ response packets of the READ being answered,
@@ -613,20 +614,20 @@ func (q *QP) readReplyPacketLocked(r *respResource, i, k, n uint32, mtu uint64) 
 	rp := d.pool.get()
 	switch {
 	case i == 0 && k == n:
-		rp.opcode = roce.TransportRC | roce.OpReadResponseOnly
+		rp.Opcode = roce.TransportRC | roce.OpReadResponseOnly
 	case i == 0:
-		rp.opcode = roce.TransportRC | roce.OpReadResponseFirst
+		rp.Opcode = roce.TransportRC | roce.OpReadResponseFirst
 	case i+k == n:
-		rp.opcode = roce.TransportRC | roce.OpReadResponseLast
+		rp.Opcode = roce.TransportRC | roce.OpReadResponseLast
 	default:
-		rp.opcode = roce.TransportRC | roce.OpReadResponseMiddle
+		rp.Opcode = roce.TransportRC | roce.OpReadResponseMiddle
 	}
 	if k > 1 {
 		rp.span = uint16(k)
 	}
-	rp.psn = r.firstPSN.Add(i)
-	rp.syndrome = q.creditCodeLocked()
-	rp.msn = q.resp.msn & 0xFFFFFF
+	rp.setPSN(r.firstPSN.Add(i))
+	rp.Syndrome = q.creditCodeLocked()
+	rp.MSN = q.resp.msn & 0xFFFFFF
 	// On a link the data is copied as the packet goes out: once the
 	// READ's last packet is sent the responder goes on to later requests
 	// (a WRITE to the same bytes) before the requester takes the packet,
@@ -636,11 +637,11 @@ func (q *QP) readReplyPacketLocked(r *respResource, i, k, n uint32, mtu uint64) 
 	// first gives the packets still waiting at the requester their own
 	// copy (ownReadRepliesLocked).
 	if k > 1 && mr != nil {
-		rp.payload, rp.mr = src, mr
+		rp.Payload, rp.mr = src, mr
 		q.resp.aliasedReplies = true
 	} else {
 		rp.buf = append(rp.buf[:0], src...)
-		rp.payload = rp.buf
+		rp.Payload = rp.buf
 	}
 	q.xmitResponseLocked(rp)
 	return true
@@ -656,7 +657,7 @@ func (q *QP) ownReadRepliesLocked() {
 	q.resp.aliasedReplies = false
 	d := q.dev
 	for _, lp := range d.txq {
-		if p := lp.(*packet); p.mr != nil && p.srcQPN == q.QPN && p.opcode.Class()&roce.ClassResponse != 0 {
+		if p := lp.(*packet); p.mr != nil && p.srcQPN == q.QPN && p.Opcode.Class()&roce.ClassResponse != 0 {
 			p.own()
 		}
 	}
@@ -671,43 +672,43 @@ func (q *QP) ownReadRepliesLocked() {
 
 func (q *QP) respAtomicLocked(p *packet) {
 	if q.attr.QPAccessFlags&qp.AccessRemoteAtomic == 0 || q.attr.MaxDestRdAtomic == 0 {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	if p.va&7 != 0 {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+	if p.VA&7 != 0 {
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	b, f := q.dev.rkeyLocked(q, p.rkey, p.va, 8, qp.AccessRemoteAtomic)
+	b, f := q.dev.rkeyLocked(q, p.RKey, p.VA, 8, qp.AccessRemoteAtomic)
 	if f != faultNone {
-		q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 		return
 	}
 	if !aligned8(b) {
 		// The MR's iova and its memory disagree modulo 8 (rxe checks the
 		// real address too).
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
 	var orig uint64
-	if p.opcode&roce.OpMask == roce.OpCompareSwap {
-		orig = atomicCompareSwap(b, p.compare, p.swapAdd)
+	if p.Opcode&roce.OpMask == roce.OpCompareSwap {
+		orig = atomicCompareSwap(b, p.Compare, p.SwapAdd)
 	} else {
-		orig = atomicFetchAdd(b, p.swapAdd)
+		orig = atomicFetchAdd(b, p.SwapAdd)
 	}
-	q.saveResourceLocked(respResource{atomic: true, firstPSN: p.psn, lastPSN: p.psn, orig: orig})
+	q.saveResourceLocked(respResource{atomic: true, firstPSN: p.psn(), lastPSN: p.psn(), orig: orig})
 	q.resp.msn++
 	q.resp.psn = q.resp.psn.Add(1)
-	q.atomicAckLocked(p.psn, orig)
+	q.atomicAckLocked(p.psn(), orig)
 }
 
 func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
 	r := q.dev.pool.get()
-	r.opcode = roce.TransportRC | roce.OpAtomicAcknowledge
-	r.psn = psn
-	r.syndrome = q.creditCodeLocked()
-	r.msn = q.resp.msn & 0xFFFFFF
-	r.orig = orig
+	r.Opcode = roce.TransportRC | roce.OpAtomicAcknowledge
+	r.setPSN(psn)
+	r.Syndrome = q.creditCodeLocked()
+	r.MSN = q.resp.msn & 0xFFFFFF
+	r.OrigData = orig
 	q.xmitResponseLocked(r)
 }
 
@@ -720,40 +721,40 @@ func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
 // RESPONSE ONLY without data, which the requester takes as its ACK.
 func (q *QP) respAtomicWriteLocked(p *packet) {
 	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 || q.attr.MaxDestRdAtomic == 0 {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	if p.dlen != 8 || len(p.payload) != 8 || p.va&7 != 0 {
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+	if p.DMALen != 8 || len(p.Payload) != 8 || p.VA&7 != 0 {
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	b, f := q.dev.rkeyLocked(q, p.rkey, p.va, 8, qp.AccessRemoteWrite)
+	b, f := q.dev.rkeyLocked(q, p.RKey, p.VA, 8, qp.AccessRemoteWrite)
 	if f != faultNone {
-		q.nakLocked(p.psn, aethNAKRemAccess, qp.WCRemAccessErr)
+		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 		return
 	}
 	if !aligned8(b) {
 		// The MR's iova and its memory disagree modulo 8.
-		q.nakLocked(p.psn, aethNAKInvReq, qp.WCRemInvReqErr)
+		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
 	// The payload's bytes land as they came: read in host order, stored
 	// in host order (ring/doc.go).
-	atomicStore(b, binary.NativeEndian.Uint64(p.payload))
-	q.saveResourceLocked(respResource{atomicWrite: true, firstPSN: p.psn, lastPSN: p.psn})
+	atomicStore(b, binary.NativeEndian.Uint64(p.Payload))
+	q.saveResourceLocked(respResource{atomicWrite: true, firstPSN: p.psn(), lastPSN: p.psn()})
 	q.resp.msn++
 	q.resp.psn = q.resp.psn.Add(1)
-	q.atomicWriteAckLocked(p.psn)
+	q.atomicWriteAckLocked(p.psn())
 }
 
 // atomicWriteAckLocked answers an ATOMIC WRITE: RDMA READ RESPONSE ONLY
 // with an AETH and no payload.
 func (q *QP) atomicWriteAckLocked(psn qp.PSN) {
 	r := q.dev.pool.get()
-	r.opcode = roce.TransportRC | roce.OpReadResponseOnly
-	r.psn = psn
-	r.syndrome = q.creditCodeLocked()
-	r.msn = q.resp.msn & 0xFFFFFF
+	r.Opcode = roce.TransportRC | roce.OpReadResponseOnly
+	r.setPSN(psn)
+	r.Syndrome = q.creditCodeLocked()
+	r.MSN = q.resp.msn & 0xFFFFFF
 	q.xmitResponseLocked(r)
 }
 
@@ -773,7 +774,7 @@ func (q *QP) duplicateLocked(p *packet, flags roce.Class) {
 	case flags&(roce.ClassRead|roce.ClassAtomic|roce.ClassAtomicWrite) != 0:
 		for i := range q.resp.res {
 			r := &q.resp.res[i]
-			if !r.used || p.psn.Sub(r.firstPSN) < 0 || r.lastPSN.Sub(p.psn) < 0 {
+			if !r.used || p.psn().Sub(r.firstPSN) < 0 || r.lastPSN.Sub(p.psn()) < 0 {
 				continue
 			}
 			if r.atomic {
@@ -784,7 +785,7 @@ func (q *QP) duplicateLocked(p *packet, flags roce.Class) {
 				// Replayed from the PSN asked for, in place of any READ
 				// being answered: the requester went back to it, and
 				// one reply at a time is all a flood of duplicates gets.
-				q.startReadReplyLocked(r, p.psn)
+				q.startReadReplyLocked(r, p.psn())
 			}
 			return
 		}
@@ -794,7 +795,7 @@ func (q *QP) duplicateLocked(p *packet, flags roce.Class) {
 		}
 		q.Counters.Dropped++
 	default:
-		if p.ackReq || flags&roce.ClassLast != 0 {
+		if p.AckReq || flags&roce.ClassLast != 0 {
 			q.sendAckLocked(q.resp.psn.Add(^uint32(0)), aethACK)
 		}
 	}
@@ -803,12 +804,12 @@ func (q *QP) duplicateLocked(p *packet, flags roce.Class) {
 // respondUCLocked: no ACKs; a PSN gap or any error drops the message in
 // progress (its receive WQE is reused) until the next FIRST or ONLY.
 func (q *QP) respondUCLocked(p *packet) {
-	flags := p.opcode.Class()
-	if p.psn != q.resp.psn {
+	flags := p.Opcode.Class()
+	if p.psn() != q.resp.psn {
 		q.Counters.SeqErrors++
 		q.ucAbortLocked()
 	}
-	q.resp.psn = p.psn.Add(p.npsn())
+	q.resp.psn = p.psn().Add(p.npsn())
 	if q.resp.ucDrop {
 		if flags&roce.ClassFirst == 0 {
 			q.Counters.Dropped++
@@ -831,16 +832,16 @@ func (q *QP) respondUCLocked(p *packet) {
 			return
 		}
 		total, _ := sglLength(q.resp.rwqe.SGL)
-		if !q.packetLenOK(p, flags) || q.resp.offset+uint64(len(p.payload)) > total {
+		if !q.packetLenOK(p, flags) || q.resp.offset+uint64(len(p.Payload)) > total {
 			q.ucAbortLocked()
 			return
 		}
-		if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.payload); f != faultNone {
+		if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.Payload); f != faultNone {
 			q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
 			q.fatalLocked(qp.EventQPFatal)
 			return
 		}
-		q.resp.offset += uint64(len(p.payload))
+		q.resp.offset += uint64(len(p.Payload))
 		q.resp.inSend = flags&roce.ClassLast == 0
 		if flags&roce.ClassLast != 0 {
 			q.resp.msn++
@@ -848,7 +849,7 @@ func (q *QP) respondUCLocked(p *packet) {
 			if flags&roce.ClassImm != 0 {
 				wf = qp.WCWithImm
 			}
-			q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.imm, p.se)
+			q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.Imm, p.SE)
 		}
 	case flags&roce.ClassWrite != 0:
 		if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
@@ -856,10 +857,10 @@ func (q *QP) respondUCLocked(p *packet) {
 			return
 		}
 		if flags&roce.ClassFirst != 0 {
-			q.resp.writeVA, q.resp.writeRKey = p.va, p.rkey
-			q.resp.writeResid, q.resp.writeLen = uint64(p.dlen), p.dlen
+			q.resp.writeVA, q.resp.writeRKey = p.VA, p.RKey
+			q.resp.writeResid, q.resp.writeLen = uint64(p.DMALen), p.DMALen
 		}
-		n := uint64(len(p.payload))
+		n := uint64(len(p.Payload))
 		if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&roce.ClassLast != 0 && n != q.resp.writeResid) {
 			q.ucAbortLocked()
 			return
@@ -870,7 +871,7 @@ func (q *QP) respondUCLocked(p *packet) {
 				q.ucAbortLocked()
 				return
 			}
-			copyOrdered(dst, p.payload)
+			copyOrdered(dst, p.Payload)
 		}
 		q.resp.writeVA += n
 		q.resp.writeResid -= n
@@ -882,9 +883,9 @@ func (q *QP) respondUCLocked(p *packet) {
 			q.resp.msn++
 			wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
 				QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
-				WCFlags: qp.WCWithImm, ImmData: p.imm}
+				WCFlags: qp.WCWithImm, ImmData: p.Imm}
 			q.resp.haveRWQE = false
-			q.postRecvCQELocked(&wc, p.se)
+			q.postRecvCQELocked(&wc, p.SE)
 		}
 	default:
 		q.Counters.Dropped++
@@ -929,16 +930,16 @@ const grhSize = 40
 
 func (q *QP) respondUDLocked(p *packet) {
 	d := q.dev
-	if p.opcode&roce.OpMask != roce.OpSendOnly && p.opcode&roce.OpMask != roce.OpSendOnlyImm {
+	if p.Opcode&roce.OpMask != roce.OpSendOnly && p.Opcode&roce.OpMask != roce.OpSendOnlyImm {
 		q.Counters.Dropped++
 		return
 	}
-	if p.qkey != q.attr.QKey {
+	if p.QKey != q.attr.QKey {
 		d.Counters.QKeyViolations.Add(1)
 		q.Counters.Dropped++
 		return
 	}
-	if len(p.payload) > q.mtu() {
+	if len(p.Payload) > q.mtu() {
 		q.Counters.Dropped++
 		return
 	}
@@ -955,7 +956,7 @@ func (q *QP) respondUDLocked(p *packet) {
 		}
 	}
 	total, _ := sglLength(q.resp.rwqe.SGL)
-	if uint64(grhSize+len(p.payload)) > total {
+	if uint64(grhSize+len(p.Payload)) > total {
 		// Too small for this datagram: drop it and keep the WQE for the
 		// next one (hfi1's UD receive).
 		q.Counters.Dropped++
@@ -967,27 +968,27 @@ func (q *QP) respondUDLocked(p *packet) {
 		// network header into the GRH slot).
 		copy(grh[20:], p.ipHdr[:])
 	} else {
-		buildGRH(grh[:], p.sgid, p.dgid, len(p.payload))
+		buildGRH(grh[:], p.sgid, p.dgid, len(p.Payload))
 	}
 	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, 0, grh[:]); f != faultNone {
 		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
 		q.fatalLocked(qp.EventQPFatal)
 		return
 	}
-	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, grhSize, p.payload); f != faultNone {
+	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, grhSize, p.Payload); f != faultNone {
 		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
 		q.fatalLocked(qp.EventQPFatal)
 		return
 	}
 	q.noteCommEstLocked()
 	wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecv, QPNum: q.QPN,
-		ByteLen: uint32(grhSize + len(p.payload)), SrcQP: p.srcQP, WCFlags: qp.WCGRH}
-	if p.opcode&roce.OpMask == roce.OpSendOnlyImm {
+		ByteLen: uint32(grhSize + len(p.Payload)), SrcQP: p.SrcQP, WCFlags: qp.WCGRH}
+	if p.Opcode&roce.OpMask == roce.OpSendOnlyImm {
 		wc.WCFlags |= qp.WCWithImm
-		wc.ImmData = p.imm
+		wc.ImmData = p.Imm
 	}
 	q.resp.haveRWQE = false
-	q.postRecvCQELocked(&wc, p.se)
+	q.postRecvCQELocked(&wc, p.SE)
 }
 
 // buildGRH writes the 40 bytes a UD receive buffer starts with. For an

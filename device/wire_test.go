@@ -530,8 +530,8 @@ func (l *faultLink) clone(p *packet) *packet {
 	buf := c.buf
 	*c = *p
 	c.next, c.mr = nil, nil
-	c.buf = append(buf[:0], p.payload...)
-	c.payload = c.buf
+	c.buf = append(buf[:0], p.Payload...)
+	c.Payload = c.buf
 	return c
 }
 
