@@ -110,6 +110,14 @@ func (q *QP) ackThroughLocked(psn qp.PSN) {
 		w.state, w.status = wqeDone, qp.WCSuccess
 		progressed = true
 	}
+	// An acknowledgement can cover PSNs the requester has not sent again
+	// since a go-back-N retry (an ACK of the first transmission, applied
+	// when a READ before it finishes: ackPendingLocked); the loop stops at
+	// reqIdx then, and the first unacknowledged PSN stays at the next one
+	// to send, which the WQEs from reqIdx on will take again.
+	if next.Sub(q.req.psn) > 0 {
+		next = q.req.psn
+	}
 	if next.Sub(q.comp.psn) > 0 {
 		q.comp.psn = next
 		progressed = true

@@ -293,3 +293,84 @@ func TestDirectPathGivesWay(t *testing.T) {
 	e.expect(bcq)
 	e.healthy(a, b)
 }
+
+// Capture and fault rules come and go while large messages are in flight:
+// packets switch between the direct path (64 KiB segments) and the chain
+// (MTU packets, lost, duplicated, delayed, reordered) in the middle of
+// messages and of retries, and RC still delivers every message once, in
+// order, with the right bytes.
+func TestDirectPathSwitchesMidStream(t *testing.T) {
+	if *wireFlag || *packetsFlag {
+		t.Skip("about the direct path of one device")
+	}
+	e := newEnv(t)
+	a, b, acq, bcq := e.pairX(qp.TypeRC, "timeout=10", "timeout=10")
+	const n, size = 60, 70000 // more than one 64 KiB segment each
+	src := e.mr(n*size, qp.AccessLocalWrite)
+	dst := e.mr(n*size, qp.AccessLocalWrite|qp.AccessRemoteWrite|qp.AccessRemoteRead)
+	fill(src.Mem(), 21)
+	fill(dst.Mem(), 33)
+	var want, wantRecv, got, gotRecv []string
+	// post sends message i: a SEND, a WRITE or a READ of its own bytes.
+	post := func(i int) {
+		off := i * size
+		switch i % 3 {
+		case 0:
+			e.postRecv(b, fmt.Sprintf("wr_id=%d sge=%d:%d:%d", 1000+i, dst.LKey, off, size))
+			wantRecv = append(wantRecv, recvWC(uint64(1000+i), "success", "recv", b, size, a, ""))
+			e.postSend(a, fmt.Sprintf("opcode=send wr_id=%d send_flags=signaled sge=%d:%d:%d", i, src.LKey, off, size))
+			want = append(want, sendWC(uint64(i), "success", "send", a, size))
+		case 1:
+			e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled sge=%d:%d:%d remote_addr=%d rkey=%d", i, src.LKey, off, size, off, dst.RKey))
+			want = append(want, sendWC(uint64(i), "success", "rdma_write", a, size))
+		default:
+			e.postSend(a, fmt.Sprintf("opcode=rdma_read wr_id=%d send_flags=signaled sge=%d:%d:%d remote_addr=%d rkey=%d", i, src.LKey, off, size, off, dst.RKey))
+			want = append(want, sendWC(uint64(i), "success", "rdma_read", a, size))
+		}
+	}
+	var c *CaptureReader
+	next := 0
+	for round := 0; round < 4000 && (len(got) < n || len(gotRecv) < n/3); round++ {
+		// Two messages a round, each started under the settings of its
+		// round and finished under the next ones.
+		for k := 0; k < 2 && next < n; k++ {
+			post(next)
+			next++
+		}
+		switch round % 6 {
+		case 1:
+			c = e.d.OpenCapture()
+		case 2:
+			e.setFaults(Faults{Drop: 0.03, Dup: 0.05, Delay: 0.05, DelayFor: 300 * time.Microsecond, Reorder: 0.05, Seed: uint64(round)})
+		case 3:
+			c.Close()
+		case 5:
+			e.setFaults(Faults{})
+		}
+		got = append(got, e.poll(acq)...)
+		gotRecv = append(gotRecv, e.poll(bcq)...)
+		e.clk.Advance(time.Millisecond)
+	}
+	if c != nil {
+		c.Close()
+	}
+	e.setFaults(Faults{})
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || strings.Join(gotRecv, "\n") != strings.Join(wantRecv, "\n") {
+		t.Fatalf("completions: got %d of %d, recv %d of %d; the last: %v\n%s%s%v",
+			len(got), len(want), len(gotRecv), len(wantRecv), got[max(len(got)-1, 0):], a.debugState(), b.debugState(), []any{a.CountersSnapshot(), b.CountersSnapshot(), e.poll(bcq)})
+	}
+	for i := 0; i < n; i++ {
+		off := i * size
+		if i%3 == 2 {
+			sameBytes(t, src.Mem()[off:off+size], dst.Mem()[off:off+size])
+		} else {
+			sameBytes(t, dst.Mem()[off:off+size], src.Mem()[off:off+size])
+		}
+	}
+	dc := &e.d.Counters
+	if dc.DirectPackets.Load() == 0 || dc.FaultDrops.Load() == 0 || dc.FaultDups.Load() == 0 || dc.Retransmits.Load() == 0 {
+		t.Fatalf("not both paths: direct %d, fault drops %d dups %d, retransmits %d",
+			dc.DirectPackets.Load(), dc.FaultDrops.Load(), dc.FaultDups.Load(), dc.Retransmits.Load())
+	}
+	e.healthy(a, b)
+}
