@@ -340,14 +340,13 @@ type Device struct {
 	soon     []*QP
 	soonHead int
 	bell     *doorbell // the futex doorbell (doorbell.go)
-	// bellQPs are the device's QPs that can send (doorbell.go), kept by
-	// syncBellLocked under bellMu, which orders after Device.mu; bellView
-	// is an immutable copy of it that a doorbell wake reads without a
-	// lock, and bellScan is odd while a wake looks at a view (the reaper
-	// of destroyed QPs waits for it before it unmaps their rings).
-	// bellScans counts the QPs wakes have looked at.
+	// bellView holds the device's QPs that can send (doorbell.go): an
+	// immutable slice a doorbell wake reads without a lock, replaced by
+	// syncBellLocked under bellMu (which orders after Device.mu). bellScan
+	// is odd while a wake looks at a view (the reaper of destroyed QPs
+	// waits for it before it unmaps their rings). bellScans counts the
+	// QPs wakes have looked at.
 	bellMu    sync.Mutex
-	bellQPs   []*QP
 	bellView  atomic.Pointer[[]*QP]
 	bellScan  atomic.Uint64
 	bellScans atomic.Uint64

@@ -18,7 +18,7 @@ import (
 //
 // The word is shared by every user of the device (the page is 0666), so a
 // wake must be cheap for everyone else: it looks only at the QPs that can
-// send (bellQPs: the device's QPs in RTS, SQD, SQE or ERR, the states in
+// send (bellView: the device's QPs in RTS, SQD, SQE or ERR, the states in
 // which the engine does anything with a posted send WQE; a QP reaching one
 // of them is run by the modify anyway), reads only their rings' atomics,
 // and takes no lock: it reads an immutable view of those QPs (bellView)
@@ -100,45 +100,37 @@ func (d *Device) doorbellLoop(b *doorbell) {
 	}
 }
 
-// syncBellLocked puts q in its device's bellQPs while its state can send
-// and it lives, and takes it out otherwise. Called wherever the state
-// changes and at destroy; a destroyed QP is out of the view before its
-// rings are unmapped, and the reaper waits for the wakes that may hold an
-// older view (waitBellScan), so the doorbell never reads them afterwards.
+// syncBellLocked puts q in its device's doorbell view while its state can
+// send and it lives, and takes it out otherwise. Called wherever the state
+// changes and at destroy. The view is replaced, never changed in place (a
+// wake reads the one it loaded to the end); a destroyed QP is out of it
+// before its rings are unmapped, and the reaper waits for the wakes that
+// may hold an older view (waitBellScan), so the doorbell never reads them
+// afterwards.
 func (q *QP) syncBellLocked() {
 	d := q.dev
 	want := !q.destroyed && q.attr.QPState.CanPostSend()
-	if want == (q.bellIdx >= 0) {
+	if want == q.inBell {
 		return
 	}
 	d.bellMu.Lock()
 	defer d.bellMu.Unlock()
-	if want {
-		q.bellIdx = len(d.bellQPs)
-		d.bellQPs = append(d.bellQPs, q)
-		d.publishBellLocked()
-		return
+	var old []*QP
+	if v := d.bellView.Load(); v != nil {
+		old = *v
 	}
-	last := len(d.bellQPs) - 1
-	moved := d.bellQPs[last]
-	d.bellQPs[q.bellIdx] = moved
-	moved.bellIdx = q.bellIdx
-	d.bellQPs[last] = nil
-	d.bellQPs = d.bellQPs[:last]
-	q.bellIdx = -1
-	d.publishBellLocked()
-}
-
-// publishBellLocked replaces the doorbell's view with a copy of bellQPs
-// (bellMu held): a wake reads the view it loaded to the end, so the view
-// is never changed in place.
-func (d *Device) publishBellLocked() {
-	v := slices.Clone(d.bellQPs)
+	var v []*QP
+	if want {
+		v = append(slices.Clip(old), q)
+	} else {
+		v = slices.DeleteFunc(slices.Clone(old), func(x *QP) bool { return x == q })
+	}
+	q.inBell = want
 	d.bellView.Store(&v)
 }
 
 // waitBellScan waits until no doorbell wake looks at a view that may be
-// older than the caller's last change of bellQPs: one that is scanning now
+// older than the caller's last change of bellView: one that is scanning now
 // started, for all the caller knows, before the change. A scan is a few
 // atomic loads per QP, so the wait is short; the reaper calls it before it
 // unmaps the rings of QPs it took out of the view.

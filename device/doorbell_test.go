@@ -214,9 +214,7 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 	src := e.mr(64, qp.AccessLocalWrite)
 	dst := e.mr(64, qp.AccessLocalWrite|qp.AccessRemoteWrite)
 	d := a.dev
-	d.bellMu.Lock()
-	n := len(d.bellQPs)
-	d.bellMu.Unlock()
+	n := len(*d.bellView.Load())
 	want := 2 // a and b
 	if n != want {
 		t.Fatalf("%d QPs in the doorbell's set, want %d", n, want)

@@ -42,7 +42,7 @@ type QP struct {
 	queued    atomic.Bool // in the engine's run queue; set under engine.mu
 	watched   bool        // the engine's spin loop polls the SQ; engine goroutine only
 	soon      bool        // in Device.soon (loopback.go); guarded by Device.mu
-	bellIdx   int         // index in dev.bellQPs, -1 when not there; guarded by dev.bellMu
+	inBell    bool        // in dev.bellView; guarded by dev.bellMu
 	// sqSeen is the SQ producer index the engine last fetched up to; the
 	// spin loop compares it with the ring's without Device.mu.
 	sqSeen atomic.Uint32
@@ -218,7 +218,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 		return nil, errf(op, syscall.ENOMEM, "no free QPN")
 	}
 	q := &QP{dev: d, QPN: qpn, Owner: owner, Type: req.Type, pd: pd, sendCQ: scq, recvCQ: rcq,
-		srq: srq, SQSigAll: req.SQSigAll, bellIdx: -1}
+		srq: srq, SQSigAll: req.SQSigAll}
 
 	// Send ring: rxe's sizing (ring package doc); the slack of the power of
 	// two is given to the user.
