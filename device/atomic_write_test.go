@@ -48,10 +48,9 @@ func TestRCAtomicWrite(t *testing.T) {
 	if got := binary.LittleEndian.Uint64(remote.Mem()[56:]); got != ^uint64(0) {
 		t.Fatalf("last word %#x, want all ones", got)
 	}
-	bd := e.devOf(b.QPN)
-	bd.mu.Lock()
+	e.d.mu.Lock()
 	msn := b.resp.msn
-	bd.mu.Unlock()
+	e.d.mu.Unlock()
 	if msn != 3 {
 		t.Fatalf("responder msn %d, want 3", msn)
 	}

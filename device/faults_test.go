@@ -86,10 +86,8 @@ func TestFaultsRCExactlyOnceInOrder(t *testing.T) {
 		t.Fatalf("no recovery seen: retransmits %d duplicates %d", c.Retransmits.Load(), c.DuplicateReqs.Load())
 	}
 	e.setFaults(Faults{})
-	for _, d := range e.devs() {
-		if d.Faults().Active() {
-			t.Fatal("faults still on")
-		}
+	if e.d.Faults().Active() {
+		t.Fatal("faults still on")
 	}
 }
 

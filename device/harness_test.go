@@ -28,22 +28,14 @@ type env struct {
 	wire bool // packets go through the wire to the device's own address
 }
 
-// devs are the env's devices.
-func (e *env) devs() []*Device { return []*Device{e.d} }
+// gidOf is the GID of the device a QPN lives on: the env's one device.
+func (e *env) gidOf(qpn uint32) [16]byte { return e.d.Port().GID }
 
-// devOf is the device a QPN lives on.
-func (e *env) devOf(qpn uint32) *Device { return e.d }
-
-// gidOf is the GID of the device a QPN lives on.
-func (e *env) gidOf(qpn uint32) [16]byte { return e.devOf(qpn).Port().GID }
-
-// setFaults installs f on every device of the env.
+// setFaults installs f on the env's device.
 func (e *env) setFaults(f Faults) {
 	e.t.Helper()
-	for _, d := range e.devs() {
-		if err := d.SetFaults(f); err != nil {
-			e.t.Fatal(err)
-		}
+	if err := e.d.SetFaults(f); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

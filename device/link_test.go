@@ -76,9 +76,7 @@ func injectLocked(d *Device, p *packet) {
 func (e *env) link(filter func(p *packet) linkAction) *testLink {
 	l := &testLink{filter: filter}
 	e.d.mu.Lock()
-	for _, d := range e.devs() {
-		d.link = devLink{l, d}
-	}
+	e.d.link = devLink{l, e.d}
 	e.d.mu.Unlock()
 	return l
 }

@@ -70,7 +70,8 @@ func (tr *transcript) qps(traffic bool, qps ...*QP) {
 }
 
 // sameOnBothPaths runs scenario on the direct path and on the chain and
-// compares the transcripts; it returns the direct device's direct_packets.
+// compares the transcripts, and checks that only the first took the direct
+// path.
 func sameOnBothPaths(t *testing.T, scenario func(tr *transcript)) {
 	t.Helper()
 	if *wireFlag {

@@ -567,20 +567,13 @@ func (l *faultLink) write(p *packet) {
 	}
 }
 
-// faults puts a faultLink before every device of the env and returns
-// e.d's.
+// faults puts a faultLink before the env's device and returns it.
 func (e *env) faults(seed uint64, drop, dup, reorder int) *faultLink {
-	var first *faultLink
+	l := &faultLink{d: e.d, rng: rand.New(rand.NewPCG(seed, 3)), drop: drop, dup: dup, reorder: reorder}
 	e.d.mu.Lock()
-	for i, d := range e.devs() {
-		l := &faultLink{d: d, rng: rand.New(rand.NewPCG(seed+uint64(i)<<32, 3)), drop: drop, dup: dup, reorder: reorder}
-		d.link = l
-		if first == nil {
-			first = l
-		}
-	}
+	e.d.link = l
 	e.d.mu.Unlock()
-	return first
+	return l
 }
 
 // The data-integrity random mix across the wire: RC and UC, and RC with a
