@@ -637,6 +637,33 @@ func TestCommandErrors(t *testing.T) {
 	}
 }
 
+// TestMigrateCounts: attr's events_queued counts what is queued for an id
+// to read (a listener's connect requests on the listener), and
+// migrated_after keeps that count at a migrate; the library reads the old
+// channel until it has seen that many of the id's records.
+func TestMigrateCounts(t *testing.T) {
+	w := newWorld(t)
+	s := w.localSide()
+	l := s.listen(PSTCP, 7472, "")
+	c := s.dial(PSTCP, "127.0.0.1", 7472) // addr_resolved, route_resolved
+	s.do(c, "connect qp_num=1")
+	w.net.flush()
+	s.expect(fmt.Sprintf("connect_request:%d:0", s.lastMade().Num))
+	for _, x := range []struct {
+		id   *ID
+		want string
+	}{{c, "2"}, {l, "1"}, {s.lastMade(), "0"}} {
+		if got := attrOf(x.id, "events_queued"); got != x.want {
+			t.Fatalf("id %d: events_queued=%s, want %s", x.id.Num, got, x.want)
+		}
+	}
+	ch2, _ := s.a.NewChannel(1000)
+	s.do(l, fmt.Sprintf("migrate channel=%d", ch2.Num))
+	if attrOf(l, "migrated_after") != "1" || attrOf(c, "migrated_after") != "0" {
+		t.Fatalf("after migrate:\n%s", l.Attr())
+	}
+}
+
 func TestIDLimits(t *testing.T) {
 	w := newWorld(t)
 	s := w.localSide(func(c *Config) { c.MaxIDs = 10; c.UserShare = 50 })

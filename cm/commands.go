@@ -657,6 +657,7 @@ func (id *ID) migrateCmd(rest string) error {
 	id.ch.ids--
 	c.ids++
 	id.ch = c
+	id.migratedAt = id.queued
 	return nil
 }
 

@@ -123,19 +123,19 @@ func (c *Channel) room() bool {
 	return len(c.q) < MaxBacklog
 }
 
-// push appends e; a full backlog drops it and counts (connect requests
-// are refused before they get here, so what is dropped is an event of an
-// id whose reader has not read 4096 events).
-func (c *Channel) push(e Event) {
+// push appends e and reports whether it did; a full backlog drops it and
+// counts (connect requests are refused before they get here, so what is
+// dropped is an event of an id whose reader has not read 4096 events).
+func (c *Channel) push(e Event) bool {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	if len(c.q) >= MaxBacklog {
 		c.mu.Unlock()
 		c.dropped.Add(1)
-		return
+		return false
 	}
 	c.q = append(c.q, e)
 	c.mu.Unlock()
@@ -143,6 +143,7 @@ func (c *Channel) push(e Event) {
 	case c.wake <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // Next returns the oldest event, waiting for one until done is closed or

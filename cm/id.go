@@ -97,11 +97,17 @@ type ID struct {
 	Num   uint32
 	Owner uint32
 
-	ps        PortSpace
-	qpType    QPType
-	ch        *Channel
-	state     State
-	destroyed bool // a zombie: gone for its owner, still answering its peer
+	ps     PortSpace
+	qpType QPType
+	ch     *Channel
+	// queued counts the events queued on a channel that are this id's to
+	// read: its own, and the connect requests of a listener (the reader
+	// counts records the same way); migratedAt is queued at the last
+	// migrate, so the library knows how many records the old channel
+	// still owes it (cm/CONTRACT.md, "migrate").
+	queued, migratedAt uint64
+	state              State
+	destroyed          bool // a zombie: gone for its owner, still answering its peer
 
 	src, dst     netip.AddrPort
 	bound        bool
@@ -181,7 +187,14 @@ func (id *ID) emitLocked(e Event) {
 		return
 	}
 	e.ID = id.Num
-	id.ch.push(e)
+	if !id.ch.push(e) {
+		return
+	}
+	if e.Name == EvConnectRequest && id.listener != nil {
+		id.listener.queued++
+	} else {
+		id.queued++
+	}
 }
 
 func (id *ID) event(name string, status int) Event {
@@ -399,6 +412,8 @@ func (id *ID) Attr() string {
 	kv("ps", id.ps)
 	kv("qp_type", id.qpType)
 	kv("channel", id.ch.Num)
+	kv("events_queued", id.queued)
+	kv("migrated_after", id.migratedAt)
 	if id.bound || id.src.Addr().IsValid() {
 		kv("src_addr", id.src.Addr())
 		kv("src_port", id.src.Port())

@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "rdmacm.h"
@@ -28,6 +30,61 @@ struct rc_event {
 	uint8_t private_data[RC_MAX_PRIVATE];
 };
 
+/* epoll's tag of the stash's eventfd (FIFOs are tagged by their index) */
+#define STASH_TAG UINT32_MAX
+
+/* Queues a record read ahead; ch->lock held. */
+static void stash_push(struct rc_channel *ch, struct rc_stashed *r)
+{
+	uint64_t one = 1;
+
+	r->next = NULL;
+	*ch->stash_tail = r;
+	ch->stash_tail = &r->next;
+	if (write(ch->stash_fd, &one, sizeof(one)) < 0)
+		rc_log("event channel: eventfd write: %s", strerror(errno));
+}
+
+/* The oldest record read ahead, or NULL; ch->lock held. */
+static struct rc_stashed *stash_pop(struct rc_channel *ch)
+{
+	struct rc_stashed *r = ch->stash;
+	uint64_t n;
+
+	if (!r)
+		return NULL;
+	if (!(ch->stash = r->next)) {
+		ch->stash_tail = &ch->stash;
+		if (read(ch->stash_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+			rc_log("event channel: eventfd read: %s", strerror(errno));
+	}
+	return r;
+}
+
+/* Counts a record just read from dev's FIFO on the daemon id it belongs
+ * to (a connect request: its listener), as the daemon counts what it
+ * queued (attr events_queued); the sub, or NULL. */
+static struct rc_sub *count_record(struct rc_device *dev, const char *buf)
+{
+	struct rc_record r;
+	struct rc_sub *sub = NULL;
+	long h;
+
+	if (rc_parse_record(buf, RC_RECORD_SIZE, &r))
+		return NULL;
+	h = r.type == RDMA_CM_EVENT_CONNECT_REQUEST ? r.listen_id : (long)r.id;
+	pthread_mutex_lock(&rc_lock);
+	struct rc_id *id = h > 0 ? rc_id_lookup(dev, (uint32_t)h) : NULL;
+	for (int i = 0; id && i < id->nsubs; i++) {
+		if (id->subs[i].dev == dev && id->subs[i].handle == (uint32_t)h) {
+			sub = &id->subs[i];
+			sub->records++;
+		}
+	}
+	pthread_mutex_unlock(&rc_lock);
+	return sub;
+}
+
 struct rdma_event_channel *rdma_create_event_channel(void)
 {
 	struct rc_channel *ch = calloc(1, sizeof(*ch));
@@ -36,15 +93,27 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 		errno = ENOMEM;
 		return NULL;
 	}
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = STASH_TAG};
+
+	ch->stash_fd = -1;
 	ch->ch.fd = epoll_create1(EPOLL_CLOEXEC);
-	if (ch->ch.fd < 0) {
-		int err = errno;
-		free(ch);
-		errno = err;
-		return NULL;
-	}
+	if (ch->ch.fd < 0)
+		goto fail;
+	ch->stash_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ch->stash_fd < 0 || epoll_ctl(ch->ch.fd, EPOLL_CTL_ADD, ch->stash_fd, &ev) < 0)
+		goto fail;
+	ch->stash_tail = &ch->stash;
 	pthread_mutex_init(&ch->lock, NULL);
 	return &ch->ch;
+fail:;
+	int err = errno;
+	if (ch->stash_fd >= 0)
+		close(ch->stash_fd);
+	if (ch->ch.fd >= 0)
+		close(ch->ch.fd);
+	free(ch);
+	errno = err;
+	return NULL;
 }
 
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
@@ -60,6 +129,9 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		snprintf(p, sizeof(p), "cm/channel/%u", ch->subs[i].handle);
 		rc_rmdir(ch->subs[i].dev, p);
 	}
+	for (struct rc_stashed *r; (r = stash_pop(ch));)
+		free(r);
+	close(ch->stash_fd);
 	close(ch->ch.fd);
 	pthread_mutex_destroy(&ch->lock);
 	free(ch);
@@ -112,13 +184,23 @@ int rc_channel_on(struct rc_channel *ch, struct rc_device *d, uint32_t *handle)
 	return 0;
 }
 
-/* One record from a ready FIFO of the channel: 0, EAGAIN or an errno. */
+/* One record: read ahead, else from a ready FIFO of the channel; 0,
+ * EAGAIN or an errno. */
 static int read_record(struct rc_channel *ch, char *buf, struct rc_device **dev)
 {
 	int nonblock = fcntl(ch->ch.fd, F_GETFL) & O_NONBLOCK;
 	struct epoll_event ev;
 
 	for (;;) {
+		pthread_mutex_lock(&ch->lock);
+		struct rc_stashed *st = stash_pop(ch);
+		pthread_mutex_unlock(&ch->lock);
+		if (st) {
+			memcpy(buf, st->buf, RC_RECORD_SIZE);
+			*dev = st->dev;
+			free(st);
+			return 0;
+		}
 		int n = epoll_wait(ch->ch.fd, &ev, 1, nonblock ? 0 : -1);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -127,6 +209,8 @@ static int read_record(struct rc_channel *ch, char *buf, struct rc_device **dev)
 		}
 		if (n == 0)
 			return EAGAIN;
+		if (ev.data.u32 == STASH_TAG)
+			continue;
 		pthread_mutex_lock(&ch->lock);
 		struct rc_subchan *s = ev.data.u32 < (uint32_t)ch->nsubs ? &ch->subs[ev.data.u32] : NULL;
 		int fd = s ? s->fifo_fd : -1;
@@ -147,7 +231,55 @@ static int read_record(struct rc_channel *ch, char *buf, struct rc_device **dev)
 			rc_log("%s: a short event record (%zd bytes)", (*dev)->mount, r);
 			continue;
 		}
+		count_record(*dev, buf);
 		return 0;
+	}
+}
+
+int rc_channel_move(struct rc_channel *old, struct rc_channel *nc, struct rc_sub *sub, long long migrated_after)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&old->lock);
+	for (int i = 0; i < old->nsubs; i++)
+		if (old->subs[i].dev == sub->dev)
+			fd = old->subs[i].fifo_fd;
+	pthread_mutex_unlock(&old->lock);
+	if (fd < 0)
+		return 0; /* the old channel never had this device: nothing queued */
+	for (;;) {
+		pthread_mutex_lock(&rc_lock);
+		bool done = sub->records >= migrated_after;
+		pthread_mutex_unlock(&rc_lock);
+		if (done)
+			return 0;
+		/* the daemon writes what it queued as the FIFO has room, so
+		 * this wait ends; a thread reading the old channel meanwhile may
+		 * take a record first, hence the bounded waits */
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int n = poll(&p, 1, 100);
+		if (n < 0 && errno != EINTR)
+			return errno;
+		if (n <= 0)
+			continue;
+		struct rc_stashed *st = malloc(sizeof(*st));
+		if (!st)
+			return ENOMEM;
+		ssize_t r = read(fd, st->buf, RC_RECORD_SIZE);
+		if (r != RC_RECORD_SIZE) {
+			int err = r == 0 ? ENODEV : r < 0 ? errno : EIO;
+			free(st);
+			if (err == EAGAIN || err == EINTR)
+				continue;
+			if (err == EIO)
+				rc_log("%s: a short event record (%zd bytes)", sub->dev->mount, r);
+			return err;
+		}
+		st->dev = sub->dev;
+		struct rc_channel *to = count_record(sub->dev, st->buf) == sub ? nc : old;
+		pthread_mutex_lock(&to->lock);
+		stash_push(to, st);
+		pthread_mutex_unlock(&to->lock);
 	}
 }
 

@@ -592,6 +592,18 @@ int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *channel)
 		rdma_ack_cm_event(cid->event);
 		cid->event = NULL;
 	}
+	/* the records the old channel still holds for the id move with it,
+	 * ahead of anything the new channel gets (ucma_move_events) */
+	for (int i = 0; i < id->nsubs && old != nc; i++) {
+		struct rc_sub *s = &id->subs[i];
+		struct rc_attr a;
+		if ((err = rc_read_attr(s->dev, s->handle, &a)) ||
+		    (a.migrated_after > 0 && (err = rc_channel_move(old, nc, s, a.migrated_after)))) {
+			if (own)
+				rdma_destroy_event_channel(own);
+			return fail(err);
+		}
+	}
 	pthread_mutex_lock(&rc_lock);
 	/* events already handed out on the old channel are acked first */
 	while (id->events_out > 0)

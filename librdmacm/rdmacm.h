@@ -88,6 +88,7 @@ struct rc_attr {
 	long path_mtu; /* bytes */
 	long packet_life_time, pkey, sl, tos, ack_timeout;
 	long long qp_num, psn, remote_qp_num, remote_psn, remote_qkey;
+	long long migrated_after; /* the id's records queued before its last migrate */
 	long responder_resources, initiator_depth, flow_control, retry_count;
 	long rnr_retry_count, srq, local_ack_timeout;
 };
@@ -157,12 +158,25 @@ struct rc_subchan {
 	int fifo_fd;
 };
 
+struct rc_sub;
+
+/* A record read from a FIFO ahead of its turn (by rdma_migrate_id). */
+struct rc_stashed {
+	struct rc_device *dev;
+	char buf[RC_RECORD_SIZE];
+	struct rc_stashed *next;
+};
+
 struct rc_channel {
-	struct rdma_event_channel ch; /* ch.fd: epoll over the FIFOs */
+	struct rdma_event_channel ch; /* ch.fd: epoll over the FIFOs and stash_fd */
 	pthread_mutex_t lock;
 	struct rc_subchan subs[RC_MAX_DEVICES];
 	int nsubs;
 	int nids; /* ids using it (rdma_destroy_event_channel: EBUSY) */
+	/* records taken before those still in the FIFOs; stash_fd (an
+	 * eventfd) is readable while there are any */
+	struct rc_stashed *stash, **stash_tail;
+	int stash_fd;
 };
 
 static inline struct rc_channel *to_rchan(struct rdma_event_channel *c)
@@ -172,6 +186,10 @@ static inline struct rc_channel *to_rchan(struct rdma_event_channel *c)
 
 /* the channel's handle on d, made on first use; 0 or errno */
 int rc_channel_on(struct rc_channel *ch, struct rc_device *d, uint32_t *handle);
+/* rdma_migrate_id's part: reads the records of the daemon id sub that
+ * old's FIFO on sub->dev still holds (migrated_after of them in all) and
+ * queues them on nc, keeping others' on old; 0 or errno */
+int rc_channel_move(struct rc_channel *old, struct rc_channel *nc, struct rc_sub *sub, long long migrated_after);
 
 /* --- id.c ---------------------------------------------------------------- */
 
@@ -180,6 +198,10 @@ int rc_channel_on(struct rc_channel *ch, struct rc_device *d, uint32_t *handle);
 struct rc_sub {
 	struct rc_device *dev;
 	uint32_t handle;
+	/* the records of this daemon id read from a FIFO (its own events and,
+	 * for a listener, connect requests: the daemon's events_queued);
+	 * rc_lock */
+	long long records;
 };
 
 struct rc_id {

@@ -321,8 +321,10 @@ int rc_parse_attr(const char *text, struct rc_attr *a)
 						"tos", "ack_timeout", "responder_resources", "initiator_depth",
 						"flow_control", "retry_count", "rnr_retry_count", "srq",
 						"local_ack_timeout"};
-	long long *lls[] = {&a->qp_num, &a->psn, &a->remote_qp_num, &a->remote_psn, &a->remote_qkey};
-	static const char *const ll_keys[] = {"qp_num", "psn", "remote_qp_num", "remote_psn", "remote_qkey"};
+	long long *lls[] = {&a->qp_num, &a->psn, &a->remote_qp_num, &a->remote_psn, &a->remote_qkey,
+			    &a->migrated_after};
+	static const char *const ll_keys[] = {"qp_num", "psn", "remote_qp_num", "remote_psn", "remote_qkey",
+					      "migrated_after"};
 	for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)
 		*longs[i] = -1;
 	for (size_t i = 0; i < sizeof(lls) / sizeof(lls[0]); i++)

@@ -5,7 +5,8 @@
  * more is EINVAL; a rejected request reports REJECTED status 28 with the
  * REJ's data; an empty non-blocking channel is EAGAIN and its fd polls
  * readable when an event comes; ports; rdma_create_srq and a QP on it;
- * rdma_destroy_id waits for the id's unacked events; UD's ESTABLISHED
+ * rdma_destroy_id waits for the id's unacked events; rdma_migrate_id
+ * moves the records already on the old channel; UD's ESTABLISHED
  * names the peer's QPN and RDMA_UDP_QKEY; rdma_get_devices; an id bound to
  * a device (bind, ADDR_RESOLVED, a connect request) has the device's PD.
  *
@@ -182,7 +183,26 @@ static void rc_tests(int port)
 	/* the DREP waits for the passive side's rdma_disconnect, as the kernel's */
 	e = next(sch, RDMA_CM_EVENT_DISCONNECTED, s);
 	CHECK(rdma_disconnect(s) == 0, "the passive side's disconnect");
-	rdma_ack_cm_event(next(cch, RDMA_CM_EVENT_DISCONNECTED, c));
+	/* c's DISCONNECTED is on cch's FIFO, then another id's ADDR_RESOLVED;
+	 * migrating c takes its record along (ucma_move_events) and leaves
+	 * the other's on cch (ucmatose -m lost it when the peer's DREQ came
+	 * before its migrate) */
+	struct pollfd cp_fd = {.fd = cch->fd, .events = POLLIN};
+	CHECK(poll(&cp_fd, 1, 5000) == 1, "no DISCONNECTED on the client's channel within 5 s");
+	struct rdma_cm_id *other;
+	struct sockaddr_in da = loopback(port);
+	CHECK(rdma_create_id(cch, &other, NULL, RDMA_PS_TCP) == 0, "another id on the client's channel");
+	CHECK(rdma_resolve_addr(other, NULL, (struct sockaddr *)&da, 2000) == 0, "resolve_addr");
+	usleep(100 * 1000);
+	struct rdma_event_channel *cch2 = rdma_create_event_channel();
+	CHECK(cch2 && rdma_migrate_id(c, cch2) == 0 && c->channel == cch2, "rdma_migrate_id");
+	rdma_ack_cm_event(next(cch2, RDMA_CM_EVENT_DISCONNECTED, c));
+	rdma_ack_cm_event(next(cch, RDMA_CM_EVENT_ADDR_RESOLVED, other));
+	CHECK(fcntl(cch2->fd, F_SETFL, fcntl(cch2->fd, F_GETFL) | O_NONBLOCK) == 0, "O_NONBLOCK");
+	errno = 0;
+	CHECK(rdma_get_cm_event(cch2, &e) == -1 && errno == EAGAIN, "a second event on the new channel");
+	rdma_destroy_id(other);
+	printf("cm_api: rdma_migrate_id took the DISCONNECTED queued on the old channel, left another id's there\n");
 	rdma_destroy_qp(s);
 	rdma_destroy_srq(s);
 	struct destroyer d = {.id = s};
@@ -198,6 +218,7 @@ static void rc_tests(int port)
 	rdma_destroy_id(l);
 	rdma_destroy_event_channel(sch);
 	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(cch2);
 	printf("cm_api: DISCONNECTED both sides, QP in ERR; rdma_destroy_id waited for the ack\n");
 }
 
