@@ -183,7 +183,7 @@ func TestDuplicateReadsBounded(t *testing.T) {
 	}()
 	d.mu.Lock()
 	for i := 0; i < 11; i++ {
-		p := d.pool.get()
+		p := d.engines[0].pool.get()
 		p.Opcode = roce.TransportRC | roce.OpReadRequest
 		p.setPSN(first)
 		p.VA, p.RKey, p.DMALen = 0, src.RKey, size

@@ -66,13 +66,13 @@ func (q *QP) completeResponseLocked(p *packet) {
 	case roce.OpAtomicAcknowledge:
 		q.handleAtomicAckLocked(p)
 	}
-	q.dev.pool.put(p)
+	q.eng().pool.put(p)
 }
 
 func (q *QP) dropLocked(p *packet) {
 	q.Counters.Dropped++
 	q.dev.Counters.DroppedPackets.Add(1)
-	q.dev.pool.put(p)
+	q.eng().pool.put(p)
 }
 
 // ackThroughLocked completes every SEND/WRITE WQE whose last PSN is at or
@@ -139,7 +139,7 @@ func (q *QP) progressLocked() {
 	q.comp.rnrLeft = q.attr.RNRRetry
 	if q.retryTimer != nil {
 		q.comp.progress = true
-		q.comp.progressAt = q.dev.nowLocked()
+		q.comp.progressAt = q.eng().nowLocked()
 	}
 }
 
@@ -445,7 +445,7 @@ func (q *QP) armRetryLocked() {
 		if q.comp.idle {
 			q.comp.idle = false
 			q.comp.progress = true
-			q.comp.progressAt = q.dev.nowLocked()
+			q.comp.progressAt = q.eng().nowLocked()
 		}
 		return
 	}
@@ -477,12 +477,12 @@ func (q *QP) stopRetryLocked() {
 // meanwhile has another sequence number and is ignored there.
 func (q *QP) retryExpired(seq uint64) {
 	q.retryFired.Store(seq)
-	q.dev.engine.schedule(q)
+	q.eng().schedule(q)
 }
 
 func (q *QP) rnrExpired(seq uint64) {
 	q.rnrFired.Store(seq)
-	q.dev.engine.schedule(q)
+	q.eng().schedule(q)
 }
 
 // timersFiredLocked handles the timers that fired since the last turn.

@@ -20,8 +20,11 @@ type CQ struct {
 	CQE    uint32
 	region *ring.Region
 	ring   *ring.Ring
-	prod   *ring.Producer // engine side; guarded by Device.mu
-	users  int            // QPs completing into this CQ
+	prod   *ring.Producer // engine side; guarded by Device.mu and, with several engines, prodMu
+	// prodMu serializes the engines' turns that complete into the CQ (a
+	// verb holds all of Device.mu and needs it not).
+	prodMu sync.Mutex
+	users  int // QPs completing into this CQ
 	// overflowed is sticky: an overflowed CQ is in error (IBA 11.4.2.1) and
 	// accepts no more entries until resized; overflows counts the times.
 	overflowed bool
@@ -165,6 +168,11 @@ func (cq *CQ) Resize(cqe uint32) error {
 // raised once and the caller moves its QP to ERR, as rdmavt does).
 func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
 	d := cq.dev
+	if len(d.engines) > 1 {
+		// QPs of several engines may complete into this CQ.
+		cq.prodMu.Lock()
+		defer cq.prodMu.Unlock()
+	}
 	free, err := cq.prod.Free()
 	if err != nil || free == 0 || cq.overflowed {
 		if !cq.overflowed {

@@ -1,6 +1,6 @@
 // Package device is the core of rdmafs: one virtual RDMA device with its
 // verbs objects (PD, MR, MW, AH, CQ, SRQ, QP), the QPN and key tables, and
-// the engine that executes work requests.
+// the engines that execute work requests.
 //
 // # Pieces
 //
@@ -23,8 +23,9 @@
 //     send WQEs of the device's own in a QP's engine queue, beside the
 //     client's but taking none of its ring, completing without a CQE; the
 //     liveness probe (qp/N/ctl probe) is their user.
-//   - engine.go: the scheduler. One goroutine per device runs every QP that
-//     has work; an idle device parks and uses no CPU.
+//   - engine.go: the scheduler. Config.Engines engines run the QPs that
+//     have work, each QP on one engine (QP.home), each engine on its own
+//     goroutine; an idle device parks them all and uses no CPU.
 //   - packet.go, requester.go, responder.go, completer.go: the transport, in
 //     the shape of rxe. The requester turns WQEs into IB packets (PSNs, path
 //     MTU segmentation), the link delivers them (loopback, or RoCEv2),
@@ -55,16 +56,18 @@
 //
 // # Goroutines and their owners
 //
-//   - The engine (engine.go), one per device: runs the turns of runnable
-//     QPs under Device.mu (after each turn, the turns of the QPs its
-//     direct deliveries fed: Device.soon, loopback.go), spins briefly on
-//     recently active send rings, then parks until schedule wakes it. It
-//     is the device's one thread of control for QP turns, but not the
-//     only goroutine that runs them: a goroutine the kernel has just woken
-//     for work (the two below) runs the turns that work made runnable
-//     itself while the engine sleeps (engine.runHeldLocked, Device.soon
-//     included), so that a datagram or a doorbell reaches the transport,
-//     and its answer the wire, without waking another thread.
+//   - The engines (engine.go), Config.Engines of them: each runs the
+//     turns of its runnable QPs under its stripe of Device.mu (after each
+//     turn, the turns of its QPs that the turn's direct deliveries fed:
+//     engine.soon, loopback.go), spins briefly on recently active send
+//     rings, then parks until schedule wakes it. A new QP goes to the
+//     engines in turn, and a connected QP moves to its local peer's
+//     engine at RTR (colocateLocked), so a pair's packets stay in one
+//     engine's batches. On a device with a wire (one engine), a goroutine
+//     the kernel has just woken for work (the two below) runs the turns
+//     that work made runnable itself while the engine sleeps
+//     (engine.runHeldLocked), so that a datagram or a doorbell reaches the
+//     transport, and its answer the wire, without waking another thread.
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
 //     schedules the QPs whose rings have new WQEs, under bellMu (the set
 //     of QPs that may send) and the scheduler's lock; on a device with a
@@ -90,26 +93,47 @@
 //
 // # Locking
 //
-// Device.mu guards every object and all engine state; the engine (or the
-// receive goroutine or the doorbell in its place) holds it while it runs
-// a batch of QP turns, verbs hold it for their duration.
+// Device.mu has one stripe per engine (devMutex). An engine's batch holds
+// its own stripe; everyone else (verbs, the wire's receive goroutine, the
+// fault injector's timers, SendMAD, the doorbell's inline runs) takes all
+// of them, and so excludes every engine, as one lock would. Hence what
+// only verbs change (the tables, a QP's attributes and state changes,
+// MR validity, the link's settings) any turn may read, and what a turn
+// changes is its own QP's: its roles' state, queues and counters. What
+// turns of different engines share has a lock or an atomic of its own:
+//
+//   - a CQ's producer side (CQ.prodMu) and an SRQ's consumer side
+//     (SRQ.takeMu), taken only with several engines;
+//   - a packet for a QP of another engine goes to that QP's inbox
+//     (QP.inMu; acceptLocked) and its engine takes it at the next turn;
+//     its sender reads the inbox's length for its flow control;
+//   - a turn that changes the key table or reaches into other QPs'
+//     packets (LOCAL_INV, BIND_MW, SEND_WITH_INV) stops short of it and
+//     runs again under all of Device.mu (exclusiveLocked, runExclusive);
+//   - the chain, with several engines, has chainMu for the engines'
+//     writes; the event queue, the GSI's queue, the counters and the
+//     packet pools (one per engine) need nothing more.
+//
 // Every QP turn does a bounded amount of work (run.go: packet budgets, the
-// READ window), and between two turns the engine lets anyone waiting for
-// Device.mu go first (devMutex, engine.go), so a verb waits for at most one
-// turn, whatever another user's QPs are doing. Device.mu is also the
-// link's chain lock: the engine sends with it held, and the wire's receive
-// goroutine and the fault injector's delay timers take it to deliver
-// (package link, Locking). Lock order: the per-queue producer locks
-// (postMu, pollMu; a verb takes its queue's first), then Device.mu, then
-// the link's capture lock or bellMu, then the scheduler's lock
-// (engine.mu), the innermost. The transport's timers never take
-// Device.mu: they mark a QP runnable under the scheduler's lock and wake
-// the engine. The doorbell takes it only with TryLock, after it has let
-// go of bellMu, so it never waits for it. A goroutine that runs turns in
-// the engine's place stops when someone waits for Device.mu, as the
-// engine does, and leaves the rest to the engine. The GSI's handler (the
-// CM agent) runs on the GSI's own goroutine without Device.mu and may
-// call SendMAD, which takes Device.mu for one send: the agent's lock
+// READ window), and between two turns an engine lets anyone waiting for
+// all of Device.mu go first (devMutex, engine.go), so a verb waits for at
+// most one turn per engine, whatever another user's QPs are doing.
+// Device.mu is also the link's chain lock: an engine sends with its
+// stripe held (and chainMu with several), and the wire's receive
+// goroutine and the fault injector's delay timers take all of it to
+// deliver (package link, Locking). Lock order: the per-queue producer
+// locks (postMu, pollMu; a verb takes its queue's first), then Device.mu
+// (its stripes in engine order), then chainMu, a CQ's prodMu or an SRQ's
+// takeMu, then the link's capture lock, bellMu or a QP's inMu, then the
+// scheduler's lock (engine.mu), the innermost. The transport's timers never
+// take Device.mu: they mark a QP runnable under its engine's scheduler
+// lock and wake that engine. The doorbell takes Device.mu only with
+// TryLock, after it has let go of bellMu, so it never waits for it. A
+// goroutine that runs turns in the engine's place stops when someone
+// waits for Device.mu, as the engine does, and leaves the rest to the
+// engine. The GSI's handler (the CM agent) runs on the GSI's own goroutine
+// without Device.mu and may call SendMAD, which takes Device.mu for one
+// send: the agent's lock
 // orders before Device.mu, and nothing under Device.mu waits for the
 // agent.
 package device
@@ -119,6 +143,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,6 +188,11 @@ type Config struct {
 	// the doorbell or the wire's receive goroutine run in its place
 	// (engine.runHeldLocked) do not.
 	SpinIdle time.Duration
+	// Engines is how many engines run the device's QPs, each on its own
+	// goroutine, in parallel (engine.go); a QP is run by one at a time. 0
+	// is DefaultEngines. A device with a wire (Addr) has one: its receive
+	// goroutine and doorbell run turns in the engine's place.
+	Engines int
 	// PacketLoopback sends every packet between two QPs of this device
 	// through the link chain, as it goes when a capture is open or a
 	// fault rule applies; by default such packets take the direct path
@@ -188,6 +218,16 @@ type Config struct {
 	Clock clock.Clock
 	Logf  func(format string, args ...any)
 }
+
+// MaxEngines bounds Config.Engines.
+const MaxEngines = 64
+
+// DefaultEngines is one engine per four CPUs, at least one and at most
+// eight: each engine's turns want a core of their own and so does each
+// client thread that posts to them (a client's post costs about what the
+// engine's execution does, BENCHMARKS.md), so on a two-core host a second
+// engine only takes the client's core.
+func DefaultEngines() int { return min(max(runtime.NumCPU()/4, 1), 8) }
 
 // DefaultConfig returns rxe-like limits scaled for a daemon whose every ring
 // and MR is a memfd.
@@ -252,6 +292,18 @@ func (c *Config) fill() error {
 	}
 	if c.MaxMTU == 0 {
 		c.MaxMTU = d.MaxMTU
+	}
+	switch {
+	case c.Engines < 0:
+		return fmt.Errorf("engines %d: want at least 1", c.Engines)
+	case c.Engines > MaxEngines:
+		return fmt.Errorf("engines %d: at most %d", c.Engines, MaxEngines)
+	case c.Engines > 1 && c.Addr.IsValid():
+		return fmt.Errorf("engines %d: a device with a wire address runs one engine (its receive goroutine runs turns in the engine's place)", c.Engines)
+	case c.Engines == 0 && c.Addr.IsValid():
+		c.Engines = 1
+	case c.Engines == 0:
+		c.Engines = DefaultEngines()
 	}
 	if c.ActiveMTU == 0 && c.Addr.IsValid() {
 		// As rxe: max_mtu stays 4096 and the active MTU is the largest IB
@@ -324,22 +376,23 @@ type Device struct {
 	clock clock.Clock
 
 	closed bool // guarded by mu
-	engine engine
+	// engines run the QPs' turns, each QP on one (QP.home); Device.mu has
+	// a stripe per engine (devMutex). nextEngine picks a new QP's.
+	engines    []*engine
+	nextEngine int // guarded by mu
+	// chainMu is the chain's lock while an engine sends on it holding only
+	// its stripe (several engines); chainOwner is that engine.
+	chainMu    sync.Mutex
+	chainOwner *engine
+	// keepApart leaves connected QPs on the engines they were made on
+	// (tests of the inbox path: harness_test.go's -device.apart).
+	keepApart bool
 	// chain is the device's link (link.go), built at creation; link is
 	// what the transport writes to, its head (a test may put a link of its
 	// own in front). Guarded by mu, the chain's lock.
 	chain *link.Chain
 	link  link.Endpoint
-	// txq holds the packets of an engine turn for the chain while
-	// txBatching (link.go, xmitLocked); guarded by mu.
-	txq        []link.Packet
-	txBatching bool
-	// soon are the QPs that direct deliveries of this engine turn made
-	// runnable, run before the turn's batch goes on (loopback.go);
-	// guarded by mu.
-	soon     []*QP
-	soonHead int
-	bell     *doorbell // the futex doorbell (doorbell.go)
+	bell  *doorbell // the futex doorbell (doorbell.go)
 	// bellView holds the device's QPs that can send (doorbell.go): an
 	// immutable slice a doorbell wake reads without a lock, replaced by
 	// syncBellLocked under bellMu (which orders after Device.mu). bellScan
@@ -350,7 +403,6 @@ type Device struct {
 	bellView  atomic.Pointer[[]*QP]
 	bellScan  atomic.Uint64
 	bellScans atomic.Uint64
-	pool      packetPool
 	// wireAddr is Config.Addr, the wire's address, when hasWire.
 	wireAddr [4]byte
 	hasWire  bool
@@ -393,8 +445,11 @@ func New(cfg Config) (*Device, error) {
 	objs.cqs.init()
 	objs.srqs.init()
 	objs.events.init()
+	objs.mu.init(cfg.Engines)
 	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock}
-	d.pool.dev = d
+	for range cfg.Engines {
+		d.engines = append(d.engines, &engine{})
+	}
 	if err := d.newChain(); err != nil {
 		return nil, err
 	}
@@ -402,7 +457,9 @@ func New(cfg Config) (*Device, error) {
 		d.chain.Close()
 		return nil, err
 	}
-	d.engine.start(d)
+	for i, e := range d.engines {
+		e.start(d, i)
+	}
 	return d, nil
 }
 
@@ -420,7 +477,9 @@ func (d *Device) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.stopGSI()
-	d.engine.stop()
+	for _, e := range d.engines {
+		e.stop()
+	}
 	d.stopDoorbell()
 	d.chain.Close()
 	d.mu.Lock()
@@ -602,6 +661,13 @@ type Counters struct {
 	// QPs of the device that took the direct path (loopback.go), also
 	// counted in packets_sent and packets_recv.
 	DirectPackets atomic.Uint64
+	// With several engines: ExclusiveRuns counts the QP turns run under
+	// all of Device.mu (exclusiveLocked), CrossEnginePackets the packets
+	// one engine handed to a QP of another (its inbox), EngineMoves the
+	// QPs moved to their local peer's engine at RTR.
+	ExclusiveRuns      atomic.Uint64
+	CrossEnginePackets atomic.Uint64
+	EngineMoves        atomic.Uint64
 }
 
 // Counter is one named value.
@@ -634,6 +700,9 @@ func (c *Counters) List() []Counter {
 		{"engine_runs", c.EngineRuns.Load()},
 		{"engine_parks", c.EngineParks.Load()},
 		{"engine_inline_runs", c.InlineRuns.Load()},
+		{"engine_exclusive_runs", c.ExclusiveRuns.Load()},
+		{"cross_engine_packets", c.CrossEnginePackets.Load()},
+		{"engine_moves", c.EngineMoves.Load()},
 		{"doorbells", c.Doorbells.Load()},
 		{"async_events", c.AsyncEvents.Load()},
 		{"fault_drops", c.FaultDrops.Load()},

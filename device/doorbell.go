@@ -65,7 +65,12 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		if b.closed.Load() {
 			return
 		}
-		d.engine.holdWake()
+		// Only a device with a wire runs the turns here, on its one
+		// engine; elsewhere schedule wakes the QPs' engines at once.
+		e := d.engines[0]
+		if d.hasWire {
+			e.holdWake()
+		}
 		found := false
 		d.bellScan.Add(1)
 		var n int
@@ -73,7 +78,7 @@ func (d *Device) doorbellLoop(b *doorbell) {
 			n = len(*v)
 			for _, q := range *v {
 				if q.newSendWork() {
-					d.engine.schedule(q)
+					q.eng().schedule(q)
 					found = true
 				}
 			}
@@ -89,11 +94,13 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		// device without a wire leaves its QPs to the engine goroutine,
 		// whose spin on their rings serves a client that keeps posting
 		// without a single doorbell (QPs run here are not watched).
-		if found && d.hasWire && !d.engine.awake.Load() && d.mu.TryLock() {
-			d.engine.runHeldLocked()
+		switch {
+		case !d.hasWire:
+		case found && !e.awake.Load() && d.mu.TryLock():
+			e.runHeldLocked()
 			d.mu.Unlock()
-		} else {
-			d.engine.releaseHold()
+		default:
+			e.releaseHold()
 		}
 		b.r.WaitEvent(seq, -1)
 		d.Counters.Doorbells.Add(1)

@@ -61,7 +61,7 @@ func TestSpinThenPark(t *testing.T) {
 	// (-device.wire) the wire's receive goroutine, in the
 	// engine's place, and those start no spin: run a on the engine
 	// goroutine, which then watches its SQ (and clears NEED_WAKEUP).
-	e.d.engine.schedule(a)
+	a.eng().schedule(a)
 	for deadline := time.Now().Add(10 * time.Second); a.sq.NeedWakeup(); runtime.Gosched() {
 		if time.Now().After(deadline) {
 			t.Fatal("the engine ran a and does not watch its SQ")

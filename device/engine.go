@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"rdmafs/link"
 )
 
 // engine runs QPs that have work. One goroutine serves the whole device:
@@ -37,7 +39,8 @@ import (
 // spinning engine takes the CPU the other end's receive thread needs, and
 // the SEND 8 B round trip grew 3x.)
 type engine struct {
-	d *Device
+	d   *Device
+	idx int // its stripe of Device.mu, and its place in Device.engines
 
 	mu sync.Mutex
 	// running counts the batches being run, by the engine goroutine or by
@@ -76,65 +79,125 @@ type engine struct {
 	inline bool
 	ran    []*QP
 
+	// exclusive is true while the engine runs a turn under all of
+	// Device.mu (runExclusive); guarded by its stripe.
+	exclusive bool
+
 	// now is the clock read once per batch, for the many timestamps a
-	// batch takes (one per ACK); guarded by Device.mu, valid while nowOK.
+	// batch takes (one per ACK); guarded by the engine's stripe, valid
+	// while nowOK.
 	now   time.Time
 	nowOK bool
+
+	// The rest is the state of the engine's turns, guarded by its stripe
+	// of Device.mu: the packets a turn holds for the chain (txq, while
+	// txBatching; link.go), the QPs its direct deliveries made runnable
+	// (soon, loopback.go), and its packet pool.
+	txq        []link.Packet
+	txBatching bool
+	soon       []*QP
+	soonHead   int
+	pool       packetPool
 }
 
 // maxHold is how long the engine keeps Device.mu across the QPs of a batch
 // before it lets go of it once, even if nobody was seen waiting.
 const maxHold = time.Millisecond
 
-// devMutex is Device.mu: a sync.Mutex that knows whether anyone waits for
-// it, so that the engine, which holds it for a batch of QP turns, can let
-// a waiting verb in between two turns instead of after the batch. (A plain
-// Mutex hands itself over only after a waiter has starved for a
-// millisecond; until then the engine's next Lock wins.)
+// devMutex is Device.mu: one stripe per engine. An engine's batches hold
+// its own stripe only, so engines run their QPs in parallel; everyone else
+// (verbs, the link's deliveries and timers, the doorbell's inline runs)
+// takes every stripe, in engine order, and so excludes every engine at
+// once, as the one device lock did. What a turn may touch under its
+// stripe alone, and what it must not, is in the package doc (Locking).
+//
+// It knows whether anyone waits for the whole lock, so that an engine,
+// which holds its stripe for a batch of QP turns, can let a waiting verb
+// in between two turns instead of after the batch. (A plain Mutex hands
+// itself over only after a waiter has starved for a millisecond; until
+// then the engine's next Lock wins.)
 type devMutex struct {
-	m       sync.Mutex
+	stripes []stripe
 	waiting atomic.Int32
 }
 
+// stripe is one engine's part of Device.mu, on a cache line of its own:
+// its engine takes it for every batch.
+type stripe struct {
+	m sync.Mutex
+	_ [56]byte
+}
+
+func (m *devMutex) init(engines int) { m.stripes = make([]stripe, engines) }
+
+// Lock takes every stripe.
 func (m *devMutex) Lock() {
-	if m.m.TryLock() {
+	if m.TryLock() {
 		return
 	}
 	m.waiting.Add(1)
-	m.m.Lock()
+	for i := range m.stripes {
+		m.stripes[i].m.Lock()
+	}
 	m.waiting.Add(-1)
 }
 
-func (m *devMutex) Unlock() { m.m.Unlock() }
+// Unlock lets go of every stripe.
+func (m *devMutex) Unlock() {
+	for i := len(m.stripes) - 1; i >= 0; i-- {
+		m.stripes[i].m.Unlock()
+	}
+}
 
-// TryLock takes the lock if it is free.
-func (m *devMutex) TryLock() bool { return m.m.TryLock() }
+// TryLock takes every stripe if all are free.
+func (m *devMutex) TryLock() bool {
+	for i := range m.stripes {
+		if !m.stripes[i].m.TryLock() {
+			for j := i - 1; j >= 0; j-- {
+				m.stripes[j].m.Unlock()
+			}
+			return false
+		}
+	}
+	return true
+}
 
 // contended reports whether some goroutine waits in Lock.
 func (m *devMutex) contended() bool { return m.waiting.Load() > 0 }
 
-// yield lets the goroutines waiting now take the lock before the caller
-// takes it again (for a bounded number of scheduling rounds: a waiter that
-// is slow to run does not hold up the engine for long).
-func (m *devMutex) yield() {
-	m.m.Unlock()
+// yield lets the goroutines waiting now for the whole lock take it before
+// engine e takes its stripe again (for a bounded number of scheduling
+// rounds: a waiter that is slow to run does not hold up the engine for
+// long). With one engine its stripe is the whole lock.
+func (m *devMutex) yield(e *engine) {
+	s := &m.stripes[e.idx].m
+	s.Unlock()
 	for i := 0; i < 64 && m.waiting.Load() > 0; i++ {
 		runtime.Gosched()
 	}
-	m.m.Lock()
+	s.Lock()
 }
 
-// nowLocked is the time, read at most once per engine batch.
-func (d *Device) nowLocked() time.Time {
-	e := &d.engine
+// lockStripe and unlockStripe are engine e's hold for its batches.
+func (m *devMutex) lockStripe(e *engine)   { m.stripes[e.idx].m.Lock() }
+func (m *devMutex) unlockStripe(e *engine) { m.stripes[e.idx].m.Unlock() }
+
+// nowLocked is the time, read at most once per engine batch; e's stripe
+// held (or all of Device.mu).
+func (e *engine) nowLocked() time.Time {
 	if !e.nowOK {
-		e.now, e.nowOK = d.clock.Now(), true
+		e.now, e.nowOK = e.d.clock.Now(), true
 	}
 	return e.now
 }
 
-func (e *engine) start(d *Device) {
-	e.d = d
+// nowLocked is the time for a verb (outside engine batches, whose time is
+// the engine's).
+func (d *Device) nowLocked() time.Time { return d.clock.Now() }
+
+func (e *engine) start(d *Device, idx int) {
+	e.d, e.idx = d, idx
+	e.pool.dev = d
 	e.spinIdle = d.cfg.SpinIdle
 	e.wake = make(chan struct{}, 1)
 	e.stopCh = make(chan struct{})
@@ -248,12 +311,12 @@ func (e *engine) runHeldLocked() {
 			}
 			if !q.destroyed {
 				e.ranLocked(q)
-				d.batchTxLocked(true)
+				e.batchTxLocked(true)
 				q.runLocked()
-				d.batchTxLocked(false)
+				e.batchTxLocked(false)
 				// The QPs this turn's direct deliveries fed, as the
 				// engine does (loopback.go).
-				d.runSoonLocked()
+				e.runSoonLocked()
 			}
 			yield = d.mu.contended()
 		}
@@ -313,6 +376,15 @@ func (e *engine) rearmLocked() bool {
 	return found
 }
 
+// unqueueLocked takes q out of the run queue; e.mu held.
+func (e *engine) unqueueLocked(q *QP) {
+	if i := slices.Index(e.runq, q); i >= 0 {
+		e.runq = slices.Delete(e.runq, i, i+1)
+		e.queued.Store(int32(len(e.runq)))
+	}
+	q.queued.Store(false)
+}
+
 // take takes the run queue as a batch; e.mu held.
 func (e *engine) take() []*QP {
 	// Double buffering: runq and spare never share an array.
@@ -365,7 +437,9 @@ func (e *engine) loop() {
 	}
 }
 
-// runBatches runs QPs until none is runnable.
+// runBatches runs QPs until none is runnable. A batch holds the engine's
+// stripe of Device.mu; a QP whose turn needs all of it (exclusiveLocked)
+// runs its next turn after the batch, under the whole lock.
 func (e *engine) runBatches() {
 	d := e.d
 	for {
@@ -377,32 +451,83 @@ func (e *engine) runBatches() {
 		batch := e.take()
 		e.mu.Unlock()
 		d.Counters.EngineRuns.Add(1)
-		d.mu.Lock()
+		d.mu.lockStripe(e)
 		e.nowOK = false
 		held := time.Now()
+		var all []*QP
 		for _, q := range batch {
-			if !q.destroyed {
+			switch {
+			case q.destroyed:
+			case q.eng() != e:
+				// Moved to another engine while it waited here
+				// (colocateLocked): that one runs it.
+				q.eng().schedule(q)
+			case q.wantAll:
+				all = append(all, q)
+			default:
 				// The packets of one turn go to the link together
 				// (one system call on the wire).
-				d.batchTxLocked(true)
+				e.batchTxLocked(true)
 				q.runLocked()
-				d.batchTxLocked(false)
+				e.batchTxLocked(false)
 				e.watch(q)
-				d.runSoonLocked()
+				e.runSoonLocked()
 			}
 			if d.mu.contended() || time.Since(held) > maxHold {
 				// Someone waits for the device (a verb, a timer, the
 				// wire): it goes first. A QP turn is bounded (run.go),
 				// so the wait is one turn, not a batch.
 				e.nowOK = false
-				d.mu.yield()
+				d.mu.yield(e)
 				held = time.Now()
 			}
 		}
 		e.nowOK = false
-		d.mu.Unlock()
+		d.mu.unlockStripe(e)
+		if len(all) > 0 {
+			e.runExclusive(all)
+		}
 		e.giveBack(batch)
 	}
+}
+
+// runExclusive runs one turn of each of qs under all of Device.mu: turns
+// that touch what other engines' turns may be reading (the key table, the
+// packets of other QPs; exclusiveLocked).
+func (e *engine) runExclusive(qs []*QP) {
+	d := e.d
+	d.mu.Lock()
+	d.Counters.ExclusiveRuns.Add(uint64(len(qs)))
+	for _, q := range qs {
+		if q.destroyed || q.eng() != e {
+			continue
+		}
+		q.wantAll = false
+		e.exclusive = true
+		e.batchTxLocked(true)
+		q.runLocked()
+		e.batchTxLocked(false)
+		e.watch(q)
+		e.runSoonLocked()
+		e.exclusive = false
+	}
+	e.nowOK = false
+	d.mu.Unlock()
+}
+
+// exclusiveLocked reports whether q's turn holds all of Device.mu, as a
+// turn that changes the key table or reaches into other QPs' queues must
+// (a LOCAL_INV, a bind, a SEND_WITH_INV). With one engine every turn
+// does. Otherwise the caller stops short of that work, and q's next turn
+// runs under the whole lock (runExclusive).
+func (q *QP) exclusiveLocked() bool {
+	e := q.eng()
+	if len(q.dev.engines) == 1 || e.exclusive {
+		return true
+	}
+	q.wantAll = true
+	e.schedule(q)
+	return false
 }
 
 // spinYield is how often the spin loop lets other goroutines have its P.
@@ -411,10 +536,10 @@ const spinYield = 10 * time.Microsecond
 // watch adds q to the QPs the spin loop polls; its SQ no longer needs a
 // doorbell while the engine watches it.
 func (e *engine) watch(q *QP) {
-	if q.watched {
+	if q.watched.Load() {
 		return
 	}
-	q.watched = true
+	q.watched.Store(true)
 	q.sq.SetNeedWakeup(false)
 	e.watched = append(e.watched, q)
 }
@@ -437,7 +562,7 @@ func (e *engine) spin() bool {
 		found := false
 		for _, q := range e.watched {
 			if q.newSendWork() {
-				e.schedule(q)
+				q.eng().schedule(q)
 				found = true
 			}
 		}
@@ -477,7 +602,7 @@ func (e *engine) prepareToPark() bool {
 	for _, q := range e.watched {
 		if q.newSendWork() {
 			q.sq.SetNeedWakeup(false)
-			e.schedule(q)
+			q.eng().schedule(q)
 			found = true
 		}
 	}
@@ -485,7 +610,7 @@ func (e *engine) prepareToPark() bool {
 		return true
 	}
 	for _, q := range e.watched {
-		q.watched = false
+		q.watched.Store(false)
 	}
 	clear(e.watched)
 	e.watched = e.watched[:0]
@@ -497,13 +622,17 @@ func (e *engine) prepareToPark() bool {
 // before it sleeps.
 func (e *engine) pending() bool { return e.queued.Load() > 0 }
 
-// retire hands a destroyed QP's rings to the engine, which unmaps them
-// once it no longer polls them.
-func (e *engine) retire(q *QP) {
-	e.mu.Lock()
-	e.retired = append(e.retired, q)
-	e.mu.Unlock()
-	e.signal()
+// retire hands a destroyed QP's rings to the engines, which unmap them
+// once none polls them any more: every engine, since one the QP moved
+// away from (colocateLocked) may poll it until it parks.
+func (d *Device) retire(q *QP) {
+	q.retireLeft.Store(int32(len(d.engines)))
+	for _, e := range d.engines {
+		e.mu.Lock()
+		e.retired = append(e.retired, q)
+		e.mu.Unlock()
+		e.signal()
+	}
 }
 
 // reapRetired unmaps the rings of destroyed QPs. Engine goroutine only.
@@ -519,14 +648,12 @@ func (e *engine) reapRetired() {
 	// looking at an older one.
 	e.d.waitBellScan()
 	for _, q := range r {
-		if q.watched {
-			q.watched = false
-			for i, w := range e.watched {
-				if w == q {
-					e.watched = append(e.watched[:i], e.watched[i+1:]...)
-					break
-				}
-			}
+		if i := slices.Index(e.watched, q); i >= 0 {
+			q.watched.Store(false)
+			e.watched = slices.Delete(e.watched, i, i+1)
+		}
+		if q.retireLeft.Add(-1) > 0 {
+			continue // another engine may still poll it
 		}
 		q.sqRegion.Close()
 		if q.rqRegion != nil {
@@ -544,13 +671,29 @@ func (e *engine) idle() bool {
 	return e.running == 0 && len(e.runq) == 0 && e.held.Load() == 0
 }
 
-// Quiesce waits until the engine has nothing left to do: every packet
+// enginesIdle reports whether every engine is idle.
+func (d *Device) enginesIdle() bool {
+	for _, e := range d.engines {
+		if !e.idle() {
+			return false
+		}
+	}
+	return true
+}
+
+// Quiesce waits until the engines have nothing left to do: every packet
 // between the device's own QPs delivered, every completion written.
 // Pending timers (RNR, retry) do not count; advance the clock to fire
 // them. Datagrams on the wire do not either: only the peer knows when it
 // has them. For tests and tools.
 func (d *Device) Quiesce() {
-	for !d.engine.idle() {
+	for {
+		// Engines schedule each other's QPs from their turns: all idle
+		// with no batch taken meanwhile is idle at one instant.
+		runs := d.Counters.EngineRuns.Load()
+		if d.enginesIdle() && d.Counters.EngineRuns.Load() == runs {
+			return
+		}
 		runtime.Gosched()
 	}
 }

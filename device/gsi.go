@@ -122,9 +122,9 @@ func (d *Device) stopGSI() {
 // gsiReceiveLocked takes a packet for QPN 1: any source may send to the
 // GSI (it is the management QP), but only a UD SEND of exactly one MAD
 // with the GSI's Q_Key gets to the handler.
-func (d *Device) gsiReceiveLocked(p *packet) {
+func (d *Device) gsiReceiveLocked(p *packet, cur *engine) {
 	g := &d.gsi
-	defer d.pool.put(p)
+	defer d.poolLocked(cur).put(p)
 	switch {
 	case p.Opcode != roce.TransportUD|roce.OpSendOnly:
 		g.droppedOpcode.Add(1)
@@ -168,7 +168,8 @@ func (d *Device) SendMAD(dgid [16]byte, mad [MADBytes]byte) error {
 	if d.closed {
 		return errf("send_mad", syscall.ENODEV, "device is closed")
 	}
-	p := d.pool.get()
+	e := d.engines[0] // all of Device.mu held: no engine's turn runs
+	p := e.pool.get()
 	p.Opcode = roce.TransportUD | roce.OpSendOnly
 	p.sgid, p.dgid = d.cfg.GID, dgid
 	p.srcQPN, p.DestQP = GSIQPN, GSIQPN
@@ -177,7 +178,7 @@ func (d *Device) SendMAD(dgid [16]byte, mad [MADBytes]byte) error {
 	p.buf = append(p.buf[:0], mad[:]...)
 	p.Payload = p.buf
 	d.gsi.sent.Add(1)
-	d.xmitLocked(p)
+	e.xmitLocked(p)
 	return nil
 }
 

@@ -72,11 +72,11 @@ func TestGSIReceiveRules(t *testing.T) {
 	d.SetGSI(func(m GSIMessage) { <-block; ch <- m })
 	inject := func(opcode roce.Opcode, qkey uint32, n int) {
 		d.mu.Lock()
-		p := d.pool.get()
+		p := d.engines[0].pool.get()
 		p.Opcode, p.QKey, p.DestQP, p.SrcQP = opcode, qkey, GSIQPN, 5
 		p.buf = append(p.buf[:0], make([]byte, n)...)
 		p.Payload = p.buf
-		d.receiveLocked(p)
+		d.receiveLocked(p, nil)
 		d.mu.Unlock()
 	}
 	inject(roce.TransportUD|roce.OpSendOnly, GSIQKey, 255)

@@ -52,16 +52,20 @@ func newEnvOn(t testing.TB, wire bool, mod ...func(*Config)) *env {
 	t.Helper()
 	goroutineLeakCheck(t)
 	clk := clock.NewFake()
-	cfg := Config{Clock: clk, PacketLoopback: *packetsFlag}
+	cfg := Config{Clock: clk, PacketLoopback: *packetsFlag, Engines: *enginesFlag}
 	for _, m := range mod {
 		m(&cfg)
 	}
 	wire = wire && !cfg.Addr.IsValid()
+	if wire || cfg.Addr.IsValid() {
+		cfg.Engines = 0 // a device with a wire runs one
+	}
 	d, err := newOnLoopback(cfg, wire)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
+	d.keepApart = *apartFlag
 	e := &env{t: t, d: d, clk: clk, wire: wire}
 	if wire {
 		d.mu.Lock()
@@ -152,6 +156,10 @@ var wireFlag = flag.Bool("device.wire", false, "send the packets between a devic
 // -device.packets runs every single-device test with the packets between
 // its QPs going through the link chain, as when a capture is open, not
 // the direct path (loopback.go): the behavioural suite on both.
+var enginesFlag = flag.Int("device.engines", 1, "engines per device (Config.Engines) for the tests that do not pick their own")
+
+var apartFlag = flag.Bool("device.apart", false, "with -device.engines > 1, leave connected QPs on different engines (their packets go through the inboxes)")
+
 var packetsFlag = flag.Bool("device.packets", false, "send packets between a device's own QPs through the link chain, not the direct path")
 
 // goroutineLeakCheck fails the test if it leaves goroutines behind

@@ -163,7 +163,7 @@ func TestForeignQPCannotAnswerForPeer(t *testing.T) {
 	e.quiesce()
 	d := x.q.dev
 	d.mu.Lock()
-	ack := d.pool.get()
+	ack := d.engines[0].pool.get()
 	ack.Opcode = roce.TransportRC | roce.OpAcknowledge
 	ack.setPSN(a.req.psn.Add(^uint32(0)))
 	ack.Syndrome = 0x1F

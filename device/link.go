@@ -49,14 +49,15 @@ func (d *Device) newChain() error {
 }
 
 // xmitLocked sends p (the transport is done with it) on its way: the
-// device picks the route, the chain does the rest. Inside an engine turn
-// the packets wait in d.txq and go to the chain as one batch when the turn
-// ends (flushTxLocked: one sendmmsg for the wire); anywhere else at once.
-func (d *Device) xmitLocked(p *packet) {
-	d.routeLocked(p)
-	d.txq = append(d.txq, p)
-	if !d.txBatching || len(d.txq) >= maxTxBatch {
-		d.flushTxLocked()
+// device picks the route, the chain does the rest. Inside a turn of engine
+// e the packets wait in e.txq and go to the chain as one batch when the
+// turn ends (flushTxLocked: one sendmmsg for the wire); anywhere else at
+// once.
+func (e *engine) xmitLocked(p *packet) {
+	e.d.routeLocked(p)
+	e.txq = append(e.txq, p)
+	if !e.txBatching || len(e.txq) >= maxTxBatch {
+		e.flushTxLocked()
 	}
 }
 
@@ -65,31 +66,62 @@ func (d *Device) xmitLocked(p *packet) {
 // last.
 const maxTxBatch = 64
 
-// flushTxLocked writes the packets held in d.txq to the chain.
-func (d *Device) flushTxLocked() {
-	if len(d.txq) == 0 {
+// flushTxLocked writes the packets held in e.txq to the chain. With
+// several engines the chain has a lock of its own (chainMu): an engine
+// holds only its stripe of Device.mu, and chainOwner tells the chain's
+// synchronous deliveries (loopback) which engine sends.
+func (e *engine) flushTxLocked() {
+	if len(e.txq) == 0 {
 		return
 	}
-	q := d.txq
-	// Taken from d while the chain has it: a delivery may make the device
+	d := e.d
+	q := e.txq
+	// Taken from e while the chain has it: a delivery may make the device
 	// send again (not today), which must not write into this batch.
-	d.txq = nil
-	if rest := d.directTxLocked(q); len(rest) > 0 {
-		d.link.WritePackets(rest)
+	e.txq = nil
+	if rest := d.directTxLocked(q, e); len(rest) > 0 {
+		if len(d.engines) > 1 {
+			d.chainMu.Lock()
+			d.chainOwner = e
+			d.link.WritePackets(rest)
+			d.chainOwner = nil
+			d.chainMu.Unlock()
+		} else {
+			d.link.WritePackets(rest)
+		}
 	}
 	clear(q)
-	if d.txq == nil {
-		d.txq = q[:0]
+	if e.txq == nil {
+		e.txq = q[:0]
 	}
 }
 
 // batchTxLocked starts (on) or ends holding packets back for one batch;
 // ending sends what is held.
-func (d *Device) batchTxLocked(on bool) {
+func (e *engine) batchTxLocked(on bool) {
 	if !on {
-		d.flushTxLocked()
+		e.flushTxLocked()
 	}
-	d.txBatching = on
+	e.txBatching = on
+}
+
+// chainEngine is the engine whose packets the chain is handling now (for a
+// synchronous delivery, and the pool of the packets it clones), or nil
+// outside engine turns, when all of Device.mu is held.
+func (d *Device) chainEngine() *engine {
+	if len(d.engines) == 1 {
+		return d.engines[0]
+	}
+	return d.chainOwner
+}
+
+// poolLocked is the packet pool of engine e, or for a caller holding all
+// of Device.mu (e nil) the first engine's.
+func (d *Device) poolLocked(e *engine) *packetPool {
+	if e == nil {
+		e = d.engines[0]
+	}
+	return &e.pool
 }
 
 // routeLocked is the device's routing table: loopback for its own GID, the
@@ -116,7 +148,7 @@ func (p *packet) Header(rp *roce.Packet) { p.toWire(rp) }
 
 // Clone implements link.Packet: a copy with its own payload.
 func (p *packet) Clone() link.Packet {
-	c := p.dev.pool.get()
+	c := p.dev.poolLocked(p.dev.chainEngine()).get()
 	buf := c.buf
 	*c = *p
 	c.next = nil
@@ -130,7 +162,7 @@ func (p *packet) Clone() link.Packet {
 func (p *packet) Hold() { p.own() }
 
 // Done implements link.Packet.
-func (p *packet) Done(sent bool) { p.dev.pool.put(p) }
+func (p *packet) Done(sent bool) { p.dev.poolLocked(p.dev.chainEngine()).put(p) }
 
 // dispatcher is the device as the chain's link.Dispatcher.
 type dispatcher Device
@@ -139,7 +171,8 @@ type dispatcher Device
 func (x *dispatcher) DeliverLocal(lp link.Packet) {
 	p := lp.(*packet)
 	p.local = true
-	(*Device)(x).receiveLocked(p)
+	d := (*Device)(x)
+	d.receiveLocked(p, d.chainEngine())
 }
 
 // DeliverDatagrams implements link.Dispatcher: the good datagrams become
@@ -156,7 +189,8 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 	// the turns produce as one batch) instead of waking the engine
 	// goroutine for them: one thread of control from recvmmsg to the
 	// completion or the answer on the wire (engine.runHeldLocked).
-	d.engine.holdWake()
+	e := d.engines[0] // a device with a wire has one engine
+	e.holdWake()
 	var full *QP
 	for i := range dgs {
 		dg := &dgs[i]
@@ -170,7 +204,7 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 		default:
 			continue
 		}
-		p := d.pool.get()
+		p := e.pool.get()
 		p.fromWire(&dg.Packet)
 		p.srcPort = dg.SrcPort
 		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Src))
@@ -178,12 +212,12 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 		if p.Opcode&roce.TransportMask == roce.TransportUD {
 			p.ipHdr, p.hasIPHdr = [20]byte(dg.Raw[:20]), true
 		}
-		q := d.receiveLocked(p)
+		q := d.receiveLocked(p, nil)
 		if q != nil && q.queuedLocked() >= wireHighWater {
 			full = q
 		}
 	}
-	d.engine.runHeldLocked()
+	e.runHeldLocked()
 	if full == nil || full.queuedLocked() < wireHighWater {
 		return nil
 	}

@@ -55,7 +55,7 @@ func (dl devLink) WritePackets(pkts []link.Packet) {
 			p.own()
 			l.held = append(l.held, heldPacket{dl.d, p})
 		case drop:
-			dl.d.pool.put(p)
+			dl.d.poolLocked(dl.d.chainEngine()).put(p)
 		}
 	}
 }
@@ -310,7 +310,7 @@ func TestRCAckBeyondSentDropped(t *testing.T) {
 	e.quiesce()
 	e.d.mu.Lock()
 	before := a.comp.psn
-	p := e.d.pool.get()
+	p := e.d.engines[0].pool.get()
 	p.Opcode, p.Syndrome = roce.TransportRC|roce.OpAcknowledge, aethACK
 	p.setPSN(a.req.psn.Add(3))
 	a.completeResponseLocked(p)

@@ -106,11 +106,12 @@ func sgeRun(sgl []qp.SGE, off uint64) uint64 {
 	return 0
 }
 
-// directTxLocked delivers the packets of pkts that take the direct path
-// and returns the others, in their order, for the chain. Inside an engine
-// turn the receiving QPs run soon (runSoonLocked); elsewhere they are
-// scheduled.
-func (d *Device) directTxLocked(pkts []link.Packet) []link.Packet {
+// directTxLocked delivers the packets of pkts that engine e's turn (or a
+// verb, with e not batching) sent and that take the direct path, and
+// returns the others, in their order, for the chain. Inside an engine turn
+// the receiving QPs of the same engine run soon (runSoonLocked); others
+// are scheduled.
+func (d *Device) directTxLocked(pkts []link.Packet, e *engine) []link.Packet {
 	if !d.chainDirectLocked() {
 		return pkts
 	}
@@ -126,7 +127,7 @@ func (d *Device) directTxLocked(pkts []link.Packet) []link.Packet {
 		n += uint64(p.npsn())
 		bytes += uint64(len(p.Payload))
 		p.local = true
-		d.acceptLocked(p)
+		d.acceptLocked(p, e)
 	}
 	// Sent and received at once: both sides' counters, once per batch.
 	if n > 0 {
@@ -139,17 +140,18 @@ func (d *Device) directTxLocked(pkts []link.Packet) []link.Packet {
 	return rest
 }
 
-// wakeLocked makes q run for a packet it was given: soon if a direct
-// delivery of the engine's turn gave it, else through the scheduler.
-func (d *Device) wakeLocked(q *QP, p *packet) {
-	if p.local && d.txBatching && !d.cfg.PacketLoopback {
+// wakeLocked makes q run for a packet it was given by engine cur (nil:
+// outside an engine's turns): soon if a direct delivery of cur's turn
+// gave it and q is cur's, else through q's engine's scheduler.
+func (d *Device) wakeLocked(q *QP, p *packet, cur *engine) {
+	if cur != nil && p.local && cur.txBatching && !d.cfg.PacketLoopback && q.eng() == cur {
 		if !q.soon {
 			q.soon = true
-			d.soon = append(d.soon, q)
+			cur.soon = append(cur.soon, q)
 		}
 		return
 	}
-	d.engine.schedule(q)
+	q.eng().schedule(q)
 }
 
 // soonBudget bounds the turns runSoonLocked runs for one turn of the
@@ -162,25 +164,26 @@ const soonBudget = 64
 // runnable, in the order they were given packets, until none is left;
 // past the budget, or when someone waits for Device.mu, the rest go to the
 // scheduler. Called by the engine after each turn of its batch.
-func (d *Device) runSoonLocked() {
-	for n := 0; d.soonHead < len(d.soon); n++ {
-		q := d.soon[d.soonHead]
-		d.soon[d.soonHead] = nil
-		d.soonHead++
+func (e *engine) runSoonLocked() {
+	d := e.d
+	for n := 0; e.soonHead < len(e.soon); n++ {
+		q := e.soon[e.soonHead]
+		e.soon[e.soonHead] = nil
+		e.soonHead++
 		q.soon = false
 		if q.destroyed {
 			continue
 		}
-		if n >= soonBudget || d.mu.contended() {
-			d.engine.schedule(q)
+		if n >= soonBudget || d.mu.contended() || q.wantAll && !e.exclusive {
+			e.schedule(q)
 			continue
 		}
-		d.batchTxLocked(true)
+		e.batchTxLocked(true)
 		q.runLocked()
-		d.batchTxLocked(false)
-		d.engine.ranLocked(q)
+		e.batchTxLocked(false)
+		e.ranLocked(q)
 	}
-	d.soon, d.soonHead = d.soon[:0], 0
+	e.soon, e.soonHead = e.soon[:0], 0
 }
 
 // npsn is how many PSNs p takes: 1, but on the direct path, where it

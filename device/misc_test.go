@@ -172,8 +172,8 @@ func TestMRDeregWithPacketsInFlight(t *testing.T) {
 	e.quiesce()
 	e.postRaw(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey))
 	e.d.mu.Lock()
-	a.runLocked() // packets aliasing src now wait in b's queue
-	queued := len(b.reqIn)
+	a.runLocked()                         // packets aliasing src now wait in b's queue
+	queued := len(b.reqIn) + len(b.inbox) // b's inbox when on another engine
 	e.d.mu.Unlock()
 	// Three MTU-sized packets, or on the direct path one of three segments.
 	wantQueued := 1

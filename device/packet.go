@@ -129,11 +129,54 @@ func (p *packet) own() {
 	p.mr = nil
 }
 
+// inboxLen is how many packets wait in q's inbox (any engine may ask).
+func (q *QP) inboxLen() int {
+	q.inMu.Lock()
+	defer q.inMu.Unlock()
+	return len(q.inbox)
+}
+
+// takeInboxLocked accepts the packets other engines delivered to q, at
+// the start of its turn, as if its own engine had received them, while
+// its receive queues are short: the rest wait in the inbox, whose length
+// holds the senders back (requesterLocked), so a fast sender on another
+// engine never overflows q's queues. It reports whether some are left.
+func (q *QP) takeInboxLocked() bool {
+	if !q.inboxed.Load() {
+		return false
+	}
+	q.inMu.Lock()
+	in := q.inbox
+	n := 0
+	for n < len(in) && len(q.reqIn) < inboxTake && len(q.respIn) < inboxTake {
+		// Accepted under inMu: the order of the inbox is kept, and
+		// acceptLocked takes no lock of its own for q's engine.
+		q.dev.acceptLocked(in[n], q.eng())
+		in[n] = nil
+		n++
+	}
+	if n == len(in) {
+		q.inbox = q.spareIn[:0]
+		q.spareIn = in[:0]
+		q.inboxed.Store(false)
+	} else {
+		q.inbox = in[:copy(in, in[n:])]
+		clear(in[len(q.inbox):])
+	}
+	left := len(q.inbox) > 0
+	q.inMu.Unlock()
+	return left
+}
+
+// inboxTake is how long q's receive queues may grow from the inbox in one
+// turn: twice a turn's budget.
+const inboxTake = 2 * respondBudget
+
 // detachPacketsLocked gives every queued packet that aliases mr its own
 // copy, before mr's memory goes away.
 func (d *Device) detachPacketsLocked(mr *MR) {
 	for _, q := range d.qps {
-		for _, in := range [][]*packet{q.reqIn, q.respIn} {
+		for _, in := range [][]*packet{q.reqIn, q.respIn, q.inbox} {
 			for _, p := range in {
 				// runLocked clears the slots of packets it has taken.
 				if p != nil && p.mr == mr {
@@ -147,26 +190,42 @@ func (d *Device) detachPacketsLocked(mr *MR) {
 // receiveLocked is the receive entry point every packet takes, whatever
 // link brought it. It returns the QP whose receive queue the packet was
 // for (nil: no QP took it), so that the wire can back off from a full one.
-func (d *Device) receiveLocked(p *packet) *QP {
+//
+// cur is the engine whose turn delivers the packet, holding its stripe of
+// Device.mu, or nil for a caller holding all of it (the wire's receive
+// goroutine, the fault injector's timers, a verb).
+func (d *Device) receiveLocked(p *packet, cur *engine) *QP {
 	d.Counters.PacketsRecv.Add(uint64(p.npsn()))
 	d.Counters.BytesRecv.Add(uint64(len(p.Payload)))
-	return d.acceptLocked(p)
+	return d.acceptLocked(p, cur)
 }
 
 // acceptLocked is receiveLocked past the device's packet counters, which
-// the direct path adds once for a whole batch.
-func (d *Device) acceptLocked(p *packet) *QP {
+// the direct path adds once for a whole batch. A packet that engine cur
+// delivers to a QP of another engine goes to that QP's inbox, and its
+// engine accepts it in the QP's next turn (takeInboxLocked): cur may read
+// only what verbs change (under all of Device.mu), not what turns do.
+func (d *Device) acceptLocked(p *packet, cur *engine) *QP {
 	if p.DestQP == GSIQPN {
-		d.gsiReceiveLocked(p)
+		d.gsiReceiveLocked(p, cur)
 		return nil
 	}
 	q := d.qps[p.DestQP]
+	if q != nil && cur != nil && len(d.engines) > 1 && q.eng() != cur && !q.destroyed {
+		q.inMu.Lock()
+		q.inbox = append(q.inbox, p)
+		q.inboxed.Store(true)
+		q.inMu.Unlock()
+		d.Counters.CrossEnginePackets.Add(1)
+		q.eng().schedule(q)
+		return q
+	}
 	// A connected QP takes packets only from the GID it is connected to
 	// (rxe's check_addr).
 	if q == nil || q.destroyed || !engineOpcode(p.Opcode) || p.Opcode&roce.TransportMask != transportOf(q.Type) ||
 		q.Type != qp.TypeUD && p.sgid != q.attr.AH.DGID {
 		d.Counters.DroppedPackets.Add(1)
-		d.pool.put(p)
+		d.poolLocked(cur).put(p)
 		return nil
 	}
 	if q.Type != qp.TypeUD && !q.fromPeerLocked(p) {
@@ -175,7 +234,7 @@ func (d *Device) acceptLocked(p *packet) *QP {
 		q.Counters.ForeignDropped++
 		d.Counters.ForeignPacketsDropped.Add(1)
 		d.Counters.DroppedPackets.Add(1)
-		d.pool.put(p)
+		d.poolLocked(cur).put(p)
 		return nil
 	}
 	in := &q.respIn
@@ -188,14 +247,14 @@ func (d *Device) acceptLocked(p *packet) *QP {
 		q.Counters.Dropped++
 		q.Counters.QueueOverflows++
 		d.Counters.DroppedPackets.Add(1)
-		d.pool.put(p)
-		d.engine.schedule(q)
+		d.poolLocked(cur).put(p)
+		q.eng().schedule(q)
 		return q
 	}
 	*in = append(*in, p)
 	q.Counters.BytesRecv += uint64(len(p.Payload))
 	q.inPeak = max(q.inPeak, len(*in))
-	d.wakeLocked(q, p)
+	d.wakeLocked(q, p, cur)
 	return q
 }
 

@@ -39,10 +39,27 @@ type QP struct {
 	gone   bool       // destroyed: rings unmapped; guarded by postMu
 
 	destroyed bool        // guarded by Device.mu
-	queued    atomic.Bool // in the engine's run queue; set under engine.mu
-	watched   bool        // the engine's spin loop polls the SQ; engine goroutine only
-	soon      bool        // in Device.soon (loopback.go); guarded by Device.mu
+	queued    atomic.Bool // in its engine's run queue; set under engine.mu
+	watched   atomic.Bool // its engine's spin loop polls the SQ (set by that engine)
+	soon      bool        // in its engine's soon list (loopback.go); its stripe
 	inBell    bool        // in dev.bellView; guarded by dev.bellMu
+	// home is the engine that runs the QP's turns; it changes only under
+	// all of Device.mu (colocateLocked), and is read without a lock by
+	// whoever schedules the QP. wantAll asks for the next turn under all
+	// of Device.mu (exclusiveLocked); guarded by the home's stripe.
+	home    atomic.Pointer[engine]
+	wantAll bool
+	// inbox holds packets other engines delivered to the QP, accepted by
+	// its own engine at its next turn (acceptLocked, takeInboxLocked);
+	// guarded by inMu, which nests inside any stripe. inboxed is
+	// len(inbox) > 0, read without inMu.
+	inMu    sync.Mutex
+	inbox   []*packet
+	spareIn []*packet // guarded by the home's stripe
+	inboxed atomic.Bool
+	// retireLeft counts the engines that have not yet let go of the
+	// destroyed QP's rings (Device.retire).
+	retireLeft atomic.Int32
 	// sqSeen is the SQ producer index the engine last fetched up to; the
 	// spin loop compares it with the ring's without Device.mu.
 	sqSeen atomic.Uint32
@@ -219,6 +236,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	}
 	q := &QP{dev: d, QPN: qpn, Owner: owner, Type: req.Type, pd: pd, sendCQ: scq, recvCQ: rcq,
 		srq: srq, SQSigAll: req.SQSigAll}
+	q.home.Store(d.nextEngineLocked())
 
 	// Send ring: rxe's sizing (ring package doc); the slack of the power of
 	// two is given to the user.
@@ -411,6 +429,7 @@ func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
 	default:
 		if next == qp.StateRTR && cur != qp.StateRTR {
 			q.commEst = false
+			q.colocateLocked()
 		}
 		if next == qp.StateSQD && cur != qp.StateSQD {
 			q.drainSent = false // SQD→SQD drains nothing new
@@ -418,7 +437,48 @@ func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
 		q.attr.QPState = next
 	}
 	q.syncBellLocked()
-	q.dev.engine.schedule(q)
+	q.eng().schedule(q)
+}
+
+// eng is the engine that runs q's turns.
+func (q *QP) eng() *engine { return q.home.Load() }
+
+// nextEngineLocked is the engine a new QP starts on: the engines in turn.
+func (d *Device) nextEngineLocked() *engine {
+	e := d.engines[d.nextEngine%len(d.engines)]
+	d.nextEngine++
+	return e
+}
+
+// colocateLocked moves a connected QP whose peer is a QP of this device
+// to the peer's engine, so that the two run in one engine's batches and
+// each other's packets take the direct path without an inbox (a pair
+// apart works too: through the inboxes, one path-MTU READ response at a
+// time).
+func (q *QP) colocateLocked() {
+	d := q.dev
+	if len(d.engines) == 1 || q.Type == qp.TypeUD || !d.isLocalGID(q.attr.AH.DGID) || d.keepApart {
+		return
+	}
+	peer := d.qps[q.attr.DestQPNum]
+	if peer == nil || peer == q || peer.destroyed || peer.eng() == q.eng() {
+		return
+	}
+	from, to := q.eng(), peer.eng()
+	from.mu.Lock()
+	queued := q.queued.Load()
+	if queued {
+		from.unqueueLocked(q)
+	}
+	// A batch the old engine took, and waits to run, may still hold q:
+	// it sees the new home and passes q on (runBatches). Its spin loop may
+	// poll q's ring until it parks, scheduling q at its home.
+	q.home.Store(to)
+	from.mu.Unlock()
+	if queued {
+		to.schedule(q)
+	}
+	d.Counters.EngineMoves.Add(1)
 }
 
 // enterErrLocked moves the QP to ERR; the engine then flushes every
@@ -430,7 +490,7 @@ func (q *QP) enterErrLocked() {
 	q.attr.QPState = qp.StateErr
 	q.stopTimersLocked()
 	q.syncBellLocked()
-	q.dev.engine.schedule(q)
+	q.eng().schedule(q)
 }
 
 // fatalLocked is a transport error that ends the QP: ERR plus the async
@@ -527,7 +587,7 @@ func (q *QP) Destroy() error {
 	delete(d.qps, q.QPN)
 	q.releaseLocked()
 	// The engine may be polling the SQ without Device.mu: it unmaps.
-	d.engine.retire(q)
+	d.retire(q)
 	return nil
 }
 
@@ -559,7 +619,7 @@ func (q *QP) releaseLocked() {
 // Kick is the doorbell: the client published new WQEs.
 func (q *QP) Kick() {
 	q.dev.Counters.Doorbells.Add(1)
-	q.dev.engine.schedule(q)
+	q.eng().schedule(q)
 }
 
 // PostSend is ibv_post_send from inside the daemon (the text post_send
@@ -668,7 +728,7 @@ func (q *QP) PostRecv(wrs []qp.RecvWR) (int, error) {
 	}
 	n, err := postRecvRing(op, q.rq, q.Cap.MaxRecvSGE, wrs)
 	if n > 0 && st == qp.StateErr {
-		d.engine.schedule(q)
+		q.eng().schedule(q)
 	}
 	return n, err
 }

@@ -203,6 +203,7 @@ func (q *QP) requesterLocked() bool {
 	}
 	mtu := q.mtu()
 	window := q.windowLocked()
+	apart := q.apartPeerLocked()
 	for budget := requestBudget; budget > 0; {
 		if q.reqIdx == q.sqFetched {
 			return false
@@ -226,6 +227,12 @@ func (q *QP) requesterLocked() bool {
 				return false
 			}
 			if w.info.Local {
+				if !q.exclusiveLocked() {
+					// It changes the key table (and may detach other
+					// QPs' packets): the next turn runs it, under all
+					// of Device.mu.
+					return true
+				}
 				q.localOpLocked(w)
 				q.reqIdx++
 				if w.status != qp.WCSuccess {
@@ -265,6 +272,11 @@ func (q *QP) requesterLocked() bool {
 		if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= window {
 			return false
 		}
+		if apart != nil && apart.inboxLen() >= maxQueuedPackets/2 {
+			// The peer's engine has not caught up: wait for it rather
+			// than lose packets at its queue (UC would lose messages).
+			return true
+		}
 		if !q.sendPacketLocked(w, mtu, window) {
 			return false
 		}
@@ -274,6 +286,19 @@ func (q *QP) requesterLocked() bool {
 		}
 	}
 	return true
+}
+
+// apartPeerLocked is q's connected peer when it is a QP of this device run
+// by another engine, else nil.
+func (q *QP) apartPeerLocked() *QP {
+	d := q.dev
+	if len(d.engines) == 1 || q.Type == qp.TypeUD || !d.isLocalGID(q.attr.AH.DGID) {
+		return nil
+	}
+	if p := d.qps[q.attr.DestQPNum]; p != nil && p.eng() != q.eng() {
+		return p
+	}
+	return nil
 }
 
 // mayStartLocked applies fences and initiator limits (rxe_wqe_is_fenced,
@@ -297,7 +322,7 @@ func (q *QP) mayStartLocked(w *sendWQE) bool {
 // window of unacknowledged PSNs.
 func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	d := q.dev
-	p := d.pool.get()
+	p := q.eng().pool.get()
 	p.sgid = d.cfg.GID
 	p.srcQPN = q.QPN
 	p.setPSN(q.req.psn)
@@ -364,7 +389,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 			}
 			p.Payload, p.mr, fail = d.gatherLocked(q.pd, w.wr.SGL, w.sent, n, p.buf)
 			if fail != faultNone {
-				d.pool.put(p)
+				q.eng().pool.put(p)
 				w.fail(qp.WCLocProtErr)
 				return false
 			}
@@ -411,7 +436,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	if q.Type == qp.TypeRC {
 		q.armRetryLocked()
 	}
-	d.xmitLocked(p)
+	q.eng().xmitLocked(p)
 	return true
 }
 

@@ -58,7 +58,7 @@ func (q *QP) Probe() error {
 	q.sqFetched++
 	q.resv.used++
 	q.Counters.Probes++
-	d.engine.schedule(q)
+	q.eng().schedule(q)
 	return nil
 }
 
@@ -70,5 +70,5 @@ func (q *QP) unreserveLocked(w *sendWQE, status qp.WCStatus) {
 		return
 	}
 	q.Counters.ProbesOK++
-	q.Counters.ProbeRTTMicros = uint64(q.dev.nowLocked().Sub(w.posted).Microseconds())
+	q.Counters.ProbeRTTMicros = uint64(q.eng().nowLocked().Sub(w.posted).Microseconds())
 }

@@ -67,7 +67,7 @@ type respResource struct {
 // respondLocked executes one request packet against this QP
 // (rxe_resp.c's job, with rdmavt's loopback semantics for errors).
 func (q *QP) respondLocked(p *packet) {
-	defer q.dev.pool.put(p)
+	defer q.eng().pool.put(p)
 	if !q.attr.QPState.ProcessRecv() {
 		q.Counters.Dropped++
 		q.dev.Counters.DroppedPackets.Add(1)
@@ -121,8 +121,7 @@ func (q *QP) flushAckLocked() {
 // sendAETHLocked sends an ACK or NAK now. The MSN and credits are the
 // current ones, which for a coalesced ACK are those of its last message.
 func (q *QP) sendAETHLocked(psn qp.PSN, syndrome uint8) {
-	d := q.dev
-	r := d.pool.get()
+	r := q.eng().pool.get()
 	r.Opcode = roce.TransportRC | roce.OpAcknowledge
 	r.setPSN(psn)
 	r.Syndrome = syndrome
@@ -163,7 +162,7 @@ func (q *QP) xmitResponseLocked(r *packet) {
 	r.DestQP = q.attr.DestQPNum
 	q.Counters.PacketsSent += uint64(r.npsn())
 	q.Counters.BytesSent += uint64(len(r.Payload))
-	d.xmitLocked(r)
+	q.eng().xmitLocked(r)
 }
 
 // nakLocked sends a NAK for psn and, for errors of class C/J, ends the
@@ -513,6 +512,12 @@ func (q *QP) responderTurnLocked() bool {
 		// replaces it); other requests wait until the answer is out.
 		if i < len(q.reqIn) && (!q.resp.reading || q.replacesReplyLocked(q.reqIn[i])) {
 			p := q.reqIn[i]
+			if p.Opcode.Class()&roce.ClassInv != 0 && !q.exclusiveLocked() {
+				// Its invalidation changes the key table and detaches
+				// packets of other QPs: the next turn, under all of
+				// Device.mu, takes it.
+				break
+			}
 			q.reqIn[i] = nil
 			i++
 			q.resp.moreQueued = i < len(q.reqIn)
@@ -559,8 +564,16 @@ func (q *QP) readStepLocked(budget int) int {
 		return budget
 	}
 	var peer *QP
+	// A peer on another engine is not ours to look at: its queue fills
+	// through its inbox, a path-MTU packet at a time, and the window
+	// counts what waits there.
+	var apart *QP
 	if s := d.qps[q.attr.DestQPNum]; s != nil && !s.destroyed && d.isLocalGID(q.attr.AH.DGID) {
-		peer = s
+		if s.eng() == q.eng() {
+			peer = s
+		} else {
+			apart = s
+		}
 	}
 	r := &q.resp.readRes
 	mtu := uint64(q.mtu())
@@ -571,7 +584,7 @@ func (q *QP) readStepLocked(budget int) int {
 		seg = uint32(max(superSeg/mtu, 1))
 	}
 	for budget > 0 && q.resp.reading {
-		if peer != nil && len(peer.respIn) >= readWindow {
+		if peer != nil && len(peer.respIn) >= readWindow || apart != nil && apart.inboxLen() >= readWindow {
 			break // the requester has not taken the last ones yet
 		}
 		i := uint32(q.resp.readNext.Sub(r.firstPSN))
@@ -611,7 +624,7 @@ func (q *QP) readReplyPacketLocked(r *respResource, i, k, n uint32, mtu uint64) 
 			return false
 		}
 	}
-	rp := d.pool.get()
+	rp := q.eng().pool.get()
 	switch {
 	case i == 0 && k == n:
 		rp.Opcode = roce.TransportRC | roce.OpReadResponseOnly
@@ -656,12 +669,13 @@ func (q *QP) ownReadRepliesLocked() {
 	}
 	q.resp.aliasedReplies = false
 	d := q.dev
-	for _, lp := range d.txq {
+	for _, lp := range q.eng().txq {
 		if p := lp.(*packet); p.mr != nil && p.srcQPN == q.QPN && p.Opcode.Class()&roce.ClassResponse != 0 {
 			p.own()
 		}
 	}
-	if peer := d.qps[q.attr.DestQPNum]; peer != nil && d.isLocalGID(q.attr.AH.DGID) {
+	// Only a peer on q's engine is given aliased responses (readStepLocked).
+	if peer := d.qps[q.attr.DestQPNum]; peer != nil && d.isLocalGID(q.attr.AH.DGID) && peer.eng() == q.eng() {
 		for _, p := range peer.respIn {
 			if p != nil && p.mr != nil {
 				p.own()
@@ -703,7 +717,7 @@ func (q *QP) respAtomicLocked(p *packet) {
 }
 
 func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
-	r := q.dev.pool.get()
+	r := q.eng().pool.get()
 	r.Opcode = roce.TransportRC | roce.OpAtomicAcknowledge
 	r.setPSN(psn)
 	r.Syndrome = q.creditCodeLocked()
@@ -750,7 +764,7 @@ func (q *QP) respAtomicWriteLocked(p *packet) {
 // atomicWriteAckLocked answers an ATOMIC WRITE: RDMA READ RESPONSE ONLY
 // with an AETH and no payload.
 func (q *QP) atomicWriteAckLocked(psn qp.PSN) {
-	r := q.dev.pool.get()
+	r := q.eng().pool.get()
 	r.Opcode = roce.TransportRC | roce.OpReadResponseOnly
 	r.setPSN(psn)
 	r.Syndrome = q.creditCodeLocked()

@@ -52,12 +52,12 @@ func (q *QP) runLocked() {
 	// state forbids it, when a modify reschedules the QP; the spin loop
 	// looks only for what comes after.
 	q.sqSeen.Store(q.sq.LoadProducer())
+	more := q.takeInboxLocked()
 	if q.attr.QPState == qp.StateReset {
 		q.dropQueuedLocked()
 		return
 	}
 	q.timersFiredLocked()
-	more := false
 	// Responses for the requester. Packets that arrive while we work
 	// (a QP connected to itself) are appended and wait for the next turn.
 	n := min(len(q.respIn), responseBudget)
@@ -87,7 +87,7 @@ func (q *QP) runLocked() {
 		q.dev.raise(qp.EventSQDrained, "qp", q.QPN)
 	}
 	if more {
-		q.dev.engine.schedule(q)
+		q.eng().schedule(q)
 	}
 }
 
@@ -104,10 +104,16 @@ func shiftQueue(in []*packet, n int) []*packet {
 
 // dropQueuedLocked discards every packet waiting in q's receive queues.
 func (q *QP) dropQueuedLocked() {
-	for _, in := range [][]*packet{q.reqIn, q.respIn} {
+	q.inMu.Lock()
+	inbox := q.inbox
+	q.inbox = nil
+	q.inboxed.Store(false)
+	q.inMu.Unlock()
+	pool := q.dev.poolLocked(q.eng())
+	for _, in := range [][]*packet{q.reqIn, q.respIn, inbox} {
 		for _, p := range in {
 			if p != nil {
-				q.dev.pool.put(p)
+				pool.put(p)
 			}
 		}
 	}

@@ -23,8 +23,11 @@ type SRQ struct {
 	Limit  uint32
 	region *ring.Region
 	ring   *ring.Ring
-	cons   *ring.Consumer // engine side; guarded by Device.mu
+	cons   *ring.Consumer // engine side; guarded by Device.mu and, with several engines, takeMu
 	users  int            // QPs attached
+	// takeMu serializes the engines' turns that take from the SRQ (a
+	// verb holds all of Device.mu and needs it not).
+	takeMu sync.Mutex
 
 	postMu sync.Mutex // serializes in-daemon posters; orders before Device.mu
 	gone   bool       // guarded by postMu
@@ -155,6 +158,11 @@ func (s *SRQ) releaseLocked() {
 // returns false when the SRQ is empty; a WQE that does not decode or has
 // more SGEs than the SRQ allows is reported as malformed.
 func (s *SRQ) takeLocked(wr *qp.RecvWR) (ok bool, malformed bool) {
+	if len(s.dev.engines) > 1 {
+		// QPs of several engines may take from this SRQ.
+		s.takeMu.Lock()
+		defer s.takeMu.Unlock()
+	}
 	n, err := s.cons.Pending()
 	if err != nil {
 		return false, true

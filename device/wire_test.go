@@ -113,7 +113,7 @@ func wireSettle(t testing.TB, envs ...*env) {
 		for _, e := range envs {
 			sent += e.d.Counters.WirePacketsSent.Load()
 			recv += e.d.Counters.WirePacketsRecv.Load()
-			idle = idle && e.d.engine.idle()
+			idle = idle && e.d.enginesIdle()
 		}
 		if idle && recv >= sent {
 			stable++
@@ -526,7 +526,7 @@ type faultLink struct {
 }
 
 func (l *faultLink) clone(p *packet) *packet {
-	c := l.d.pool.get()
+	c := l.d.poolLocked(l.d.chainEngine()).get()
 	buf := c.buf
 	*c = *p
 	c.next, c.mr = nil, nil
@@ -549,7 +549,7 @@ func (l *faultLink) write(p *packet) {
 	switch {
 	case r < l.drop:
 		l.dropped++
-		l.d.pool.put(p)
+		l.d.poolLocked(l.d.chainEngine()).put(p)
 		return
 	case r < l.drop+l.dup:
 		l.duped++
@@ -557,7 +557,7 @@ func (l *faultLink) write(p *packet) {
 	case r < l.drop+l.dup+l.reorder && l.held == nil:
 		l.reo++
 		l.held = l.clone(p)
-		l.d.pool.put(p)
+		l.d.poolLocked(l.d.chainEngine()).put(p)
 		return
 	}
 	injectLocked(l.d, p)
@@ -776,7 +776,7 @@ func (q *QP) debugState() string {
 		q.QPN, q.attr.QPState, q.req.psn, q.comp.psn, q.comp.acked, q.comp.retryLeft, q.comp.rnrLeft, q.retryTimer != nil,
 		q.comp.timeoutFired, q.comp.idle, q.comp.progress, q.req.needRetry, q.req.waitRNR, q.rnrTimer != nil,
 		q.req.rdAtomic, q.req.inMsg, q.resp.psn, len(q.reqIn), len(q.respIn), q.resp.reading, q.queued.Load())
-	fmt.Fprintf(&b, "  sq head %d reqIdx %d fetched %d; engine idle %v\n", q.sqHead, q.reqIdx, q.sqFetched, d.engine.idle())
+	fmt.Fprintf(&b, "  sq head %d reqIdx %d fetched %d; engine idle %v\n", q.sqHead, q.reqIdx, q.sqFetched, d.enginesIdle())
 	for i := q.sqHead; i != q.sqFetched; i++ {
 		w := &q.swq[i&q.sqMask()]
 		fmt.Fprintf(&b, "  wqe %d wr_id %d %v state %d psn %d..%d sent %d/%d\n", i, w.wr.WRID, w.wr.Opcode, w.state, w.firstPSN, w.lastPSN, w.sent, w.length)

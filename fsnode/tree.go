@@ -138,6 +138,7 @@ func (t *tree) deviceText() string {
 	kv("phys_port_cnt", a.PhysPortCnt)
 	kv("max_inline_data", a.MaxInlineData)
 	kv("reserved_operations", a.ReservedOps)
+	kv("engines", t.dev.Config().Engines)
 	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
 	// What one user other than root may take (root: the limits above).
 	cfg := t.dev.Config()
