@@ -22,7 +22,9 @@
 //
 // A run is one goroutine: the bench posts and polls from it, as perftest
 // does from one thread, and Run pins GOMAXPROCS to 1 for its duration when
-// the device is served by another process.
+// the device is served by another process. With Config.Threads T > 1 (bw
+// mode) the bandwidth phases run on T goroutines, each locked to an OS
+// thread and driving its own QPs/T pairs, and GOMAXPROCS is pinned to T.
 package bench
 
 import (
@@ -63,8 +65,9 @@ func Run(c *Config, stdout io.Writer) error {
 		// scheduler's idle M makes futex calls whenever the spinning
 		// goroutine yields, which would pass for the data path's system
 		// calls. Not when the device is served by this very process (the
-		// tests), whose engine needs a P of its own.
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		// tests), whose engine needs a P of its own. With --threads, a P
+		// for each thread.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(1, c.Threads)))
 	}
 	out.header()
 	var failed error

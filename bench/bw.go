@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"rdmafs/verbs"
 )
@@ -61,31 +65,181 @@ func peakRate(s []benchSample, total int64) float64 {
 // cq-mod-th (and the last), until iters WRs per pair completed or, with a
 // duration, until it is over (then the WRs up to the next signalled one are
 // finished and counted). It returns the WRs completed and the time from the
-// first post to the last completion.
+// first post to the last completion. With --threads T > 1 each of T
+// threads drives its own len(pairs)/T pairs (see bwThreads).
 func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uint64, int64, error) {
+	if b.c.Threads > 1 {
+		return b.bwThreads(iters, dur, samples)
+	}
+	w := &bwWorker{pairs: b.pairs, samples: samples}
+	if err := b.bwPrepare(w, iters, dur); err != nil {
+		return 0, 0, err
+	}
+	b.bwLoop(w, dur, time.Now(), nil)
+	b.threads = []threadStat{{wrs: w.n}}
+	if w.err != nil {
+		return 0, 0, w.err
+	}
+	return w.n, max(w.lastDone, 1), nil
+}
+
+// bwWorker is one thread's share of a bw phase: its pairs, their limits,
+// and what it measured.
+type bwWorker struct {
+	pairs    []*benchPair
+	lims     []bwLim
+	startSum uint64
+	samples  *[]benchSample // nil: none taken
+	n        uint64         // WRs completed in the phase
+	lastDone int64          // ns from the common start to the last completion
+	err      error
+}
+
+type bwLim struct{ start, limit uint64 }
+
+// threadStat is what one thread of the last bw phase did (for the tests).
+type threadStat struct {
+	tid int // its OS thread (0 for the single-thread path)
+	wrs uint64
+}
+
+// bwThreads is bw on c.Threads goroutines, each locked to an OS thread and
+// posting to and polling only its own pairs (and their own CQs), released
+// together from a barrier: the phase starts when the last thread is ready
+// to post and ends with the last completion of any thread. The counts are
+// the sum over the threads, as perftest's processes would be summed; the
+// samples (for the peak) are the sum of the threads' at each instant.
+func (b *bench) bwThreads(iters uint64, dur time.Duration, samples *[]benchSample) (uint64, int64, error) {
+	t := b.c.Threads
+	per := len(b.pairs) / t
+	ws := make([]*bwWorker, t)
+	tids := make([]int, t)
+	var ready, done sync.WaitGroup
+	var abort atomic.Bool
+	release := make(chan struct{})
+	var start time.Time
+	ready.Add(t)
+	done.Add(t)
+	for i := range ws {
+		w := &bwWorker{pairs: b.pairs[i*per : (i+1)*per]}
+		if samples != nil {
+			s := make([]benchSample, 0, cap(*samples)/t+16)
+			w.samples = &s
+		}
+		ws[i] = w
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			tids[i] = unix.Gettid()
+			w.err = b.bwPrepare(w, iters, dur)
+			if w.err != nil {
+				abort.Store(true)
+			}
+			ready.Done()
+			<-release
+			if w.err == nil && !abort.Load() {
+				b.bwLoop(w, dur, start, &abort)
+			}
+		}()
+	}
+	ready.Wait()
+	start = time.Now()
+	close(release)
+	done.Wait()
+	b.threads = make([]threadStat, t)
+	var n uint64
+	var last int64
+	var errs []error
+	for i, w := range ws {
+		b.threads[i] = threadStat{tid: tids[i], wrs: w.n}
+		n += w.n
+		last = max(last, w.lastDone)
+		if w.err != nil {
+			errs = append(errs, fmt.Errorf("thread %d: %w", i, w.err))
+		}
+	}
+	if len(errs) > 0 {
+		return 0, 0, errors.Join(errs...)
+	}
+	if samples != nil {
+		all := make([][]benchSample, t)
+		for i, w := range ws {
+			all[i] = *w.samples
+		}
+		*samples = append(*samples, sumSamples(all)...)
+	}
+	return n, max(last, 1), nil
+}
+
+// sumSamples merges per-thread sample series (each from the common start,
+// counting that thread's WRs) into one of the total at every instant any
+// thread sampled.
+func sumSamples(per [][]benchSample) []benchSample {
+	idx := make([]int, len(per))
+	cur := make([]uint64, len(per))
+	var out []benchSample
+	for {
+		next := int64(math.MaxInt64)
+		for i, s := range per {
+			if idx[i] < len(s) {
+				next = min(next, s[idx[i]].t)
+			}
+		}
+		if next == math.MaxInt64 {
+			return out
+		}
+		var total uint64
+		for i, s := range per {
+			for idx[i] < len(s) && s[idx[i]].t == next {
+				cur[i] = s[idx[i]].n
+				idx[i]++
+			}
+			total += cur[i]
+		}
+		out = append(out, benchSample{next, total})
+	}
+}
+
+// bwPrepare sets a worker's limits and, for send, posts its pairs' first
+// receives.
+func (b *bench) bwPrepare(w *bwWorker, iters uint64, dur time.Duration) error {
 	c := b.c
-	cqMod, depth := uint64(c.CQMod), uint64(c.TxDepth)
-	type lim struct{ start, limit uint64 }
-	lims := make([]lim, len(b.pairs))
-	for i, p := range b.pairs {
-		lims[i] = lim{p.posted, p.posted + iters}
+	w.lims = make([]bwLim, len(w.pairs))
+	for i, p := range w.pairs {
+		w.lims[i] = bwLim{p.posted, p.posted + iters}
 		if dur > 0 {
-			lims[i].limit = math.MaxUint64
+			w.lims[i].limit = math.MaxUint64
 		}
 		// Signals fall on multiples of cq-mod counted from the start of
 		// the phase; the previous phase ended on a signalled WR.
 		if c.Op == "send" && p.recvB == 0 {
 			if err := b.postRecvs(p.b, p.rwrB, &p.recvB, uint64(len(p.rwrB))); err != nil {
-				return 0, 0, err
+				return err
 			}
 		}
 	}
-	var startSum uint64
-	for _, l := range lims {
-		startSum += l.start
+	for _, l := range w.lims {
+		w.startSum += l.start
 	}
+	return nil
+}
+
+// bwLoop is one thread's phase on its pairs, timed from start; its result
+// (or error) is left in w. A thread that fails sets abort, when given, so
+// that the others stop waiting for completions too.
+func (b *bench) bwLoop(w *bwWorker, dur time.Duration, start time.Time, abort *atomic.Bool) {
+	fail := func(err error) {
+		w.err = err
+		if abort != nil {
+			abort.Store(true)
+		}
+	}
+	c := b.c
+	cqMod, depth := uint64(c.CQMod), uint64(c.TxDepth)
+	lims := w.lims
+	samples := w.samples
 	stopping := dur == 0
-	start := time.Now()
 	var lastDone, lastSample int64
 	sampleEvery := int64(50 * time.Microsecond)
 	if samples != nil {
@@ -95,7 +249,7 @@ func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uin
 	for {
 		progress := false
 		finished := true
-		for i, p := range b.pairs {
+		for i, p := range w.pairs {
 			l := &lims[i]
 			// Post.
 			for p.posted < l.limit && p.posted-p.done < depth {
@@ -107,15 +261,15 @@ func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uin
 					}
 				}
 				for k := range n {
-					w := &p.wrs[k]
+					wr := &p.wrs[k]
 					idx := p.posted + k
-					w.WRID = idx
-					w.SendFlags &^= verbs.SendSignaled
+					wr.WRID = idx
+					wr.SendFlags &^= verbs.SendSignaled
 					if (idx-l.start+1)%cqMod == 0 || idx+1 == l.limit {
-						w.SendFlags |= verbs.SendSignaled
+						wr.SendFlags |= verbs.SendSignaled
 					}
 					if c.Op == "cmp_swap" {
-						w.CompareAdd, w.Swap = p.atomicN+k, p.atomicN+k+1
+						wr.CompareAdd, wr.Swap = p.atomicN+k, p.atomicN+k+1
 					}
 				}
 				posted, err := postSends(p.a, p.wrs[:n])
@@ -124,7 +278,8 @@ func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uin
 					p.atomicN += posted
 				}
 				if err != nil {
-					return 0, 0, err
+					fail(err)
+					return
 				}
 				if posted < n {
 					break // the ring is full: poll
@@ -133,12 +288,14 @@ func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uin
 			// Poll A's send completions.
 			k, err := p.aSCQ.PollCQ(p.wc)
 			if err != nil {
-				return 0, 0, err
+				fail(err)
+				return
 			}
 			for _, wc := range p.wc[:k] {
 				if wc.Status != verbs.WCSuccess {
 					p.errWC = &wc
-					return 0, 0, fmt.Errorf("qp %d: wr %d: %v", p.a.QPN, wc.WRID, wc.Status)
+					fail(fmt.Errorf("qp %d: wr %d: %v", p.a.QPN, wc.WRID, wc.Status))
+					return
 				}
 				p.done = wc.WRID + 1
 			}
@@ -149,19 +306,22 @@ func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uin
 			if c.Op == "send" {
 				k, err := p.bRCQ.PollCQ(p.wc)
 				if err != nil {
-					return 0, 0, err
+					fail(err)
+					return
 				}
 				for _, wc := range p.wc[:k] {
 					if wc.Status != verbs.WCSuccess {
 						p.errWC = &wc
-						return 0, 0, fmt.Errorf("qp %d: receive %d: %v", p.b.QPN, wc.WRID, wc.Status)
+						fail(fmt.Errorf("qp %d: receive %d: %v", p.b.QPN, wc.WRID, wc.Status))
+						return
 					}
 					p.lastByteLen = wc.ByteLen
 				}
 				p.recvDoneB += uint64(k)
 				if free := p.recvDoneB + uint64(len(p.rwrB)) - p.recvB; free >= uint64(min(len(p.rwrB)/4, 64)) || free > 0 && p.recvB == p.posted {
 					if err := b.postRecvs(p.b, p.rwrB, &p.recvB, free); err != nil {
-						return 0, 0, err
+						fail(err)
+						return
 					}
 				}
 				if k > 0 {
@@ -177,12 +337,12 @@ func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uin
 			now := int64(time.Since(start))
 			lastDone = now
 			if samples != nil && now-lastSample >= sampleEvery {
-				*samples = append(*samples, benchSample{now, b.completed() - startSum})
+				*samples = append(*samples, benchSample{now, completed(w.pairs) - w.startSum})
 				lastSample = now
 			}
 			if !stopping && now >= int64(dur) {
 				stopping = true
-				for i, p := range b.pairs {
+				for i, p := range w.pairs {
 					// Finish on the next signalled WR.
 					n := p.posted - lims[i].start
 					lims[i].limit = lims[i].start + (n+cqMod-1)/cqMod*cqMod
@@ -196,7 +356,12 @@ func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uin
 			idle++
 			if idle&1023 == 0 {
 				if time.Duration(int64(time.Since(start))-lastDone) > stallAfter {
-					return 0, 0, fmt.Errorf("no completion for %v (posted %d, completed %d)", stallAfter, b.pairs[0].posted, b.pairs[0].done)
+					fail(fmt.Errorf("no completion for %v (posted %d, completed %d)", stallAfter, w.pairs[0].posted, w.pairs[0].done))
+					return
+				}
+				if abort != nil && abort.Load() {
+					w.err = errors.New("stopped: another thread failed")
+					return
 				}
 				runtime.Gosched()
 			}
@@ -206,19 +371,19 @@ func (b *bench) bw(iters uint64, dur time.Duration, samples *[]benchSample) (uin
 		}
 	}
 	var n uint64
-	for i, p := range b.pairs {
+	for i, p := range w.pairs {
 		n += p.done - lims[i].start
 	}
 	if samples != nil {
 		*samples = append(*samples, benchSample{lastDone, n})
 	}
-	return n, max(lastDone, 1), nil
+	w.n, w.lastDone = n, lastDone
 }
 
-// completed counts the WRs completed on all pairs since they were made.
-func (b *bench) completed() uint64 {
+// completed counts the WRs completed on pairs since they were made.
+func completed(pairs []*benchPair) uint64 {
 	var n uint64
-	for _, p := range b.pairs {
+	for _, p := range pairs {
 		n += p.done
 	}
 	return n

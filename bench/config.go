@@ -18,6 +18,7 @@ type Config struct {
 	TxDepth       int
 	RxDepth       int
 	QPs           int
+	Threads       int // bw mode: goroutines on OS threads of their own, QPs/Threads pairs each (0: 1)
 	CQMod         int
 	PostList      int
 	Inline        int
@@ -52,6 +53,7 @@ type Result struct {
 	Bytes      int     `json:"bytes"`
 	Iterations uint64  `json:"iterations"` // per QP, as perftest counts them
 	QPs        int     `json:"qps"`
+	Threads    int     `json:"threads"`
 	TxDepth    int     `json:"tx_depth"`
 	CQMod      int     `json:"cq_mod"`
 	PostList   int     `json:"post_list"`
@@ -154,6 +156,20 @@ func (c *Config) Complete() error {
 	}
 	if c.Iters < 1 || c.TxDepth < 1 || c.QPs < 1 || c.PostList < 1 || c.RxDepth < 1 || c.Inline < 0 {
 		return errors.New("--iters, --tx-depth, --qps, --post-list and --rx-depth must be positive")
+	}
+	if c.Threads == 0 {
+		c.Threads = 1
+	}
+	switch {
+	case c.Threads < 1:
+		return fmt.Errorf("--threads %d: must be positive", c.Threads)
+	case c.Threads == 1:
+	case c.Op == "memcpy":
+		return errors.New("--threads: --op memcpy is one thread (no device)")
+	case c.Mode != "bw":
+		return errors.New("--threads: bandwidth mode only (--mode bw; a latency test is one QP pair)")
+	case c.Threads > c.QPs || c.QPs%c.Threads != 0:
+		return fmt.Errorf("--threads %d: must divide --qps %d (each thread drives --qps/--threads QP pairs of its own)", c.Threads, c.QPs)
 	}
 	c.PostList = min(c.PostList, c.TxDepth)
 	if c.Op == "send" && c.Mode == "bw" && c.RxDepth < c.PostList {

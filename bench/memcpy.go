@@ -17,7 +17,7 @@ func benchMemcpy(c *Config, size int) (*Result, error) {
 		src[i] = byte(i*7 + 1)
 	}
 	batch := max(1, (64<<10)/size)
-	r := &Result{Op: "memcpy", Mode: "bw", Bytes: size, QPs: 1, PostList: 1}
+	r := &Result{Op: "memcpy", Mode: "bw", Bytes: size, QPs: 1, Threads: 1, PostList: 1}
 	copyN := func(n int) {
 		for range n {
 			copy(dst, src)

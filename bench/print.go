@@ -40,6 +40,9 @@ func (p *tablePrinter) header() {
 	fmt.Fprintf(p.w, "%*s\n", (len(benchRule)+len(title))/2, title)
 	if c.Op != "memcpy" {
 		fmt.Fprintf(p.w, " Number of qps   : %-14d Transport type : %s\n", c.QPs, transport)
+		if c.Threads > 1 {
+			fmt.Fprintf(p.w, " Threads         : %d (%d qps each; the rows are their sum)\n", c.Threads, c.QPs/c.Threads)
+		}
 		fmt.Fprintf(p.w, " Connection type : RC             Mount          : %s\n", c.Mount)
 		if c.Peer != "" {
 			fmt.Fprintf(p.w, "                                  Peer mount     : %s\n", c.Peer)

@@ -14,7 +14,7 @@ import (
 // check, with the counters read around the timed phase only.
 func (b *bench) run(size int) (*Result, error) {
 	c := b.c
-	r := &Result{Op: c.Op, Mode: c.Mode, Bytes: size, QPs: c.QPs, TxDepth: c.TxDepth, CQMod: c.CQMod,
+	r := &Result{Op: c.Op, Mode: c.Mode, Bytes: size, QPs: c.QPs, Threads: c.Threads, TxDepth: c.TxDepth, CQMod: c.CQMod,
 		PostList: c.PostList, DaemonPID: b.pid, PeerDaemonPID: b.pidB}
 	for _, p := range b.pairs {
 		b.prepare(p, size)

@@ -25,7 +25,8 @@ type bench struct {
 	buf       int // bytes of each half of an MR: the largest size, rounded up
 	pid, pidB int // the daemons', 0 when unknown (pidB only with --peer)
 	rng       uint64
-	over      snapshot // what a snapshot costs
+	over      snapshot     // what a snapshot costs
+	threads   []threadStat // what each thread did in the last bw phase
 }
 
 // benchPair is A, the requester, and B, its peer. Each MR is [send half |

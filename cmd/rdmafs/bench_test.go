@@ -172,6 +172,8 @@ func TestBenchMemcpyAndFlags(t *testing.T) {
 		{"--op", "write"},
 		{"--tx-depth", "-1", "/x"},
 		{"--op", "memcpy", "--peer", "/y"},
+		{"--qps", "3", "--threads", "2", "/x"},
+		{"--mode", "lat", "--threads", "2", "/x"},
 	} {
 		runBench(t, 2, args...)
 	}
@@ -179,7 +181,7 @@ func TestBenchMemcpyAndFlags(t *testing.T) {
 	if rc := run([]string{"bench", "--help"}, &out, &errb); rc != 0 {
 		t.Fatalf("bench --help: exit %d", rc)
 	}
-	for _, f := range []string{"--op", "--mode", "--size", "--all", "--iters", "--duration", "--tx-depth", "--qps", "--json", "--peer"} {
+	for _, f := range []string{"--op", "--mode", "--size", "--all", "--iters", "--duration", "--tx-depth", "--qps", "--threads", "--json", "--peer"} {
 		if !strings.Contains(errb.String(), f) {
 			t.Errorf("bench --help does not document %s", f)
 		}
