@@ -37,3 +37,10 @@ go test -race -count=1 -timeout 20m ./...
 echo "== device suite across the wire"
 go test -race -count=1 -timeout 10m ./device -device.packets
 go test -race -count=1 -timeout 10m ./device -device.wire
+# And with several engines (Config.Engines): connected pairs on one engine
+# as mount --engines runs them, then kept on different engines, so that
+# every packet between them goes through the QPs' inboxes and every
+# LOCAL_INV/BIND_MW/SEND_WITH_INV turn runs under the whole device lock.
+echo "== device suite on several engines"
+go test -race -count=1 -timeout 10m ./device -device.engines 2
+go test -race -count=1 -timeout 10m ./device -device.engines 3 -device.apart
