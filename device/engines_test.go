@@ -18,7 +18,8 @@ import (
 // streamed WR completes exactly once with its bytes; the churn's objects
 // go away without a lost lock or a use after destroy (under -race, CI).
 func TestEnginesLifecycle(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Clock = clock.Real{}; c.Engines = 4 })
+	// Never on the wire (-device.wire): a device with one runs one engine.
+	e := newEnvOn(t, false, func(c *Config) { c.Clock = clock.Real{}; c.Engines = 4 })
 	e.d.keepApart = true
 	const pairs, rounds, churn = 3, 150, 60
 	type job struct {
