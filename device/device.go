@@ -384,6 +384,8 @@ type Device struct {
 	// its stripe (several engines); chainOwner is that engine.
 	chainMu    sync.Mutex
 	chainOwner *engine
+	// batchEnds counts the engine batches that ended (Quiesce).
+	batchEnds atomic.Uint64
 	// keepApart leaves connected QPs on the engines they were made on
 	// (tests of the inbox path: harness_test.go's -device.apart).
 	keepApart bool

@@ -405,6 +405,7 @@ func (e *engine) giveBack(batch []*QP) {
 	e.spare = batch[:0]
 	e.running--
 	e.mu.Unlock()
+	e.d.batchEnds.Add(1)
 }
 
 func (e *engine) loop() {
@@ -688,10 +689,13 @@ func (d *Device) enginesIdle() bool {
 // has them. For tests and tools.
 func (d *Device) Quiesce() {
 	for {
-		// Engines schedule each other's QPs from their turns: all idle
-		// with no batch taken meanwhile is idle at one instant.
-		runs := d.Counters.EngineRuns.Load()
-		if d.enginesIdle() && d.Counters.EngineRuns.Load() == runs {
+		// Engines schedule each other's QPs from their turns: all idle,
+		// with no batch begun or ended meanwhile, is idle at one instant
+		// (a batch that ends while the others are looked at may have
+		// scheduled a QP on an engine already looked at).
+		gen := func() uint64 { return d.Counters.EngineRuns.Load() + d.batchEnds.Load() }
+		before := gen()
+		if d.enginesIdle() && gen() == before {
 			return
 		}
 		runtime.Gosched()

@@ -43,13 +43,34 @@ func inRange(addr, n, base, size uint64) (uint64, bool) {
 // lkeyLocked resolves n bytes at addr through lkey for local access acc
 // (LOCAL_WRITE to write into it, 0 to read).
 func (d *Device) lkeyLocked(pd *PD, lkey uint32, addr, n uint64, acc qp.Access) ([]byte, keyFault) {
-	b, _, f := d.lkeyMRLocked(pd, lkey, addr, n, acc)
+	b, _, f := d.lkeyMRLocked(pd, nil, lkey, addr, n, acc)
 	return b, f
 }
 
-// lkeyMRLocked is lkeyLocked that also names the MR.
-func (d *Device) lkeyMRLocked(pd *PD, lkey uint32, addr, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
-	e, _ := d.keys.lookup(lkey)
+// lookupMRLocked is the key table's answer for key, an MR's lkey (or its
+// rkey), through hint: the MR a caller's last lookup found, if any (a
+// QP's, used by its turns only). A valid MR that still has the key is
+// what the table holds for it (keys are unique among registered MRs, and
+// deregistration, invalidation and rereg all leave the hint's MR invalid
+// or with other keys), so the hint saves the map lookup of a QP that
+// uses the same MR WR after WR; anything else goes to the table.
+func (d *Device) lookupMRLocked(hint **MR, key uint32, rkey bool) keyEntry {
+	if hint != nil {
+		if m := *hint; m != nil && m.valid && (!rkey && m.LKey == key || rkey && m.RKey == key) {
+			return keyEntry{mr: m}
+		}
+	}
+	e, _ := d.keys.lookup(key)
+	if hint != nil && e.mr != nil {
+		*hint = e.mr
+	}
+	return e
+}
+
+// lkeyMRLocked is lkeyLocked that also names the MR (through hint, which
+// may be nil; lookupMRLocked).
+func (d *Device) lkeyMRLocked(pd *PD, hint **MR, lkey uint32, addr, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
+	e := d.lookupMRLocked(hint, lkey, false)
 	mr := e.mr
 	if mr == nil || mr.LKey != lkey {
 		return nil, nil, faultKey
@@ -80,7 +101,7 @@ func (d *Device) rkeyLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) ([]
 
 // rkeyMRLocked is rkeyLocked that also names the MR whose memory it is.
 func (d *Device) rkeyMRLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
-	e, _ := d.keys.lookup(rkey)
+	e := d.lookupMRLocked(&q.resp.rkeyHint, rkey, true)
 	switch {
 	case e.mr != nil:
 		mr := e.mr
@@ -142,12 +163,12 @@ func sglLength(sgl []qp.SGE) (uint64, bool) {
 
 // checkSGLLocked validates every SGE of a WQE once, when the engine takes
 // it, so a bad lkey fails the WQE before any packet is sent.
-func (d *Device) checkSGLLocked(pd *PD, sgl []qp.SGE, acc qp.Access) keyFault {
+func (d *Device) checkSGLLocked(pd *PD, hint **MR, sgl []qp.SGE, acc qp.Access) keyFault {
 	for _, s := range sgl {
 		if s.Length == 0 {
 			continue // zero-length SGEs are skipped, as rdmavt does
 		}
-		if _, f := d.lkeyLocked(pd, s.LKey, s.Addr, uint64(s.Length), acc); f != faultNone {
+		if _, _, f := d.lkeyMRLocked(pd, hint, s.LKey, s.Addr, uint64(s.Length), acc); f != faultNone {
 			return f
 		}
 	}
@@ -157,7 +178,7 @@ func (d *Device) checkSGLLocked(pd *PD, sgl []qp.SGE, acc qp.Access) keyFault {
 // gatherLocked returns n bytes at offset off of the SGL's concatenation.
 // When they lie in one SGE the result aliases that MR, which it returns (no
 // copy); otherwise they are copied into scratch (mr is nil).
-func (d *Device) gatherLocked(pd *PD, sgl []qp.SGE, off uint64, n int, scratch []byte) (data []byte, mr *MR, f keyFault) {
+func (d *Device) gatherLocked(pd *PD, hint **MR, sgl []qp.SGE, off uint64, n int, scratch []byte) (data []byte, mr *MR, f keyFault) {
 	if n == 0 {
 		return nil, nil, faultNone
 	}
@@ -170,7 +191,7 @@ func (d *Device) gatherLocked(pd *PD, sgl []qp.SGE, off uint64, n int, scratch [
 			continue
 		}
 		take := min(l-off, need)
-		b, m, f := d.lkeyMRLocked(pd, s.LKey, s.Addr+off, take, 0)
+		b, m, f := d.lkeyMRLocked(pd, hint, s.LKey, s.Addr+off, take, 0)
 		if f != faultNone {
 			return nil, nil, f
 		}

@@ -199,17 +199,17 @@ func TestGatherScatter(t *testing.T) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// Within one SGE: aliased, no copy.
-	got, mr, f := d.gatherLocked(e.pd, sgl, 5, 10, nil)
+	got, mr, f := d.gatherLocked(e.pd, nil, sgl, 5, 10, nil)
 	if f != faultNone || mr != a || &got[0] != &a.mem[15] {
 		t.Fatalf("single-SGE gather: %v %v", mr, f)
 	}
 	// Across SGEs (and the empty one): copied into scratch.
-	got, mr, f = d.gatherLocked(e.pd, sgl, 15, 20, make([]byte, 0, 64))
+	got, mr, f = d.gatherLocked(e.pd, nil, sgl, 15, 20, make([]byte, 0, 64))
 	if f != faultNone || mr != nil {
 		t.Fatalf("spanning gather: %v %v", mr, f)
 	}
 	sameBytes(t, got, append(append([]byte(nil), a.mem[25:30]...), b.mem[50:65]...))
-	if _, _, f = d.gatherLocked(e.pd, sgl, 40, 11, make([]byte, 0, 64)); f != faultRange {
+	if _, _, f = d.gatherLocked(e.pd, nil, sgl, 40, 11, make([]byte, 0, 64)); f != faultRange {
 		t.Fatalf("gather past the SGL: %v", f)
 	}
 	// Scatter needs LOCAL_WRITE on every SGE it touches.

@@ -39,6 +39,9 @@ type sendWQE struct {
 
 // reqState is the requester's transport state.
 type reqState struct {
+	// lkeyHint is the MR the last lkey check or gather found
+	// (lookupMRLocked).
+	lkeyHint  *MR
 	psn       qp.PSN // next PSN to send
 	lastOp    uint8  // opcode of the last packet of the current message
 	inMsg     bool   // a multi-packet message is half sent
@@ -166,7 +169,7 @@ func (q *QP) checkWQELocked(w *sendWQE) {
 		w.length = uint64(len(w.wr.InlineData))
 	} else {
 		w.length, _ = sglLength(w.wr.SGL)
-		if f := d.checkSGLLocked(q.pd, w.wr.SGL, info.SGEAccess); f != faultNone {
+		if f := d.checkSGLLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, info.SGEAccess); f != faultNone {
 			w.reject(qp.WCLocProtErr)
 			return
 		}
@@ -387,7 +390,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 			if cap(p.buf) < min(n, mtu) {
 				p.buf = make([]byte, 0, mtu)
 			}
-			p.Payload, p.mr, fail = d.gatherLocked(q.pd, w.wr.SGL, w.sent, n, p.buf)
+			p.Payload, p.mr, fail = d.gatherLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, w.sent, n, p.buf)
 			if fail != faultNone {
 				q.eng().pool.put(p)
 				w.fail(qp.WCLocProtErr)

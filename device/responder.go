@@ -11,10 +11,12 @@ import (
 
 // respState is the responder's transport state.
 type respState struct {
-	psn     qp.PSN // expected PSN (ePSN)
-	msn     uint32 // messages completed (AETH MSN)
-	inSend  bool   // a multi-packet SEND is in progress
-	inWrite bool   // a multi-packet WRITE is in progress
+	// rkeyHint is the MR the last rkey check found (lookupMRLocked).
+	rkeyHint *MR
+	psn      qp.PSN // expected PSN (ePSN)
+	msn      uint32 // messages completed (AETH MSN)
+	inSend   bool   // a multi-packet SEND is in progress
+	inWrite  bool   // a multi-packet WRITE is in progress
 	// The receive WQE being filled.
 	rwqe     qp.RecvWR
 	haveRWQE bool
