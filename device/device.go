@@ -667,6 +667,10 @@ type Counters struct {
 	// all of Device.mu (exclusiveLocked), CrossEnginePackets the packets
 	// one engine handed to a QP of another (its inbox), EngineMoves the
 	// QPs moved to their local peer's engine at RTR.
+	// DirectWrites counts the RC WRITEs executed against their peer QP
+	// without packets (loopback.go, executeWriteLocked); their segments
+	// and ACKs are counted in DirectPackets as if they had been sent.
+	DirectWrites       atomic.Uint64
 	ExclusiveRuns      atomic.Uint64
 	CrossEnginePackets atomic.Uint64
 	EngineMoves        atomic.Uint64
@@ -702,6 +706,7 @@ func (c *Counters) List() []Counter {
 		{"engine_runs", c.EngineRuns.Load()},
 		{"engine_parks", c.EngineParks.Load()},
 		{"engine_inline_runs", c.InlineRuns.Load()},
+		{"direct_writes", c.DirectWrites.Load()},
 		{"engine_exclusive_runs", c.ExclusiveRuns.Load()},
 		{"cross_engine_packets", c.CrossEnginePackets.Load()},
 		{"engine_moves", c.EngineMoves.Load()},

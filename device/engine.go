@@ -95,6 +95,7 @@ type engine struct {
 	// (soon, loopback.go), and its packet pool.
 	txq        []link.Packet
 	txBatching bool
+	counts     directCounts // loopback.go
 	soon       []*QP
 	soonHead   int
 	pool       packetPool

@@ -101,6 +101,7 @@ func (e *engine) flushTxLocked() {
 func (e *engine) batchTxLocked(on bool) {
 	if !on {
 		e.flushTxLocked()
+		e.flushCountsLocked()
 	}
 	e.txBatching = on
 }

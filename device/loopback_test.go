@@ -125,6 +125,71 @@ func TestDirectSameAsChainRC(t *testing.T) {
 	})
 }
 
+// WRITEs into an idle pair execute against the peer without packets
+// (executeWriteLocked): one in RTR (comm_est), then in RTS of 1, 64 KiB
+// (one MTU... many) and three SGEs, inline, zero bytes, a stream of them
+// signaled every fourth, and the cases that must go as packets instead: a
+// bad rkey (NAK, both QPs' errors), a WRITE past 64 KiB, WRITE_WITH_IMM;
+// the same completions, data, PSNs, events and counters as on the chain.
+func TestDirectSameAsChainWrites(t *testing.T) {
+	sameOnBothPaths(t, func(tr *transcript) {
+		e := tr.e
+		acq, bcq := e.cq(256), e.cq(256)
+		a := e.qp(qpOpts{typ: qp.TypeRC, scq: acq, rcq: acq})
+		b := e.qp(qpOpts{typ: qp.TypeRC, scq: bcq, rcq: bcq})
+		e.connect(a, b.QPN, "")
+		e.modify(b, "qp_state=INIT pkey_index=0 port_num=1 qp_access_flags="+allAccess)
+		e.modify(b, fmt.Sprintf("qp_state=RTR path_mtu=1024 rq_psn=500 max_dest_rd_atomic=4 min_rnr_timer=12 dest_qp_num=%d dgid=%s", a.QPN, GIDString(e.gidOf(a.QPN))))
+		src := e.mr(1<<20, qp.AccessLocalWrite)
+		dst := e.mr(1<<20, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+		fill(src.Mem(), 3)
+		// b in RTR: the first WRITE raises comm_est there.
+		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
+		tr.settle(acq, bcq)
+		e.modify(b, "qp_state=RTS sq_psn=500 timeout=14 retry_cnt=7 rnr_retry=7 max_rd_atomic=4")
+		for i, sge := range []string{
+			fmt.Sprintf("sge=%d:7:1", src.LKey),
+			fmt.Sprintf("sge=%d:0:65536", src.LKey),
+			fmt.Sprintf("sge=%d:10:3000 sge=%d:5000:1 sge=%d:9000:2048", src.LKey, src.LKey, src.LKey),
+			fmt.Sprintf("sge=%d:0:0", src.LKey),
+		} {
+			e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=%d send_flags=signaled %s remote_addr=%d rkey=%d", 10+i, sge, 100000*(i+1), dst.RKey))
+			tr.settle(acq, bcq)
+		}
+		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=20 send_flags=signaled,inline inline_data=68656c6c6f remote_addr=600000 rkey=%d", dst.RKey))
+		var stream []string
+		for i := 0; i < 16; i++ {
+			flags := ""
+			if i%4 == 3 {
+				flags = " send_flags=signaled"
+			}
+			stream = append(stream, fmt.Sprintf("opcode=rdma_write wr_id=%d%s sge=%d:%d:512 remote_addr=%d rkey=%d", 30+i, flags, src.LKey, i*512, 700000+i*512, dst.RKey))
+		}
+		e.postSend(a, stream...)
+		tr.settle(acq, bcq)
+		e.postRecv(b, fmt.Sprintf("wr_id=90 sge=%d:900000:64", dst.LKey))
+		e.postSend(a,
+			fmt.Sprintf("opcode=rdma_write wr_id=50 send_flags=signaled sge=%d:0:70000 remote_addr=800000 rkey=%d", src.LKey, dst.RKey),
+			fmt.Sprintf("opcode=rdma_write_with_imm wr_id=51 send_flags=signaled imm_data=9 sge=%d:0:10 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
+		tr.settle(acq, bcq)
+		sameBytes(t, dst.Mem()[200000:265536], src.Mem()[:65536])
+		sameBytes(t, dst.Mem()[300000:303000], src.Mem()[10:3010])
+		sameBytes(t, dst.Mem()[303001:305049], src.Mem()[9000:11048])
+		sameBytes(t, dst.Mem()[700000:708192], src.Mem()[:8192])
+		sameBytes(t, dst.Mem()[800000:870000], src.Mem()[:70000])
+		tr.logf("payload sum %d", sum(dst.Mem()))
+		tr.qps(true, a, b)
+		// A bad rkey: the NAK and both errors, as packets.
+		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=60 send_flags=signaled sge=%d:0:8 remote_addr=0 rkey=%d", src.LKey, dst.RKey^0x100))
+		tr.settle(acq, bcq)
+		tr.qps(true, a, b)
+		// (A pair kept on two engines, -device.apart, takes the inboxes.)
+		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectWrites.Load() < 20 {
+			t.Fatalf("direct_writes %d: the WRITEs were not executed directly", e.d.Counters.DirectWrites.Load())
+		}
+	})
+}
+
 func TestDirectSameAsChainRNR(t *testing.T) {
 	sameOnBothPaths(t, func(tr *transcript) {
 		e := tr.e

@@ -207,6 +207,7 @@ func (q *QP) requesterLocked() bool {
 	mtu := q.mtu()
 	window := q.windowLocked()
 	apart := q.apartPeerLocked()
+	direct := false
 	for budget := requestBudget; budget > 0; {
 		if q.reqIdx == q.sqFetched {
 			return false
@@ -227,7 +228,10 @@ func (q *QP) requesterLocked() bool {
 		}
 		if w.state == wqePosted {
 			if !st.ProcessNextSend() || !q.mayStartLocked(w) {
-				return false
+				// A WRITE executed here completed without the ACK whose
+				// arrival would run the QP again: a LOCAL_INV waiting
+				// for it to retire goes next turn.
+				return direct
 			}
 			if w.info.Local {
 				if !q.exclusiveLocked() {
@@ -267,6 +271,11 @@ func (q *QP) requesterLocked() bool {
 			w.state = wqeSending
 			w.sent = 0
 			q.ssn++
+			if q.executeWriteLocked(w, mtu) {
+				direct = true
+				budget--
+				continue
+			}
 		}
 		if w.state != wqeSending {
 			q.reqIdx++

@@ -92,6 +92,15 @@ func (fl *FaultInjector) Get() Faults {
 	return fl.f
 }
 
+// Touches reports whether the injector is on for packets between QPs a
+// and b (a rule for every QP, or for one of them), without copying its
+// settings out (Get): the device asks for every packet of the direct
+// path.
+func (fl *FaultInjector) Touches(a, b uint32) bool {
+	f := &fl.f
+	return f.Active() && (f.QPN == 0 || f.QPN == a || f.QPN == b)
+}
+
 func (fl *FaultInjector) applies(m Meta) bool {
 	return fl.f.QPN == 0 || m.DestQPN == fl.f.QPN || m.SrcQPN == fl.f.QPN
 }
