@@ -221,7 +221,10 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 		return false
 	}
 	peer := d.qps[q.attr.DestQPNum]
-	if peer == nil || peer == q || peer.destroyed || peer.eng() != q.eng() || peer.attr.DestQPNum != q.QPN ||
+	// The peer takes the packets only as acceptLocked would: an RC QP
+	// connected back to q, at this device's GID.
+	if peer == nil || peer == q || peer.destroyed || peer.Type != qp.TypeRC || peer.eng() != q.eng() ||
+		peer.attr.DestQPNum != q.QPN || peer.attr.AH.DGID != d.cfg.GID ||
 		!peer.attr.QPState.ProcessRecv() || !d.directLocked(q.QPN, peer.QPN) {
 		return false
 	}
