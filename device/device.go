@@ -667,10 +667,11 @@ type Counters struct {
 	// all of Device.mu (exclusiveLocked), CrossEnginePackets the packets
 	// one engine handed to a QP of another (its inbox), EngineMoves the
 	// QPs moved to their local peer's engine at RTR.
-	// DirectWrites counts the RC WRITEs executed against their peer QP
-	// without packets (loopback.go, executeWriteLocked); their segments
-	// and ACKs are counted in DirectPackets as if they had been sent.
-	DirectWrites       atomic.Uint64
+	// DirectOps counts the RC WRITEs and atomics executed against their
+	// peer QP without packets (loopback.go, executeWriteLocked); their
+	// segments and acknowledgements are counted in DirectPackets as if
+	// they had been sent.
+	DirectOps       atomic.Uint64
 	ExclusiveRuns      atomic.Uint64
 	CrossEnginePackets atomic.Uint64
 	EngineMoves        atomic.Uint64
@@ -706,7 +707,7 @@ func (c *Counters) List() []Counter {
 		{"engine_runs", c.EngineRuns.Load()},
 		{"engine_parks", c.EngineParks.Load()},
 		{"engine_inline_runs", c.InlineRuns.Load()},
-		{"direct_writes", c.DirectWrites.Load()},
+		{"direct_ops", c.DirectOps.Load()},
 		{"engine_exclusive_runs", c.ExclusiveRuns.Load()},
 		{"cross_engine_packets", c.CrossEnginePackets.Load()},
 		{"engine_moves", c.EngineMoves.Load()},

@@ -1,6 +1,8 @@
 package device
 
 import (
+	"encoding/binary"
+
 	"rdmafs/link"
 	"rdmafs/qp"
 )
@@ -213,26 +215,18 @@ func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 // its PSNs assigned); it reports whether it executed w, which then has
 // moved past reqIdx.
 func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
+	if w.info.Atomic {
+		return q.executeAtomicLocked(w)
+	}
+	if !w.info.Write || w.info.Imm || w.length > superSeg {
+		return false
+	}
+	peer := q.directPeerLocked(w)
+	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+		return false
+	}
 	d := q.dev
-	if q.Type != qp.TypeRC || !w.info.Write || w.info.Imm || !d.isLocalGID(q.attr.AH.DGID) {
-		return false
-	}
-	if q.comp.psn != w.firstPSN || q.req.psn != w.firstPSN || len(q.respIn) > 0 || q.req.inMsg || q.inboxed.Load() {
-		return false
-	}
-	peer := d.qps[q.attr.DestQPNum]
-	// The peer takes the packets only as acceptLocked would: an RC QP
-	// connected back to q, at this device's GID.
-	if peer == nil || peer == q || peer.destroyed || peer.Type != qp.TypeRC || peer.eng() != q.eng() ||
-		peer.attr.DestQPNum != q.QPN || peer.attr.AH.DGID != d.cfg.GID ||
-		!peer.attr.QPState.ProcessRecv() || !d.directLocked(q.QPN, peer.QPN) {
-		return false
-	}
 	r := &peer.resp
-	if r.psn != w.firstPSN || len(peer.reqIn) > 0 || peer.inboxed.Load() || r.inSend || r.inWrite || r.reading || r.ackDue ||
-		peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 || w.length > superSeg {
-		return false
-	}
 	var dst []byte
 	if w.length > 0 {
 		b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteWrite)
@@ -297,21 +291,99 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	c := &q.eng().counts
 	c.packets += uint64(n) + 1
 	c.bytes += w.length
-	c.writes++
+	c.ops++
+	return true
+}
+
+// directPeerLocked is the peer QP that w may be executed against directly
+// (executeWriteLocked), or nil: the conditions every operation shares.
+func (q *QP) directPeerLocked(w *sendWQE) *QP {
+	d := q.dev
+	if q.Type != qp.TypeRC || !d.isLocalGID(q.attr.AH.DGID) {
+		return nil
+	}
+	if q.comp.psn != w.firstPSN || q.req.psn != w.firstPSN || len(q.respIn) > 0 || q.req.inMsg || q.inboxed.Load() {
+		return nil
+	}
+	peer := d.qps[q.attr.DestQPNum]
+	// The peer takes the packets only as acceptLocked would: an RC QP
+	// connected back to q, at this device's GID.
+	if peer == nil || peer == q || peer.destroyed || peer.Type != qp.TypeRC || peer.eng() != q.eng() ||
+		peer.attr.DestQPNum != q.QPN || peer.attr.AH.DGID != d.cfg.GID ||
+		!peer.attr.QPState.ProcessRecv() || !d.directLocked(q.QPN, peer.QPN) {
+		return nil
+	}
+	r := &peer.resp
+	if r.psn != w.firstPSN || len(peer.reqIn) > 0 || peer.inboxed.Load() || r.inSend || r.inWrite || r.reading || r.ackDue {
+		return nil
+	}
+	return peer
+}
+
+// executeAtomicLocked is executeWriteLocked for FETCH_ADD and CMP_SWAP:
+// the responder's side of respAtomicLocked (the word changed with a real
+// atomic, the result saved as a responder resource for duplicates, one
+// PSN and one MSN) and the requester's of handleAtomicAckLocked (the
+// original value scattered into the WQE's SGE, the WQE done).
+func (q *QP) executeAtomicLocked(w *sendWQE) bool {
+	peer := q.directPeerLocked(w)
+	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteAtomic == 0 || peer.attr.MaxDestRdAtomic == 0 ||
+		w.wr.RemoteAddr&7 != 0 {
+		return false
+	}
+	d := q.dev
+	b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, 8, qp.AccessRemoteAtomic)
+	if f != faultNone || !aligned8(b) {
+		return false
+	}
+	peer.ownReadRepliesLocked()
+	var orig uint64
+	if w.wr.Opcode == qp.WRAtomicCmpAndSwp {
+		orig = atomicCompareSwap(b, w.wr.CompareAdd, w.wr.Swap)
+	} else {
+		orig = atomicFetchAdd(b, w.wr.CompareAdd)
+	}
+	psn := w.firstPSN
+	peer.Counters.PacketsRecv++
+	peer.resp.nakSent = false
+	peer.noteCommEstLocked()
+	peer.saveResourceLocked(respResource{atomic: true, firstPSN: psn, lastPSN: psn, orig: orig})
+	peer.resp.msn++
+	peer.resp.psn = peer.resp.psn.Add(1)
+	peer.Counters.PacketsSent++ // the atomic acknowledgement
+	q.Counters.PacketsSent++
+	q.req.psn = q.req.psn.Add(1)
+	w.state = wqePending
+	q.reqIdx++
+	q.ackThroughLocked(psn.Add(^uint32(0)))
+	var v [8]byte
+	binary.LittleEndian.PutUint64(v[:], orig)
+	if f := d.scatterLocked(q.pd, w.wr.SGL, 0, v[:]); f != faultNone {
+		q.failWQELocked(w, qp.WCLocProtErr)
+	} else {
+		w.state, w.status = wqeDone, qp.WCSuccess
+		q.comp.psn = psn.Add(1)
+		q.progressLocked()
+		q.ackPendingLocked()
+		q.armRetryLocked()
+	}
+	c := &q.eng().counts
+	c.packets += 2
+	c.ops++
 	return true
 }
 
 // directCounts are the device counters of an engine's direct WRITEs not
 // yet added to Device.Counters; guarded by its stripe.
 type directCounts struct {
-	packets, bytes, writes uint64
+	packets, bytes, ops uint64
 }
 
 // flushCountsLocked adds what the turn's direct WRITEs count to the
 // device's counters (sent and received at once, as directTxLocked does).
 func (e *engine) flushCountsLocked() {
 	c := &e.counts
-	if c.writes == 0 {
+	if c.ops == 0 {
 		return
 	}
 	dc := &e.d.Counters
@@ -320,6 +392,6 @@ func (e *engine) flushCountsLocked() {
 	dc.BytesSent.Add(c.bytes)
 	dc.BytesRecv.Add(c.bytes)
 	dc.DirectPackets.Add(c.packets)
-	dc.DirectWrites.Add(c.writes)
+	dc.DirectOps.Add(c.ops)
 	*c = directCounts{}
 }

@@ -125,7 +125,7 @@ func TestDirectSameAsChainRC(t *testing.T) {
 	})
 }
 
-// WRITEs into an idle pair execute against the peer without packets
+// WRITEs and atomics into an idle pair execute against the peer without packets
 // (executeWriteLocked): one in RTR (comm_est), then in RTS of 1, 64 KiB
 // (one MTU... many) and three SGEs, inline, zero bytes, a stream of them
 // signaled every fourth, and the cases that must go as packets instead: a
@@ -172,6 +172,17 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 			fmt.Sprintf("opcode=rdma_write wr_id=50 send_flags=signaled sge=%d:0:70000 remote_addr=800000 rkey=%d", src.LKey, dst.RKey),
 			fmt.Sprintf("opcode=rdma_write_with_imm wr_id=51 send_flags=signaled imm_data=9 sge=%d:0:10 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
 		tr.settle(acq, bcq)
+		// Atomics into the idle pair, directly too: a fetch_add, a
+		// cmp_swap that swaps and one that does not, back to back.
+		at := e.mr(4096, qp.AccessLocalWrite|qp.AccessRemoteAtomic)
+		binary.LittleEndian.PutUint64(at.Mem()[0:], 1000)
+		e.postSend(a,
+			fmt.Sprintf("opcode=atomic_fetch_and_add wr_id=70 send_flags=signaled sge=%d:100:8 remote_addr=0 rkey=%d compare_add=5", at.LKey, at.RKey),
+			fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=71 send_flags=signaled sge=%d:108:8 remote_addr=0 rkey=%d compare_add=1005 swap=77", at.LKey, at.RKey),
+			fmt.Sprintf("opcode=atomic_cmp_and_swp wr_id=72 send_flags=signaled sge=%d:116:8 remote_addr=0 rkey=%d compare_add=1 swap=99", at.LKey, at.RKey))
+		tr.settle(acq, bcq)
+		tr.logf("atomics: word %d, results %d %d %d", binary.LittleEndian.Uint64(at.Mem()[0:]),
+			binary.LittleEndian.Uint64(at.Mem()[100:]), binary.LittleEndian.Uint64(at.Mem()[108:]), binary.LittleEndian.Uint64(at.Mem()[116:]))
 		sameBytes(t, dst.Mem()[200000:265536], src.Mem()[:65536])
 		sameBytes(t, dst.Mem()[300000:303000], src.Mem()[10:3010])
 		sameBytes(t, dst.Mem()[303001:305049], src.Mem()[9000:11048])
@@ -184,8 +195,8 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 		tr.settle(acq, bcq)
 		tr.qps(true, a, b)
 		// (A pair kept on two engines, -device.apart, takes the inboxes.)
-		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectWrites.Load() < 20 {
-			t.Fatalf("direct_writes %d: the WRITEs were not executed directly", e.d.Counters.DirectWrites.Load())
+		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 23 {
+			t.Fatalf("direct_ops %d: the WRITEs were not executed directly", e.d.Counters.DirectOps.Load())
 		}
 	})
 }
