@@ -671,7 +671,7 @@ type Counters struct {
 	// peer QP without packets (loopback.go, executeWriteLocked); their
 	// segments and acknowledgements are counted in DirectPackets as if
 	// they had been sent.
-	DirectOps       atomic.Uint64
+	DirectOps          atomic.Uint64
 	ExclusiveRuns      atomic.Uint64
 	CrossEnginePackets atomic.Uint64
 	EngineMoves        atomic.Uint64
