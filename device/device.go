@@ -667,8 +667,8 @@ type Counters struct {
 	// all of Device.mu (exclusiveLocked), CrossEnginePackets the packets
 	// one engine handed to a QP of another (its inbox), EngineMoves the
 	// QPs moved to their local peer's engine at RTR.
-	// DirectOps counts the RC WRITEs and atomics executed against their
-	// peer QP without packets (loopback.go, executeWriteLocked); their
+	// DirectOps counts the RC WRITEs, SENDs and atomics executed against
+	// their peer QP without packets (loopback.go, executeDirectLocked); their
 	// segments and acknowledgements are counted in DirectPackets as if
 	// they had been sent.
 	DirectOps          atomic.Uint64

@@ -5,6 +5,7 @@ import (
 
 	"rdmafs/link"
 	"rdmafs/qp"
+	"rdmafs/ring"
 )
 
 // The direct path between two QPs of one device, rdmavt's rvt_ruc_loopback
@@ -196,84 +197,191 @@ func (p *packet) npsn() uint32 {
 // lastPSN is the PSN of p's last segment.
 func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 
-// executeWriteLocked executes an RC RDMA WRITE (without immediate data)
-// against the peer QP directly, as rvt_ruc_loopback does: no request
-// packet, no ACK, no turn of the peer. It does so only where that cannot
-// be told from the packets: the two QPs on one engine, the direct path
-// open between them, nothing of q's in flight (every PSN it sent is
-// acknowledged, no response waits) and nothing of the peer's responder in
-// progress (no request queued or half received, no READ being answered,
-// no ACK held back, its expected PSN q's next), and every check the
-// responder would make passing (remote write access, the rkey for the
-// whole range, the local SGEs), for at most superSeg bytes (a turn stays
-// bounded: a larger WRITE goes in segments). Anything else goes as packets, which
-// answer with the NAKs, RNRs and retries of the transport. The state
-// moves as if the packets had gone both ways: the PSNs by the message's
-// path-MTU segments on both sides, the peer's MSN, comm_est at a peer in
-// RTR, the counters of the segments and the ACK, and the WQE completes as
-// an ACK completes it (ackThroughLocked). w has just started (wqeSending,
-// its PSNs assigned); it reports whether it executed w, which then has
-// moved past reqIdx.
-func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
-	if w.info.Atomic {
+// executeDirectLocked executes an RC WRITE (without immediate data), a
+// SEND or SEND_WITH_IMM, or an atomic against the peer QP directly, as
+// rvt_ruc_loopback does: no request packet, no acknowledgement, no turn
+// of the peer. It does so only where that cannot be told from the
+// packets: the two QPs on one engine, the direct path open between them,
+// nothing of q's in flight (every PSN it sent is acknowledged, no
+// response waits) and nothing of the peer's responder in progress (no
+// request queued or half received, no READ being answered, no ACK held
+// back, its expected PSN q's next) (directPeerLocked), and every check
+// the responder would make passing: access, the rkey, the receive WQE
+// (one posted to the peer's own RQ, long enough, its lkeys good) and the
+// local SGEs, for at most superSeg bytes (a turn stays bounded: a larger
+// message goes in segments). Anything else goes as packets, which answer
+// with the NAKs, RNRs and retries of the transport. The state moves as if
+// the packets had gone both ways: the PSNs by the message's path-MTU
+// segments on both sides, the peer's MSN, comm_est at a peer in RTR, the
+// counters of the segments and the acknowledgement, and the WQE completes
+// as an acknowledgement completes it (ackThroughLocked). w has just
+// started (wqeSending, its PSNs assigned); it reports whether it executed
+// w, which then has moved past reqIdx.
+func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
+	switch {
+	case w.info.Atomic:
 		return q.executeAtomicLocked(w)
-	}
-	if !w.info.Write || w.info.Imm || w.length > superSeg {
+	case w.length > superSeg:
 		return false
+	case w.info.Write && !w.info.Imm:
+		return q.executeWriteLocked(w, mtu)
+	case w.info.Send && w.wr.Opcode != qp.WRSendWithInv:
+		return q.executeSendLocked(w, mtu)
 	}
+	return false
+}
+
+// maxDirectSGEs bounds the SGEs of either side a direct operation takes
+// (more go as packets).
+const maxDirectSGEs = 4
+
+// directSourceLocked resolves w's bytes (its SGEs, or its inline data)
+// into src, or reports false.
+func (q *QP) directSourceLocked(w *sendWQE, src *[maxDirectSGEs][]byte) ([][]byte, bool) {
+	out := src[:0]
+	if w.wr.SendFlags&qp.SendInline != 0 {
+		return append(out, w.wr.InlineData), true
+	}
+	for _, s := range w.wr.SGL {
+		if s.Length == 0 {
+			continue
+		}
+		if len(out) == maxDirectSGEs {
+			return nil, false
+		}
+		b, _, f := q.dev.lkeyMRLocked(q.pd, &q.req.lkeyHint, s.LKey, s.Addr, uint64(s.Length), 0)
+		if f != faultNone {
+			return nil, false
+		}
+		out = append(out, b)
+	}
+	return out, true
+}
+
+// copyChunks copies the bytes of src, in order, over those of dst (as
+// long in all); the last bytes land last (copyOrdered).
+func copyChunks(dst, src [][]byte) {
+	if len(dst) == 1 && len(src) == 1 {
+		copyOrdered(dst[0], src[0])
+		return
+	}
+	i, off := 0, 0
+	for _, b := range src {
+		for len(b) > 0 {
+			n := copy(dst[i][off:], b)
+			b = b[n:]
+			if off += n; off == len(dst[i]) {
+				i, off = i+1, 0
+			}
+		}
+	}
+}
+
+// executeWriteLocked is executeDirectLocked's RDMA WRITE: the responder's
+// side of a WRITE ONLY (respWriteLocked).
+func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
 	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
 		return false
 	}
-	d := q.dev
-	r := &peer.resp
 	var dst []byte
 	if w.length > 0 {
-		b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteWrite)
+		b, f := q.dev.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteWrite)
 		if f != faultNone {
 			return false
 		}
 		dst = b
 	}
-	// The source, resolved whole before any byte moves.
-	var srcs [4][]byte
-	src := srcs[:0]
-	if w.wr.SendFlags&qp.SendInline != 0 {
-		src = append(src, w.wr.InlineData)
-	} else {
-		for _, s := range w.wr.SGL {
-			if s.Length == 0 {
-				continue
-			}
-			if len(src) == len(srcs) {
-				return false
-			}
-			b, _, f := d.lkeyMRLocked(q.pd, &q.req.lkeyHint, s.LKey, s.Addr, uint64(s.Length), 0)
-			if f != faultNone {
-				return false
-			}
-			src = append(src, b)
-		}
+	var srcs [maxDirectSGEs][]byte
+	src, ok := q.directSourceLocked(w, &srcs)
+	if !ok {
+		return false
 	}
-	// The responder's side of a WRITE ONLY (respWriteLocked).
 	peer.ownReadRepliesLocked()
-	if len(src) == 1 {
-		copyOrdered(dst, src[0])
-	} else {
-		off := 0
-		for _, b := range src {
-			off += copy(dst[off:], b)
-		}
+	copyChunks([][]byte{dst}, src)
+	r := &peer.resp
+	r.writeVA, r.writeRKey = w.wr.RemoteAddr+w.length, w.wr.RKey
+	r.writeResid, r.writeLen = 0, uint32(w.length)
+	q.directDoneLocked(peer, w, mtu, nil)
+	return true
+}
+
+// executeSendLocked is executeDirectLocked's SEND and SEND_WITH_IMM: the
+// responder's side of a SEND ONLY (respSendLocked) into the next receive
+// WQE of the peer's RQ, checked whole before it is taken (an SRQ's, or
+// none, goes as packets: the packets' RNR NAK).
+func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
+	peer := q.directPeerLocked(w)
+	if peer == nil || peer.srq != nil {
+		return false
 	}
+	if n, err := peer.rqCons.Pending(); err != nil || n == 0 {
+		return false
+	}
+	r := &peer.resp
+	r.rwqe = qp.RecvWR{SGL: r.rwqe.SGL[:0]}
+	if ring.DecodeRecvWQE(peer.rqCons.Peek(0), &r.rwqe) != nil || uint32(len(r.rwqe.SGL)) > peer.Cap.MaxRecvSGE {
+		return false
+	}
+	if total, ok := sglLength(r.rwqe.SGL); !ok || total < w.length {
+		return false
+	}
+	var dsts [maxDirectSGEs][]byte
+	dst := dsts[:0]
+	for left, i := w.length, 0; left > 0; i++ {
+		s := r.rwqe.SGL[i]
+		take := min(uint64(s.Length), left)
+		if take == 0 {
+			continue
+		}
+		if len(dst) == maxDirectSGEs {
+			return false
+		}
+		b, f := q.dev.lkeyLocked(peer.pd, s.LKey, s.Addr, take, qp.AccessLocalWrite)
+		if f != faultNone {
+			return false
+		}
+		dst = append(dst, b)
+		left -= take
+	}
+	var srcs [maxDirectSGEs][]byte
+	src, ok := q.directSourceLocked(w, &srcs)
+	if !ok {
+		return false
+	}
+	// Taken: the RWQE is the one decoded above.
+	peer.rqCons.Advance(1)
+	peer.rqCons.Publish()
+	peer.Counters.RecvWQEs++
+	r.haveRWQE = true
+	peer.ownReadRepliesLocked()
+	copyChunks(dst, src)
+	r.offset = w.length
+	var wf qp.WCFlags
+	if w.info.Imm {
+		wf = qp.WCWithImm
+	}
+	q.directDoneLocked(peer, w, mtu, func() {
+		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, w.wr.ImmData, w.wr.SendFlags&qp.SendSolicited != 0)
+	})
+	return true
+}
+
+// directDoneLocked moves both QPs as the message's packets and its ACK
+// would have: the peer's receive counters, PSN, MSN and comm_est, then
+// (recv, the peer's completion, if any) the ACK's effect on q.
+func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
 	n := npkts(w.length, mtu)
+	r := &peer.resp
 	peer.Counters.PacketsRecv += uint64(n)
 	peer.Counters.BytesRecv += w.length
 	r.nakSent = false
 	peer.noteCommEstLocked()
-	r.writeVA, r.writeRKey = w.wr.RemoteAddr+w.length, w.wr.RKey
-	r.writeResid, r.writeLen = 0, uint32(w.length)
 	r.psn = r.psn.Add(n)
 	r.msn++
+	if recv != nil {
+		recv()
+	}
 	peer.Counters.AcksSent++
 	peer.Counters.PacketsSent++
 	// The requester's side: sent, and acknowledged.
@@ -292,11 +400,10 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	c.packets += uint64(n) + 1
 	c.bytes += w.length
 	c.ops++
-	return true
 }
 
 // directPeerLocked is the peer QP that w may be executed against directly
-// (executeWriteLocked), or nil: the conditions every operation shares.
+// (executeDirectLocked), or nil: the conditions every operation shares.
 func (q *QP) directPeerLocked(w *sendWQE) *QP {
 	d := q.dev
 	if q.Type != qp.TypeRC || !d.isLocalGID(q.attr.AH.DGID) {
@@ -320,7 +427,7 @@ func (q *QP) directPeerLocked(w *sendWQE) *QP {
 	return peer
 }
 
-// executeAtomicLocked is executeWriteLocked for FETCH_ADD and CMP_SWAP:
+// executeAtomicLocked is executeDirectLocked's FETCH_ADD and CMP_SWAP:
 // the responder's side of respAtomicLocked (the word changed with a real
 // atomic, the result saved as a responder resource for duplicates, one
 // PSN and one MSN) and the requester's of handleAtomicAckLocked (the

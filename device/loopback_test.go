@@ -125,7 +125,7 @@ func TestDirectSameAsChainRC(t *testing.T) {
 	})
 }
 
-// WRITEs and atomics into an idle pair execute against the peer without packets
+// WRITEs, SENDs and atomics into an idle pair execute against the peer without packets
 // (executeWriteLocked): one in RTR (comm_est), then in RTS of 1, 64 KiB
 // (one MTU... many) and three SGEs, inline, zero bytes, a stream of them
 // signaled every fourth, and the cases that must go as packets instead: a
@@ -172,6 +172,19 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 			fmt.Sprintf("opcode=rdma_write wr_id=50 send_flags=signaled sge=%d:0:70000 remote_addr=800000 rkey=%d", src.LKey, dst.RKey),
 			fmt.Sprintf("opcode=rdma_write_with_imm wr_id=51 send_flags=signaled imm_data=9 sge=%d:0:10 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
 		tr.settle(acq, bcq)
+		// SENDs into posted receive WQEs, directly: across two SGEs,
+		// with immediate data and no bytes, solicited.
+		e.postRecv(b, fmt.Sprintf("wr_id=80 sge=%d:910000:50 sge=%d:911000:60", dst.LKey, dst.LKey),
+			fmt.Sprintf("wr_id=81 sge=%d:912000:16", dst.LKey),
+			fmt.Sprintf("wr_id=82 sge=%d:913000:8192", dst.LKey))
+		e.postSend(a,
+			fmt.Sprintf("opcode=send wr_id=83 send_flags=signaled sge=%d:20:100", src.LKey),
+			"opcode=send_with_imm wr_id=84 send_flags=signaled imm_data=42",
+			fmt.Sprintf("opcode=send wr_id=85 send_flags=signaled,solicited sge=%d:0:5000", src.LKey))
+		tr.settle(acq, bcq)
+		sameBytes(t, dst.Mem()[910000:910050], src.Mem()[20:70])
+		sameBytes(t, dst.Mem()[911000:911050], src.Mem()[70:120])
+		sameBytes(t, dst.Mem()[913000:918000], src.Mem()[:5000])
 		// Atomics into the idle pair, directly too: a fetch_add, a
 		// cmp_swap that swaps and one that does not, back to back.
 		at := e.mr(4096, qp.AccessLocalWrite|qp.AccessRemoteAtomic)
@@ -195,7 +208,7 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 		tr.settle(acq, bcq)
 		tr.qps(true, a, b)
 		// (A pair kept on two engines, -device.apart, takes the inboxes.)
-		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 23 {
+		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 26 {
 			t.Fatalf("direct_ops %d: the WRITEs were not executed directly", e.d.Counters.DirectOps.Load())
 		}
 	})

@@ -165,20 +165,24 @@ func TestMRDeregWithPacketsInFlight(t *testing.T) {
 	}
 	e := newEnv(t)
 	a, b, acq, bcq := e.pair(qp.TypeRC)
-	src, dst := e.mr(8192, 0), e.mr(8192, qp.AccessLocalWrite)
+	// Past 64 KiB, so that the SEND goes as packets (executeDirectLocked
+	// takes smaller ones without any).
+	const size = 70000
+	src, dst := e.mr(1<<17, 0), e.mr(1<<17, qp.AccessLocalWrite)
 	fill(src.Mem(), 15)
-	want := append([]byte(nil), src.Mem()[:3000]...)
-	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:8192", dst.LKey))
+	want := append([]byte(nil), src.Mem()[:size]...)
+	e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:%d", dst.LKey, 1<<17))
 	e.quiesce()
-	e.postRaw(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:3000", src.LKey))
+	e.postRaw(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:%d", src.LKey, size))
 	e.d.mu.Lock()
 	a.runLocked()                         // packets aliasing src now wait in b's queue
 	queued := len(b.reqIn) + len(b.inbox) // b's inbox when on another engine
 	e.d.mu.Unlock()
-	// Three MTU-sized packets, or on the direct path one of three segments.
-	wantQueued := 1
+	// 69 MTU-sized packets, or on the direct path a 64 KiB segment and
+	// the rest.
+	wantQueued := 2
 	if *packetsFlag {
-		wantQueued = 3
+		wantQueued = 69
 	}
 	if queued != wantQueued {
 		t.Fatalf("%d packets queued, want %d", queued, wantQueued)
@@ -186,9 +190,9 @@ func TestMRDeregWithPacketsInFlight(t *testing.T) {
 	if err := src.Dereg(); err != nil {
 		t.Fatal(err)
 	}
-	e.expect(bcq, recvWC(9, "success", "recv", b, 3000, a, ""))
-	e.expect(acq, sendWC(1, "success", "send", a, 3000))
-	sameBytes(t, dst.Mem()[:3000], want)
+	e.expect(bcq, recvWC(9, "success", "recv", b, size, a, ""))
+	e.expect(acq, sendWC(1, "success", "send", a, size))
+	sameBytes(t, dst.Mem()[:size], want)
 }
 
 func TestSendWithInvOfType2MW(t *testing.T) {

@@ -271,7 +271,7 @@ func (q *QP) requesterLocked() bool {
 			w.state = wqeSending
 			w.sent = 0
 			q.ssn++
-			if q.executeWriteLocked(w, mtu) {
+			if q.executeDirectLocked(w, mtu) {
 				direct = true
 				budget--
 				continue
