@@ -198,7 +198,7 @@ func (p *packet) npsn() uint32 {
 func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 
 // executeDirectLocked executes an RC WRITE (without immediate data), a
-// SEND or SEND_WITH_IMM, or an atomic against the peer QP directly, as
+// SEND or SEND_WITH_IMM, a READ or an atomic against the peer QP directly, as
 // rvt_ruc_loopback does: no request packet, no acknowledgement, no turn
 // of the peer. It does so only where that cannot be told from the
 // packets: the two QPs on one engine, the direct path open between them,
@@ -227,8 +227,62 @@ func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
 		return q.executeWriteLocked(w, mtu)
 	case w.info.Send && w.wr.Opcode != qp.WRSendWithInv:
 		return q.executeSendLocked(w, mtu)
+	case w.info.Read:
+		return q.executeReadLocked(w, mtu)
 	}
 	return false
+}
+
+// executeReadLocked is executeDirectLocked's RDMA READ: the responder's
+// side of respReadLocked (the READ saved as a responder resource, its PSNs
+// and MSN taken) and the requester's of the READ response, whose bytes go
+// from the peer's memory into the WQE's SGEs in one copy.
+func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
+	peer := q.directPeerLocked(w)
+	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteRead == 0 || peer.attr.MaxDestRdAtomic == 0 {
+		return false
+	}
+	d := q.dev
+	var src []byte
+	if w.length > 0 {
+		b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteRead)
+		if f != faultNone {
+			return false
+		}
+		src = b
+	}
+	n := npkts(w.length, mtu)
+	first := w.firstPSN
+	peer.Counters.PacketsRecv++ // the request
+	peer.resp.nakSent = false
+	peer.noteCommEstLocked()
+	peer.saveResourceLocked(respResource{firstPSN: first, lastPSN: first.Add(n - 1), va: w.wr.RemoteAddr,
+		rkey: w.wr.RKey, length: uint32(w.length)})
+	peer.resp.msn++
+	peer.resp.psn = first.Add(n)
+	peer.Counters.PacketsSent += uint64(n) // the responses
+	peer.Counters.BytesSent += w.length
+	q.Counters.PacketsSent++
+	q.Counters.BytesRecv += w.length
+	q.req.psn = q.req.psn.Add(n)
+	w.sent = w.length
+	w.state = wqePending
+	q.reqIdx++
+	q.ackThroughLocked(first.Add(^uint32(0)))
+	if f := d.scatterLocked(q.pd, w.wr.SGL, 0, src); f != faultNone {
+		q.failWQELocked(w, qp.WCLocProtErr)
+	} else {
+		q.comp.psn = first.Add(n)
+		q.progressLocked()
+		w.state, w.status = wqeDone, qp.WCSuccess
+		q.ackPendingLocked()
+		q.armRetryLocked()
+	}
+	c := &q.eng().counts
+	c.packets += 1 + uint64(n)
+	c.bytes += w.length
+	c.ops++
+	return true
 }
 
 // maxDirectSGEs bounds the SGEs of either side a direct operation takes

@@ -125,7 +125,7 @@ func TestDirectSameAsChainRC(t *testing.T) {
 	})
 }
 
-// WRITEs, SENDs and atomics into an idle pair execute against the peer without packets
+// WRITEs, SENDs, READs and atomics into an idle pair execute against the peer without packets
 // (executeWriteLocked): one in RTR (comm_est), then in RTS of 1, 64 KiB
 // (one MTU... many) and three SGEs, inline, zero bytes, a stream of them
 // signaled every fourth, and the cases that must go as packets instead: a
@@ -141,7 +141,7 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 		e.modify(b, "qp_state=INIT pkey_index=0 port_num=1 qp_access_flags="+allAccess)
 		e.modify(b, fmt.Sprintf("qp_state=RTR path_mtu=1024 rq_psn=500 max_dest_rd_atomic=4 min_rnr_timer=12 dest_qp_num=%d dgid=%s", a.QPN, GIDString(e.gidOf(a.QPN))))
 		src := e.mr(1<<20, qp.AccessLocalWrite)
-		dst := e.mr(1<<20, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+		dst := e.mr(1<<20, qp.AccessLocalWrite|qp.AccessRemoteWrite|qp.AccessRemoteRead)
 		fill(src.Mem(), 3)
 		// b in RTR: the first WRITE raises comm_est there.
 		e.postSend(a, fmt.Sprintf("opcode=rdma_write wr_id=1 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
@@ -185,6 +185,17 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 		sameBytes(t, dst.Mem()[910000:910050], src.Mem()[20:70])
 		sameBytes(t, dst.Mem()[911000:911050], src.Mem()[70:120])
 		sameBytes(t, dst.Mem()[913000:918000], src.Mem()[:5000])
+		// READs from the idle pair: 100 bytes, 64 KiB, into two SGEs,
+		// none.
+		rd := e.mr(1<<17, qp.AccessLocalWrite)
+		e.postSend(a,
+			fmt.Sprintf("opcode=rdma_read wr_id=86 send_flags=signaled sge=%d:0:100 remote_addr=200000 rkey=%d", rd.LKey, dst.RKey),
+			fmt.Sprintf("opcode=rdma_read wr_id=87 send_flags=signaled sge=%d:1000:65536 remote_addr=200000 rkey=%d", rd.LKey, dst.RKey),
+			fmt.Sprintf("opcode=rdma_read wr_id=88 send_flags=signaled sge=%d:70000:30 sge=%d:71000:70 remote_addr=200000 rkey=%d", rd.LKey, rd.LKey, dst.RKey),
+			fmt.Sprintf("opcode=rdma_read wr_id=89 send_flags=signaled sge=%d:0:0 remote_addr=0 rkey=%d", rd.LKey, dst.RKey))
+		tr.settle(acq, bcq)
+		sameBytes(t, rd.Mem()[1000:1000+65536], dst.Mem()[200000:265536])
+		sameBytes(t, rd.Mem()[71000:71070], dst.Mem()[200030:200100])
 		// Atomics into the idle pair, directly too: a fetch_add, a
 		// cmp_swap that swaps and one that does not, back to back.
 		at := e.mr(4096, qp.AccessLocalWrite|qp.AccessRemoteAtomic)
@@ -208,7 +219,7 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 		tr.settle(acq, bcq)
 		tr.qps(true, a, b)
 		// (A pair kept on two engines, -device.apart, takes the inboxes.)
-		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 26 {
+		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 30 {
 			t.Fatalf("direct_ops %d: the WRITEs were not executed directly", e.d.Counters.DirectOps.Load())
 		}
 	})
