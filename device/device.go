@@ -36,7 +36,9 @@
 //     rvt_ruc_loopback): their packets skip the link chain, the receiving
 //     QP's turn runs right after the sender's in the same batch, and RC
 //     messages go in segments of up to 64 KiB (one copy per message), with
-//     the same transport rules; a capture, a fault rule for the QP or
+//     the same transport rules; between two idle QPs of one engine an RC
+//     WRITE, SEND, READ or atomic is executed against the peer with no
+//     packet (executeDirectLocked); a capture, a fault rule for the QP or
 //     Config.PacketLoopback puts the packets back on the chain.
 //   - link.go: the device's side of its link (package link, which owns
 //     sockets, faults, capture and the wire's receive goroutine): it builds

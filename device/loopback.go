@@ -35,6 +35,13 @@ import (
 // The choice is made per packet when its turn's batch is flushed; the
 // segment size when the packet is built, by the same rule, so a capture
 // opened between the two sees one oversized packet at most.
+//
+// Where the packets could not be told apart from none at all, there are
+// none: a WRITE, SEND, READ or atomic of at most superSeg bytes between two
+// idle QPs of one engine is executed against the peer by the requester's
+// turn (executeDirectLocked), the state of both QPs moving as the packets
+// and their acknowledgement would have moved it; anything a packet would
+// have been NAKed, RNR-NAKed or retried for goes as packets.
 
 // superSeg is the most payload a packet on the direct path carries.
 const superSeg = 64 << 10
