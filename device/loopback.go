@@ -204,8 +204,8 @@ func (p *packet) npsn() uint32 {
 // lastPSN is the PSN of p's last segment.
 func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 
-// executeDirectLocked executes an RC WRITE (without immediate data), a
-// SEND or SEND_WITH_IMM, a READ or an atomic against the peer QP directly, as
+// executeDirectLocked executes an RC WRITE or WRITE_WITH_IMM, a SEND or
+// SEND_WITH_IMM, a READ or an atomic against the peer QP directly, as
 // rvt_ruc_loopback does: no request packet, no acknowledgement, no turn
 // of the peer. It does so only where that cannot be told from the
 // packets: the two QPs on one engine, the direct path open between them,
@@ -230,7 +230,7 @@ func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
 		return q.executeAtomicLocked(w)
 	case w.length > superSeg:
 		return false
-	case w.info.Write && !w.info.Imm:
+	case w.info.Write:
 		return q.executeWriteLocked(w, mtu)
 	case w.info.Send && w.wr.Opcode != qp.WRSendWithInv:
 		return q.executeSendLocked(w, mtu)
@@ -338,8 +338,9 @@ func copyChunks(dst, src [][]byte) {
 	}
 }
 
-// executeWriteLocked is executeDirectLocked's RDMA WRITE: the responder's
-// side of a WRITE ONLY (respWriteLocked).
+// executeWriteLocked is executeDirectLocked's RDMA WRITE and
+// WRITE_WITH_IMM: the responder's side of a WRITE ONLY (respWriteLocked),
+// the latter's receive completion where the packet's would be written.
 func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
 	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
@@ -353,6 +354,11 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 		}
 		dst = b
 	}
+	// WRITE_WITH_IMM takes a receive WQE of the peer's own RQ (an SRQ's,
+	// or none, goes as packets).
+	if w.info.Imm && (peer.srq != nil || !peer.peekRWQELocked()) {
+		return false
+	}
 	var srcs [maxDirectSGEs][]byte
 	src, ok := q.directSourceLocked(w, &srcs)
 	if !ok {
@@ -363,8 +369,44 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	r := &peer.resp
 	r.writeVA, r.writeRKey = w.wr.RemoteAddr+w.length, w.wr.RKey
 	r.writeResid, r.writeLen = 0, uint32(w.length)
-	q.directDoneLocked(peer, w, mtu, nil)
+	var recv func()
+	if w.info.Imm {
+		peer.takePeekedRWQELocked()
+		recv = func() {
+			wc := qp.WC{WRID: r.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
+				QPNum: peer.QPN, ByteLen: uint32(w.length), SrcQP: peer.attr.DestQPNum,
+				WCFlags: qp.WCWithImm, ImmData: w.wr.ImmData}
+			r.haveRWQE = false
+			peer.postRecvCQELocked(&wc, w.wr.SendFlags&qp.SendSolicited != 0)
+		}
+	}
+	q.directDoneLocked(peer, w, mtu, recv)
 	return true
+}
+
+// peekRWQELocked decodes the next receive WQE of q's own RQ into
+// q.resp.rwqe without taking it, and reports whether there is one a packet
+// would take without a NAK (takeRWQELocked's checks).
+func (q *QP) peekRWQELocked() bool {
+	if n, err := q.rqCons.Pending(); err != nil || n == 0 {
+		return false
+	}
+	r := &q.resp
+	r.rwqe = qp.RecvWR{SGL: r.rwqe.SGL[:0]}
+	if ring.DecodeRecvWQE(q.rqCons.Peek(0), &r.rwqe) != nil || uint32(len(r.rwqe.SGL)) > q.Cap.MaxRecvSGE {
+		return false
+	}
+	_, ok := sglLength(r.rwqe.SGL)
+	return ok
+}
+
+// takePeekedRWQELocked takes the receive WQE peekRWQELocked decoded.
+func (q *QP) takePeekedRWQELocked() {
+	q.rqCons.Advance(1)
+	q.rqCons.Publish()
+	q.Counters.RecvWQEs++
+	q.resp.haveRWQE = true
+	q.resp.offset = 0
 }
 
 // executeSendLocked is executeDirectLocked's SEND and SEND_WITH_IMM: the
@@ -373,18 +415,11 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 // none, goes as packets: the packets' RNR NAK).
 func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
-	if peer == nil || peer.srq != nil {
-		return false
-	}
-	if n, err := peer.rqCons.Pending(); err != nil || n == 0 {
+	if peer == nil || peer.srq != nil || !peer.peekRWQELocked() {
 		return false
 	}
 	r := &peer.resp
-	r.rwqe = qp.RecvWR{SGL: r.rwqe.SGL[:0]}
-	if ring.DecodeRecvWQE(peer.rqCons.Peek(0), &r.rwqe) != nil || uint32(len(r.rwqe.SGL)) > peer.Cap.MaxRecvSGE {
-		return false
-	}
-	if total, ok := sglLength(r.rwqe.SGL); !ok || total < w.length {
+	if total, _ := sglLength(r.rwqe.SGL); total < w.length {
 		return false
 	}
 	var dsts [maxDirectSGEs][]byte
@@ -410,11 +445,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	if !ok {
 		return false
 	}
-	// Taken: the RWQE is the one decoded above.
-	peer.rqCons.Advance(1)
-	peer.rqCons.Publish()
-	peer.Counters.RecvWQEs++
-	r.haveRWQE = true
+	peer.takePeekedRWQELocked()
 	peer.ownReadRepliesLocked()
 	copyChunks(dst, src)
 	r.offset = w.length
