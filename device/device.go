@@ -125,9 +125,10 @@
 // goroutine and the fault injector's delay timers take all of it to
 // deliver (package link, Locking). Lock order: the per-queue producer
 // locks (postMu, pollMu; a verb takes its queue's first), then Device.mu
-// (its stripes in engine order), then chainMu, a CQ's prodMu or an SRQ's
-// takeMu, then the link's capture lock, bellMu or a QP's inMu, then the
-// scheduler's lock (engine.mu), the innermost. The transport's timers never
+// (its stripes in engine order), then chainMu or an SRQ's takeMu (a
+// direct SEND holds it while it completes, executeSendLocked), then a
+// CQ's prodMu, then the link's capture lock, bellMu or a QP's inMu, then
+// the scheduler's lock (engine.mu), the innermost. The transport's timers never
 // take Device.mu: they mark a QP runnable under its engine's scheduler
 // lock and wake that engine. The doorbell takes Device.mu only with
 // TryLock, after it has let go of bellMu, so it never waits for it. A

@@ -404,9 +404,12 @@ func (e *engine) giveBack(batch []*QP) {
 	e.mu.Lock()
 	clear(batch)
 	e.spare = batch[:0]
+	// Counted before the engine looks idle: a Quiesce that sees it idle
+	// then sees the count moved, and looks again (what the batch
+	// scheduled elsewhere may be on an engine it has looked at).
+	e.d.batchEnds.Add(1)
 	e.running--
 	e.mu.Unlock()
-	e.d.batchEnds.Add(1)
 }
 
 func (e *engine) loop() {

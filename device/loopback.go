@@ -415,10 +415,22 @@ func (q *QP) takePeekedRWQELocked() {
 // none, goes as packets: the packets' RNR NAK).
 func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
-	if peer == nil || peer.srq != nil || !peer.peekRWQELocked() {
+	if peer == nil {
 		return false
 	}
 	r := &peer.resp
+	srq := peer.srq
+	if srq != nil {
+		// Peeked and taken under one hold: QPs of other engines take
+		// from it too.
+		srq.lockTake()
+		defer srq.unlockTake()
+		if !srq.peekTakeLocked(&r.rwqe) {
+			return false
+		}
+	} else if !peer.peekRWQELocked() {
+		return false
+	}
 	if total, _ := sglLength(r.rwqe.SGL); total < w.length {
 		return false
 	}
@@ -445,7 +457,13 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	if !ok {
 		return false
 	}
-	peer.takePeekedRWQELocked()
+	if srq != nil {
+		srq.commitTakeLocked()
+		peer.Counters.RecvWQEs++
+		r.haveRWQE, r.offset = true, 0
+	} else {
+		peer.takePeekedRWQELocked()
+	}
 	peer.ownReadRepliesLocked()
 	copyChunks(dst, src)
 	r.offset = w.length

@@ -230,6 +230,54 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 	})
 }
 
+// SENDs into an SRQ, directly between idle QPs: the SRQ's WQEs in order,
+// its limit event when the count drops below the limit, and a SEND the
+// next WQE is too short for, which goes as packets (the receiver's
+// LOC_LEN_ERR, the sender's REM_INV_REQ_ERR).
+func TestDirectSameAsChainSRQ(t *testing.T) {
+	sameOnBothPaths(t, func(tr *transcript) {
+		e := tr.e
+		srq, err := e.d.CreateSRQ(0, qp.CreateSRQ{PD: e.pd.Handle, MaxWR: 16, MaxSGE: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acq, bcq := e.cq(64), e.cq(64)
+		a := e.qp(qpOpts{typ: qp.TypeRC, scq: acq, rcq: acq})
+		b := e.qp(qpOpts{typ: qp.TypeRC, scq: bcq, rcq: bcq, srq: srq})
+		e.connect(a, b.QPN, "")
+		e.connect(b, a.QPN, "")
+		src, dst := e.mr(1<<16, 0), e.mr(1<<16, qp.AccessLocalWrite)
+		fill(src.Mem(), 5)
+		var wrs []qp.RecvWR
+		for i := range 5 {
+			n := uint32(1000)
+			if i == 4 {
+				n = 10
+			}
+			wrs = append(wrs, qp.RecvWR{WRID: uint64(100 + i), SGL: []qp.SGE{{Addr: uint64(i) * 2000, Length: n / 2, LKey: dst.LKey},
+				{Addr: uint64(i)*2000 + 1000, Length: n - n/2, LKey: dst.LKey}}})
+		}
+		if _, err := srq.PostRecv(wrs); err != nil {
+			t.Fatal(err)
+		}
+		if err := srq.Modify(3); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 {
+			e.postSend(a, fmt.Sprintf("opcode=send wr_id=%d send_flags=signaled sge=%d:%d:%d", i, src.LKey, i*10, 100*(i+1)))
+			tr.settle(acq, bcq)
+		}
+		sameBytes(t, dst.Mem()[6000:6400], src.Mem()[30:430]) // the fourth, in one SGE
+		sameBytes(t, dst.Mem()[2000:2200], src.Mem()[10:210]) // the second
+		e.postSend(a, fmt.Sprintf("opcode=send wr_id=9 send_flags=signaled sge=%d:0:20", src.LKey))
+		tr.settle(acq, bcq)
+		tr.qps(true, a, b)
+		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 4 {
+			t.Fatalf("direct_ops %d: the SENDs into the SRQ were not executed directly", e.d.Counters.DirectOps.Load())
+		}
+	})
+}
+
 func TestDirectSameAsChainRNR(t *testing.T) {
 	sameOnBothPaths(t, func(tr *transcript) {
 		e := tr.e

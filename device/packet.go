@@ -148,7 +148,7 @@ func (q *QP) takeInboxLocked() bool {
 	q.inMu.Lock()
 	in := q.inbox
 	n := 0
-	for n < len(in) && len(q.reqIn) < inboxTake && len(q.respIn) < inboxTake {
+	for n < len(in) && len(q.reqIn) < inboxTake && len(q.respIn) < readWindow {
 		// Accepted under inMu: the order of the inbox is kept, and
 		// acceptLocked takes no lock of its own for q's engine.
 		q.dev.acceptLocked(in[n], q.eng())
@@ -168,8 +168,10 @@ func (q *QP) takeInboxLocked() bool {
 	return left
 }
 
-// inboxTake is how long q's receive queues may grow from the inbox in one
-// turn: twice a turn's budget.
+// inboxTake is how long q's queue of requests may grow from the inbox in
+// one turn: twice a turn's budget. Responses stop at readWindow, so that
+// READ responses from a peer on another engine wait in the inbox, where
+// its READ window sees them (readStepLocked), not in q's queue.
 const inboxTake = 2 * respondBudget
 
 // detachPacketsLocked gives every queued packet that aliases mr its own

@@ -154,6 +154,48 @@ func (s *SRQ) releaseLocked() {
 	s.region.Close()
 }
 
+// lockTake and unlockTake hold the SRQ's consumer side across a peek and
+// the take that may follow it (executeSendLocked); with one engine the
+// stripe already does.
+func (s *SRQ) lockTake() {
+	if len(s.dev.engines) > 1 {
+		s.takeMu.Lock()
+	}
+}
+
+func (s *SRQ) unlockTake() {
+	if len(s.dev.engines) > 1 {
+		s.takeMu.Unlock()
+	}
+}
+
+// peekTakeLocked decodes the next receive WQE into wr without taking it,
+// and reports whether there is one that takeLocked would not call
+// malformed; lockTake held.
+func (s *SRQ) peekTakeLocked(wr *qp.RecvWR) bool {
+	if n, err := s.cons.Pending(); err != nil || n == 0 {
+		return false
+	}
+	*wr = qp.RecvWR{SGL: wr.SGL[:0]}
+	if ring.DecodeRecvWQE(s.cons.Peek(0), wr) != nil || uint32(len(wr.SGL)) > s.MaxSGE {
+		return false
+	}
+	_, ok := sglLength(wr.SGL)
+	return ok
+}
+
+// commitTakeLocked takes the WQE peekTakeLocked decoded, as takeLocked
+// takes one (the limit event included); lockTake held.
+func (s *SRQ) commitTakeLocked() {
+	n, _ := s.cons.Pending()
+	s.cons.Advance(1)
+	s.cons.Publish()
+	if s.Limit != 0 && n-1 < s.Limit {
+		s.Limit = 0
+		s.dev.raise(qp.EventSRQLimitReached, "srq", s.Handle)
+	}
+}
+
 // takeLocked pops the next receive WQE into wr for the responder. It
 // returns false when the SRQ is empty; a WQE that does not decode or has
 // more SGEs than the SRQ allows is reported as malformed.
