@@ -5,7 +5,6 @@ import (
 
 	"rdmafs/link"
 	"rdmafs/qp"
-	"rdmafs/ring"
 )
 
 // The direct path between two QPs of one device, rdmavt's rvt_ruc_loopback
@@ -356,8 +355,13 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	}
 	// WRITE_WITH_IMM takes a receive WQE of the peer's own RQ (an SRQ's,
 	// or none, goes as packets).
-	if w.info.Imm && (peer.srq != nil || !peer.peekRWQELocked()) {
-		return false
+	if w.info.Imm {
+		if peer.srq != nil {
+			return false
+		}
+		if present, malformed := peer.peekRecvLocked(); !present || malformed {
+			return false
+		}
 	}
 	var srcs [maxDirectSGEs][]byte
 	src, ok := q.directSourceLocked(w, &srcs)
@@ -371,7 +375,7 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	r.writeResid, r.writeLen = 0, uint32(w.length)
 	var recv func()
 	if w.info.Imm {
-		peer.takePeekedRWQELocked()
+		peer.takeRecvLocked()
 		recv = func() {
 			wc := qp.WC{WRID: r.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
 				QPNum: peer.QPN, ByteLen: uint32(w.length), SrcQP: peer.attr.DestQPNum,
@@ -384,31 +388,6 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	return true
 }
 
-// peekRWQELocked decodes the next receive WQE of q's own RQ into
-// q.resp.rwqe without taking it, and reports whether there is one a packet
-// would take without a NAK (takeRWQELocked's checks).
-func (q *QP) peekRWQELocked() bool {
-	if n, err := q.rqCons.Pending(); err != nil || n == 0 {
-		return false
-	}
-	r := &q.resp
-	r.rwqe = qp.RecvWR{SGL: r.rwqe.SGL[:0]}
-	if ring.DecodeRecvWQE(q.rqCons.Peek(0), &r.rwqe) != nil || uint32(len(r.rwqe.SGL)) > q.Cap.MaxRecvSGE {
-		return false
-	}
-	_, ok := sglLength(r.rwqe.SGL)
-	return ok
-}
-
-// takePeekedRWQELocked takes the receive WQE peekRWQELocked decoded.
-func (q *QP) takePeekedRWQELocked() {
-	q.rqCons.Advance(1)
-	q.rqCons.Publish()
-	q.Counters.RecvWQEs++
-	q.resp.haveRWQE = true
-	q.resp.offset = 0
-}
-
 // executeSendLocked is executeDirectLocked's SEND and SEND_WITH_IMM: the
 // responder's side of a SEND ONLY (respSendLocked) into the next receive
 // WQE of the peer's RQ, checked whole before it is taken (an SRQ's, or
@@ -419,16 +398,13 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 		return false
 	}
 	r := &peer.resp
-	srq := peer.srq
-	if srq != nil {
+	if srq := peer.srq; srq != nil {
 		// Peeked and taken under one hold: QPs of other engines take
 		// from it too.
 		srq.lockTake()
 		defer srq.unlockTake()
-		if !srq.peekTakeLocked(&r.rwqe) {
-			return false
-		}
-	} else if !peer.peekRWQELocked() {
+	}
+	if present, malformed := peer.peekRecvLocked(); !present || malformed {
 		return false
 	}
 	if total, _ := sglLength(r.rwqe.SGL); total < w.length {
@@ -457,13 +433,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	if !ok {
 		return false
 	}
-	if srq != nil {
-		srq.commitTakeLocked()
-		peer.Counters.RecvWQEs++
-		r.haveRWQE, r.offset = true, 0
-	} else {
-		peer.takePeekedRWQELocked()
-	}
+	peer.takeRecvLocked()
 	peer.ownReadRepliesLocked()
 	copyChunks(dst, src)
 	r.offset = w.length

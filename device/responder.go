@@ -253,11 +253,26 @@ func (q *QP) packetLenOK(p *packet, flags roce.Class) bool {
 // takeRWQELocked gets the next receive WQE from the RQ or SRQ. malformed
 // means the client wrote one that cannot be used.
 func (q *QP) takeRWQELocked() (ok, malformed bool) {
-	sgl := q.resp.rwqe.SGL[:0]
-	q.resp.rwqe = qp.RecvWR{SGL: sgl}
-	q.resp.offset = 0
 	if q.srq != nil {
-		ok, malformed = q.srq.takeLocked(&q.resp.rwqe)
+		q.srq.lockTake()
+		defer q.srq.unlockTake()
+	}
+	if ok, malformed = q.peekRecvLocked(); ok {
+		q.takeRecvLocked()
+	}
+	return ok, malformed
+}
+
+// peekRecvLocked decodes the next receive WQE of q's RQ or SRQ (whose
+// lockTake the caller holds) into q.resp.rwqe without taking it: present
+// says there is one, malformed that it cannot be used (it does not decode,
+// has too many SGEs or a length past 2^31). A direct SEND looks before it
+// takes one (executeSendLocked); a packet takes what it finds.
+func (q *QP) peekRecvLocked() (present, malformed bool) {
+	r := &q.resp
+	r.rwqe = qp.RecvWR{SGL: r.rwqe.SGL[:0]}
+	if q.srq != nil {
+		present, malformed = q.srq.peekLocked(&r.rwqe)
 	} else {
 		n, err := q.rqCons.Pending()
 		if err != nil {
@@ -266,21 +281,29 @@ func (q *QP) takeRWQELocked() (ok, malformed bool) {
 		if n == 0 {
 			return false, false
 		}
-		derr := ring.DecodeRecvWQE(q.rqCons.Peek(0), &q.resp.rwqe)
-		q.rqCons.Advance(1)
-		q.rqCons.Publish()
-		ok, malformed = true, derr != nil || uint32(len(q.resp.rwqe.SGL)) > q.Cap.MaxRecvSGE
+		derr := ring.DecodeRecvWQE(q.rqCons.Peek(0), &r.rwqe)
+		present, malformed = true, derr != nil || uint32(len(r.rwqe.SGL)) > q.Cap.MaxRecvSGE
 	}
-	if ok {
-		q.Counters.RecvWQEs++
-		if !malformed {
-			if _, lenOK := sglLength(q.resp.rwqe.SGL); !lenOK {
-				malformed = true
-			}
+	if present && !malformed {
+		if _, lenOK := sglLength(r.rwqe.SGL); !lenOK {
+			malformed = true
 		}
 	}
-	q.resp.haveRWQE = ok
-	return ok, malformed
+	return present, malformed
+}
+
+// takeRecvLocked takes the receive WQE peekRecvLocked found (the SRQ's
+// lockTake still held) as the one the responder works on.
+func (q *QP) takeRecvLocked() {
+	if q.srq != nil {
+		q.srq.commitLocked()
+	} else {
+		q.rqCons.Advance(1)
+		q.rqCons.Publish()
+	}
+	q.Counters.RecvWQEs++
+	q.resp.haveRWQE = true
+	q.resp.offset = 0
 }
 
 // rnrLocked answers "no receive WQE": an RNR NAK carrying min_rnr_timer

@@ -155,8 +155,9 @@ func (s *SRQ) releaseLocked() {
 }
 
 // lockTake and unlockTake hold the SRQ's consumer side across a peek and
-// the take that may follow it (executeSendLocked); with one engine the
-// stripe already does.
+// the take that may follow it (QP.peekRecvLocked, QP.takeRecvLocked):
+// QPs of several engines take from one SRQ. With one engine the stripe
+// already does.
 func (s *SRQ) lockTake() {
 	if len(s.dev.engines) > 1 {
 		s.takeMu.Lock()
@@ -169,42 +170,10 @@ func (s *SRQ) unlockTake() {
 	}
 }
 
-// peekTakeLocked decodes the next receive WQE into wr without taking it,
-// and reports whether there is one that takeLocked would not call
-// malformed; lockTake held.
-func (s *SRQ) peekTakeLocked(wr *qp.RecvWR) bool {
-	if n, err := s.cons.Pending(); err != nil || n == 0 {
-		return false
-	}
-	*wr = qp.RecvWR{SGL: wr.SGL[:0]}
-	if ring.DecodeRecvWQE(s.cons.Peek(0), wr) != nil || uint32(len(wr.SGL)) > s.MaxSGE {
-		return false
-	}
-	_, ok := sglLength(wr.SGL)
-	return ok
-}
-
-// commitTakeLocked takes the WQE peekTakeLocked decoded, as takeLocked
-// takes one (the limit event included); lockTake held.
-func (s *SRQ) commitTakeLocked() {
-	n, _ := s.cons.Pending()
-	s.cons.Advance(1)
-	s.cons.Publish()
-	if s.Limit != 0 && n-1 < s.Limit {
-		s.Limit = 0
-		s.dev.raise(qp.EventSRQLimitReached, "srq", s.Handle)
-	}
-}
-
-// takeLocked pops the next receive WQE into wr for the responder. It
-// returns false when the SRQ is empty; a WQE that does not decode or has
-// more SGEs than the SRQ allows is reported as malformed.
-func (s *SRQ) takeLocked(wr *qp.RecvWR) (ok bool, malformed bool) {
-	if len(s.dev.engines) > 1 {
-		// QPs of several engines may take from this SRQ.
-		s.takeMu.Lock()
-		defer s.takeMu.Unlock()
-	}
+// peekLocked decodes the next receive WQE into wr without taking it:
+// present says there is one, malformed that it does not decode or has
+// more SGEs than the SRQ allows. lockTake held.
+func (s *SRQ) peekLocked(wr *qp.RecvWR) (present, malformed bool) {
 	n, err := s.cons.Pending()
 	if err != nil {
 		return false, true
@@ -213,11 +182,18 @@ func (s *SRQ) takeLocked(wr *qp.RecvWR) (ok bool, malformed bool) {
 		return false, false
 	}
 	derr := ring.DecodeRecvWQE(s.cons.Peek(0), wr)
+	return true, derr != nil || uint32(len(wr.SGL)) > s.MaxSGE
+}
+
+// commitLocked takes the WQE peekLocked found for the responder; when the
+// number left drops below the limit, srq_limit_reached fires once and the
+// limit disarms. lockTake held.
+func (s *SRQ) commitLocked() {
+	n, _ := s.cons.Pending()
 	s.cons.Advance(1)
 	s.cons.Publish()
 	if s.Limit != 0 && n-1 < s.Limit {
 		s.Limit = 0
 		s.dev.raise(qp.EventSRQLimitReached, "srq", s.Handle)
 	}
-	return true, derr != nil || uint32(len(wr.SGL)) > s.MaxSGE
 }
