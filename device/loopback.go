@@ -492,7 +492,14 @@ func (q *QP) directPeerLocked(w *sendWQE) *QP {
 	if q.comp.psn != w.firstPSN || q.req.psn != w.firstPSN || len(q.respIn) > 0 || q.req.inMsg || q.inboxed.Load() {
 		return nil
 	}
-	peer := d.qps[q.attr.DestQPNum]
+	// The peer of q's last direct operation, while it lives, saves the
+	// map lookup (3.5 % of the engine at WRITE 8 B): a live QP with the
+	// number is the one the table holds.
+	peer := q.req.peerHint
+	if peer == nil || peer.destroyed || peer.QPN != q.attr.DestQPNum {
+		peer = d.qps[q.attr.DestQPNum]
+		q.req.peerHint = peer
+	}
 	// The peer takes the packets only as acceptLocked would: an RC QP
 	// connected back to q, at this device's GID.
 	if peer == nil || peer == q || peer.destroyed || peer.Type != qp.TypeRC || peer.eng() != q.eng() ||

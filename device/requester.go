@@ -40,8 +40,10 @@ type sendWQE struct {
 // reqState is the requester's transport state.
 type reqState struct {
 	// lkeyHint is the MR the last lkey check or gather found
-	// (lookupMRLocked).
+	// (lookupMRLocked); peerHint the peer of the last direct operation
+	// (directPeerLocked).
 	lkeyHint  *MR
+	peerHint  *QP
 	psn       qp.PSN // next PSN to send
 	lastOp    uint8  // opcode of the last packet of the current message
 	inMsg     bool   // a multi-packet message is half sent
