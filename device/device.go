@@ -217,6 +217,9 @@ type Config struct {
 	// host out; a RoCE peer that picks its source ports otherwise (from a
 	// flow label, say) needs this.
 	AnySourcePort bool
+	// NoCoalesce sends every wire datagram in a send of its own, without
+	// UDP segmentation offload (link/gso.go), for comparison.
+	NoCoalesce bool
 
 	Clock clock.Clock
 	Logf  func(format string, args ...any)
@@ -730,6 +733,10 @@ func (c *Counters) List() []Counter {
 		{"wire_recv_calls", c.WireRecvCalls.Load()},
 		{"wire_send_full", c.WireSendFull.Load()},
 		{"wire_recv_overruns", c.WireRecvOverruns.Load()},
+		{"wire_coalesced_sends", c.WireCoalescedSends.Load()},
+		{"wire_coalesced_recv", c.WireCoalescedRecv.Load()},
+		{"wire_coalesce_refused", c.WireCoalesceRefused.Load()},
+		{"wire_tx_socket_fallbacks", c.WireTxSocketFallbacks.Load()},
 		{"capture_drops", c.CaptureDrops.Load()},
 		{"foreign_packets_dropped", c.ForeignPacketsDropped.Load()},
 		{"direct_packets", c.DirectPackets.Load()},

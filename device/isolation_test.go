@@ -1,9 +1,11 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,7 +297,20 @@ func TestTagPermutationIsOneToOne(t *testing.T) {
 type forger struct {
 	t    testing.TB
 	conn *net.UDPConn
+	raw  int // a raw socket instead of conn (newRawForger)
 	from net.UDPAddr
+}
+
+// newRawForger is a forger that writes whole datagrams through a raw
+// socket, from any address and port, as a user with CAP_NET_RAW can.
+func newRawForger(t testing.TB, from *net.UDPAddr) *forger {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return &forger{t: t, raw: fd, from: *from}
 }
 
 func newForger(t testing.TB, from *net.UDPAddr) *forger {
@@ -321,7 +336,12 @@ func (f *forger) send(to *Device, rp roce.Packet) {
 		f.t.Fatal(err)
 	}
 	before := to.Counters.WirePacketsRecv.Load()
-	if _, err := f.conn.WriteToUDP(dg[28:], &net.UDPAddr{IP: to.Config().Addr.AsSlice(), Port: roce.UDPPort}); err != nil {
+	if f.conn == nil {
+		err = unix.Sendto(f.raw, dg, 0, &unix.SockaddrInet4{Addr: to.Config().Addr.As4()})
+	} else {
+		_, err = f.conn.WriteToUDP(dg[28:], &net.UDPAddr{IP: to.Config().Addr.AsSlice(), Port: roce.UDPPort})
+	}
+	if err != nil {
 		f.t.Fatal(err)
 	}
 	// wireSettle counts the devices' own packets only: wait until the
@@ -377,12 +397,21 @@ func TestWireForeignSourcePortDropped(t *testing.T) {
 	wexpect(t, acq, envs, sendWC(1, "success", "rdma_write", a, 64))
 	sameBytes(t, dst.Mem()[100:164], src.Mem()[:64])
 
-	// What is left: from the peer's own address and port, a forger that
-	// knows the PSN and the rkey gets in.
+	// The peer's device holds its QP's source port (it sends from a UDP
+	// socket bound to it): nobody else can bind it.
+	from := &net.UDPAddr{IP: peer.AsSlice(), Port: int(port)}
+	if c, err := net.ListenUDP("udp4", from); err == nil {
+		c.Close()
+		t.Fatalf("%v could be bound beside the device that sends from it", from)
+	} else if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatal(err)
+	}
+	// What is left: from the peer's own address and port, written through
+	// a raw socket, a forger that knows the PSN and the rkey gets in.
 	eb.d.mu.Lock()
 	write.PSN = uint32(b.resp.psn)
 	eb.d.mu.Unlock()
-	f2 := newForger(t, &net.UDPAddr{IP: peer.AsSlice(), Port: int(port)})
+	f2 := newRawForger(t, from)
 	f2.send(eb.d, write)
 	wireSettle(t, envs...)
 	if string(dst.Mem()[:16]) != "forged forged!!!" {

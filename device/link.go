@@ -37,7 +37,7 @@ func (d *Device) newChain() error {
 		AfterFunc: func(t time.Duration, f func()) { d.clock.AfterFunc(t, f) },
 	}
 	if d.cfg.Addr.IsValid() {
-		o.Wire = &link.WireConfig{Addr: d.cfg.Addr}
+		o.Wire = &link.WireConfig{Addr: d.cfg.Addr, NoCoalesce: d.cfg.NoCoalesce}
 		d.wireAddr, d.hasWire = d.cfg.Addr.As4(), true
 	}
 	c, err := link.NewChain(o, (*dispatcher)(d))
@@ -211,7 +211,7 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 		p.sgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Src))
 		p.dgid = roce.GIDFromIPv4(netip.AddrFrom4(dg.Dst))
 		if p.Opcode&roce.TransportMask == roce.TransportUD {
-			p.ipHdr, p.hasIPHdr = [20]byte(dg.Raw[:20]), true
+			p.ipHdr, p.hasIPHdr = [20]byte(dg.IPv4Header()), true
 		}
 		q := d.receiveLocked(p, nil)
 		if q != nil && q.queuedLocked() >= wireHighWater {

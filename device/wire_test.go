@@ -106,7 +106,14 @@ func wireSettle(t testing.TB, envs ...*env) {
 	stable := 0
 	for stable < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("wire did not settle")
+			var st []string
+			for _, e := range envs {
+				c := &e.d.Counters
+				st = append(st, fmt.Sprintf("%v: sent %d recv %d, overruns %d, send errors %d, coalesced sends %d recv %d, icrc %d malformed %d, idle %v",
+					e.d.Config().Addr, c.WirePacketsSent.Load(), c.WirePacketsRecv.Load(), c.WireRecvOverruns.Load(),
+					c.WireSendErrors.Load(), c.WireCoalescedSends.Load(), c.WireCoalescedRecv.Load(), c.ICRCErrors.Load(), c.MalformedPackets.Load(), e.d.enginesIdle()))
+			}
+			t.Fatalf("wire did not settle: %s", strings.Join(st, "; "))
 		}
 		var sent, recv uint64
 		idle := true

@@ -122,7 +122,7 @@ func (h *Capture) DeliverDatagrams(dgs []Datagram) func() bool {
 			if dg.Status == OK {
 				o = h.owner(dg.Packet.DestQP)
 			}
-			h.publish(bytes.Clone(dg.Raw), o, o)
+			h.publish(dg.Bytes(), o, o)
 		}
 	}
 	return h.disp.DeliverDatagrams(dgs)

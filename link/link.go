@@ -1,6 +1,7 @@
 package link
 
 import (
+	"bytes"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,8 +118,13 @@ const (
 // Datagram is one datagram received from the wire, valid for the length
 // of the DeliverDatagrams call that carries it.
 type Datagram struct {
-	// Raw is the datagram as it arrived, from its IPv4 header on.
+	// Raw is the datagram as it arrived, from its IPv4 header on; for a
+	// packet of a coalesced datagram (Seg), from its IB headers to its
+	// ICRC, and Head is the IPv4 and UDP header the kernel would have
+	// given it had it cut the datagram (gso.go).
 	Raw    []byte
+	Seg    bool
+	Head   [udpHead]byte
 	Status Status
 	// Packet holds the parsed IB headers of an OK datagram; its Payload
 	// aliases Raw.
@@ -128,6 +134,22 @@ type Datagram struct {
 	// an OK datagram.
 	Src, Dst [4]byte
 	SrcPort  uint16
+}
+
+// IPv4Header is the datagram's IPv4 header (at least 20 bytes).
+func (dg *Datagram) IPv4Header() []byte {
+	if dg.Seg {
+		return dg.Head[:20]
+	}
+	return dg.Raw
+}
+
+// Bytes is a copy of the datagram from its IPv4 header on.
+func (dg *Datagram) Bytes() []byte {
+	if dg.Seg {
+		return append(dg.Head[:udpHead:udpHead], dg.Raw...)
+	}
+	return bytes.Clone(dg.Raw)
 }
 
 // Counters are the link's statistics, readable at any time without locks.
@@ -158,6 +180,13 @@ type Counters struct {
 	WireRecvCalls    atomic.Uint64
 	WireSendFull     atomic.Uint64
 	WireRecvOverruns atomic.Uint64
+	// Coalesced runs (gso.go): sends that carried more than one datagram,
+	// received datagrams that held more than one packet, the refusal that
+	// turned coalescing off, source ports sent through the raw socket.
+	WireCoalescedSends    atomic.Uint64
+	WireCoalescedRecv     atomic.Uint64
+	WireCoalesceRefused   atomic.Uint64
+	WireTxSocketFallbacks atomic.Uint64
 	// Capture.
 	CaptureDrops atomic.Uint64
 }

@@ -16,9 +16,11 @@ import (
 	"rdmafs/roce"
 )
 
-// tpkt is a test's packet: a SEND ONLY with a payload of its own.
+// tpkt is a test's packet: a SEND ONLY with a payload of its own, or op
+// (a WRITE ONLY's DMA length is its payload's).
 type tpkt struct {
 	m       Meta
+	op      roce.Opcode
 	psn     uint32
 	payload []byte
 	done    *[]string // "sent N" / "lost N" for each Done
@@ -27,7 +29,12 @@ type tpkt struct {
 
 func (p *tpkt) Meta() Meta { m := p.m; m.PayloadLen = len(p.payload); return m }
 func (p *tpkt) Header(rp *roce.Packet) {
-	*rp = roce.Packet{Opcode: roce.Opcode(0x04), PKey: 0xFFFF, DestQP: p.m.DestQPN, PSN: p.psn, Payload: p.payload}
+	op := p.op
+	if op == 0 {
+		op = roce.OpSendOnly
+	}
+	*rp = roce.Packet{Opcode: op, PKey: 0xFFFF, DestQP: p.m.DestQPN, PSN: p.psn, Payload: p.payload,
+		VA: 0x1000, RKey: 7, DMALen: uint32(len(p.payload))}
 }
 func (p *tpkt) Clone() Packet { c := *p; c.payload = append([]byte(nil), p.payload...); return &c }
 func (p *tpkt) Hold()         { p.held = true }

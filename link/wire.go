@@ -21,6 +21,9 @@ import (
 type WireConfig struct {
 	// Addr is the IPv4 address the wire speaks RoCEv2 on (UDP port 4791).
 	Addr netip.Addr
+	// NoCoalesce sends every datagram in a send of its own, without
+	// UDP segmentation offload (gso.go), for comparison.
+	NoCoalesce bool
 }
 
 // WireEndpoint is RoCEv2 over IPv4 through the kernel: the raw socket it
@@ -89,6 +92,15 @@ type WireEndpoint struct {
 	tx  *mmsgs       // the send vector; under the chain's lock
 	rp  roce.Packet  // scratch; under the chain's lock
 	rx  *mmsgs       // the receive vector; the receive goroutine's
+	// The UDP sockets of the source ports (-1: the raw socket) and their
+	// send vector (gso.go); under the chain's lock. coalesce is off with
+	// NoCoalesce, or after the kernel refused a coalesced send.
+	txSocks  map[uint16]int
+	utx      *runMmsgs
+	coalesce bool
+	// The checked datagrams, coalesced ones cut into their packets; the
+	// receive goroutine's.
+	out []Datagram
 
 	started bool
 	done    chan struct{}
@@ -133,7 +145,8 @@ func OpenWire(cfg WireConfig, lock sync.Locker, c *Counters) (*WireEndpoint, err
 	if !a.Is4() {
 		return nil, fmt.Errorf("roce: %v is not an IPv4 address", cfg.Addr)
 	}
-	w := &WireEndpoint{cfg: cfg, addr: a.As4(), lock: lock, c: c, done: make(chan struct{})}
+	w := &WireEndpoint{cfg: cfg, addr: a.As4(), lock: lock, c: c, done: make(chan struct{}),
+		txSocks: make(map[uint16]int), utx: newRunMmsgs(sendBatch), coalesce: !cfg.NoCoalesce}
 	ip := net.IP(a.AsSlice())
 	var err error
 	w.udp, err = net.ListenUDP("udp4", &net.UDPAddr{IP: ip, Port: roce.UDPPort})
@@ -269,6 +282,14 @@ func (w *WireEndpoint) Close() {
 	}
 	unix.Close(w.fd)
 	w.udp.Close()
+	w.lock.Lock()
+	for _, fd := range w.txSocks {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	clear(w.txSocks)
+	w.lock.Unlock()
 }
 
 // WritePackets implements Endpoint.WritePackets: the packets are encoded
@@ -299,32 +320,28 @@ func (w *WireEndpoint) sendBatch(pkts []Packet) {
 		}
 		w.tx.bufs[k] = b[:0] // keep a grown buffer
 		w.tx.set(k, b, p.Meta().Dst)
+		w.tx.dgs[k] = b
 		msg[k] = i
 		k++
 	}
-	for sent, tries := 0, 0; sent < k; {
-		n, err := w.tx.send(w.fd, sent, k)
-		w.c.WireSendCalls.Add(1)
-		switch {
-		case n > 0:
-			for j := sent; j < sent+n; j++ {
-				ok[msg[j]] = true
-			}
-			sent += n
-			tries = 0
-		case err == unix.EINTR:
-		case (err == unix.EAGAIN || err == unix.ENOBUFS) && tries < 1000:
-			// The socket's send buffer is full: the kernel frees it as
-			// lo delivers, within microseconds.
-			w.c.WireSendFull.Add(1)
-			tries++
-			runtime.Gosched()
-		default:
-			// This datagram cannot go (EMSGSIZE, no route): the rest can.
-			w.c.WireSendErrors.Add(1)
-			sent++
-			tries = 0
+	// Consecutive datagrams of one source port go through its UDP
+	// socket, the others through the raw socket.
+	var fds [sendBatch]int
+	for i := range k {
+		fds[i] = w.txSocket(binary.BigEndian.Uint16(w.tx.dgs[i][20:22]))
+	}
+	for i := 0; i < k; {
+		fd := fds[i]
+		j := i + 1
+		for j < k && fds[j] == fd {
+			j++
 		}
+		if fd < 0 {
+			w.sendRaw(i, j, msg[:], ok[:])
+		} else {
+			w.sendUDP(fd, i, j, msg[:], ok[:])
+		}
+		i = j
 	}
 	for i, p := range pkts {
 		if ok[i] {
@@ -334,14 +351,126 @@ func (w *WireEndpoint) sendBatch(pkts []Packet) {
 	}
 }
 
+// sendRaw sends datagrams from..to-1 of the vector through the raw
+// socket, and marks in ok the packets (msg) that went out.
+func (w *WireEndpoint) sendRaw(from, to int, msg []int, ok []bool) {
+	for sent, tries := from, 0; sent < to; {
+		n, err := w.tx.send(w.fd, sent, to)
+		w.c.WireSendCalls.Add(1)
+		switch {
+		case n > 0:
+			for j := sent; j < sent+n; j++ {
+				ok[msg[j]] = true
+			}
+			sent += n
+			tries = 0
+		case w.sendFull(err, &tries):
+		default:
+			// This datagram cannot go (EMSGSIZE, no route): the rest can.
+			w.c.WireSendErrors.Add(1)
+			sent++
+			tries = 0
+		}
+	}
+}
+
+// sendFull says whether a send that failed with err should be tried
+// again: interrupted, or the socket's buffer is full, which the kernel
+// frees as lo delivers, within microseconds (tries bounds it).
+func (w *WireEndpoint) sendFull(err error, tries *int) bool {
+	if err == unix.EINTR {
+		return true
+	}
+	if (err == unix.EAGAIN || err == unix.ENOBUFS) && *tries < 1000 {
+		w.c.WireSendFull.Add(1)
+		*tries++
+		runtime.Gosched()
+		return true
+	}
+	return false
+}
+
+// sendUDP sends datagrams from..to-1 of the vector, all of one source
+// port, through that port's UDP socket fd: each coalescible run of them
+// as one message with UDP_SEGMENT (gso.go), the others one a message.
+func (w *WireEndpoint) sendUDP(fd, from, to int, msg []int, ok []bool) {
+	dgs := w.tx.dgs
+	var first [sendBatch + 1]int // message m is datagrams first[m]..first[m+1]-1
+	m := 0
+	for a := from; a < to; m++ {
+		b := w.runEnd(a, to)
+		for x := a + 1; x < b; x++ {
+			setRunID(dgs[x], uint16(x-a))
+		}
+		w.utx.set(m, a-from, dgs[a:b], [4]byte(dgs[a][16:20]), len(dgs[a])-udpHead)
+		first[m] = a
+		a = b
+	}
+	first[m] = to
+	for sent, tries := 0, 0; sent < m; {
+		n, err := w.utx.send(fd, sent, m)
+		w.c.WireSendCalls.Add(1)
+		switch {
+		case n > 0:
+			for x := sent; x < sent+n; x++ {
+				if first[x+1]-first[x] > 1 {
+					w.c.WireCoalescedSends.Add(1)
+				}
+				for j := first[x]; j < first[x+1]; j++ {
+					ok[msg[j]] = true
+				}
+			}
+			sent += n
+			tries = 0
+		case w.sendFull(err, &tries):
+		default:
+			w.c.WireSendErrors.Add(1)
+			if first[sent+1]-first[sent] > 1 && w.coalesce {
+				// The kernel takes no segmentation offload here: the
+				// run is lost (its QP sends it again) and the wire
+				// sends a datagram at a time from now on.
+				w.coalesce = false
+				w.c.WireCoalesceRefused.Add(1)
+			}
+			sent++
+			tries = 0
+		}
+	}
+}
+
+// runEnd is the end of the run of datagrams that may go as one send from
+// a on (to at most): those of one destination whose lengths are the
+// first's but for a shorter last, if the first's headers imply its length
+// (coalescible); a+1 when there is no such run.
+func (w *WireEndpoint) runEnd(a, to int) int {
+	dgs := w.tx.dgs
+	s := len(dgs[a]) - udpHead
+	if !w.coalesce || a+1 >= to || !coalescible(dgs[a]) {
+		return a + 1
+	}
+	total, b := s, a+1
+	for b < to && b-a < maxRunSegs {
+		n := len(dgs[b]) - udpHead
+		if [4]byte(dgs[b][16:20]) != [4]byte(dgs[a][16:20]) || n > s || total+n > maxRunBytes {
+			break
+		}
+		total += n
+		b++
+		if n < s {
+			break // only the last may be shorter
+		}
+	}
+	return b
+}
+
 // recvBatch is how many datagrams one recvmmsg(2) takes at most, and so
 // how many the receive goroutine delivers under one hold of the chain's
 // lock.
 const recvBatch = 64
 
-// recvBufSize holds the largest datagram a 4096-byte MTU produces with
-// room to spare; a longer one is truncated and then fails to parse.
-const recvBufSize = 8192
+// recvBufSize holds the longest IPv4 datagram: a coalesced run (gso.go)
+// arrives whole on lo.
+const recvBufSize = 1 << 16
 
 // recvLoop reads datagrams until the socket is shut down. It sleeps in
 // recvmmsg(2) while the link is quiet (MSG_WAITFORONE: block for the
@@ -349,7 +478,7 @@ const recvBufSize = 8192
 func (w *WireEndpoint) recvLoop() {
 	defer close(w.done)
 	rx := w.rx
-	var dgs [recvBatch]Datagram
+	dgs := make([]Datagram, recvBatch)
 	for {
 		n, err := rx.recv(w.fd, unix.MSG_WAITFORONE)
 		switch {
@@ -372,13 +501,12 @@ func (w *WireEndpoint) recvLoop() {
 				w.overruns(rx.ctl[i][:h.Hdr.Controllen])
 			}
 		}
-		w.verify(dgs[:n])
+		out := w.verify(dgs[:n])
 		w.lock.Lock()
-		busy := w.disp.DeliverDatagrams(dgs[:n])
+		busy := w.disp.DeliverDatagrams(out)
 		w.lock.Unlock()
-		for i := range dgs[:n] {
-			dgs[i] = Datagram{}
-		}
+		clear(dgs[:n])
+		clear(out)
 		if busy != nil {
 			w.backOff(busy)
 		}
@@ -407,32 +535,68 @@ func (w *WireEndpoint) overruns(ctl []byte) {
 }
 
 // verify checks each datagram (IPv4, UDP, ICRC, IB headers) without any
-// lock, and parses the good ones.
-func (w *WireEndpoint) verify(dgs []Datagram) {
+// lock, and parses the good ones; a coalesced datagram becomes its
+// packets (gso.go). It returns the checked datagrams, in w.out.
+func (w *WireEndpoint) verify(dgs []Datagram) []Datagram {
+	out := w.out[:0]
 	for i := range dgs {
 		dg := &dgs[i]
 		w.c.WirePacketsRecv.Add(1)
-		dg.Status, dg.BadQPN = Malformed, 0
 		var d roce.Datagram
 		if err := roce.ParseIPv4(dg.Raw, &d); err != nil || [4]byte(d.IP[16:20]) != w.addr {
 			w.c.MalformedPackets.Add(1)
+			dg.Status, dg.BadQPN = Malformed, 0
+			out = append(out, *dg)
 			continue
 		}
-		if roce.ICRC(d.IP, d.UDP, d.IB) != d.ICRC {
-			w.c.ICRCErrors.Add(1)
-			dg.Status = BadICRC
-			dg.BadQPN = uint32(d.IB[5])<<16 | uint32(d.IB[6])<<8 | uint32(d.IB[7])
+		pl := dg.Raw[udpHead : udpHead+len(d.IB)+roce.ICRCLen]
+		s, icrcOK := splitRun(d.IP, d.UDP, pl, d.ICRC)
+		if s == 0 {
+			w.check(dg, d.IP, d.UDP, d.IB, d.ICRC, icrcOK)
+			out = append(out, *dg)
 			continue
 		}
-		if err := roce.ParseIB(d.IB, &dg.Packet); err != nil || dg.Packet.PKey&0x7FFF != 0x7FFF {
-			w.c.MalformedPackets.Add(1)
-			dg.Packet = roce.Packet{}
-			continue
+		w.c.WireCoalescedRecv.Add(1)
+		for k := 0; len(pl) > 0; k++ {
+			n := min(s, len(pl))
+			seg := Datagram{Raw: pl[:n:n], Seg: true}
+			segHead(&seg.Head, d.IP, d.UDP, k, n)
+			if k > 0 {
+				w.c.WirePacketsRecv.Add(1)
+			}
+			if n < roce.BTHLen+roce.ICRCLen {
+				w.c.MalformedPackets.Add(1)
+				seg.Status = Malformed
+			} else {
+				w.check(&seg, seg.Head[:20], seg.Head[20:], pl[:n-roce.ICRCLen], binary.LittleEndian.Uint32(pl[n-roce.ICRCLen:]), false)
+			}
+			out = append(out, seg)
+			pl = pl[n:]
 		}
-		dg.Status = OK
-		dg.Src, dg.Dst = [4]byte(d.IP[12:16]), [4]byte(d.IP[16:20])
-		dg.SrcPort = binary.BigEndian.Uint16(d.UDP[0:2])
 	}
+	w.out = out
+	return out
+}
+
+// check checks the ICRC and the IB headers of one datagram whose IPv4 and
+// UDP headers are ip and udp, and parses a good one into dg; icrcOK says
+// the ICRC was checked already.
+func (w *WireEndpoint) check(dg *Datagram, ip, udp, ib []byte, icrc uint32, icrcOK bool) {
+	dg.Status, dg.BadQPN = Malformed, 0
+	if !icrcOK && roce.ICRC(ip, udp, ib) != icrc {
+		w.c.ICRCErrors.Add(1)
+		dg.Status = BadICRC
+		dg.BadQPN = uint32(ib[5])<<16 | uint32(ib[6])<<8 | uint32(ib[7])
+		return
+	}
+	if err := roce.ParseIB(ib, &dg.Packet); err != nil || dg.Packet.PKey&0x7FFF != 0x7FFF {
+		w.c.MalformedPackets.Add(1)
+		dg.Packet = roce.Packet{}
+		return
+	}
+	dg.Status = OK
+	dg.Src, dg.Dst = [4]byte(ip[12:16]), [4]byte(ip[16:20])
+	dg.SrcPort = binary.BigEndian.Uint16(udp[0:2])
 }
 
 // backOff waits, at most BackOffMax, until busy says the receiver has

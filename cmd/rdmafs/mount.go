@@ -63,6 +63,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	mtu := fs.Int("mtu", 4096, "port MTU in bytes (256, 512, 1024, 2048, 4096): max_mtu and active_mtu (default: max_mtu 4096; active_mtu 4096, or with --addr the largest that fits the interface's MTU, as rxe)")
 	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID, or ::ffff:ADDR with --addr)")
 	fs.BoolVar(&cfg.AnySourcePort, "any-source-port", false, "with --addr: take a connected QP's packets from any UDP source port of its peer's address (for RoCE peers whose source port is not rxe's per-QP port)")
+	fs.BoolVar(&cfg.NoCoalesce, "no-coalesce", false, "with --addr: hand the kernel one datagram per send instead of a QP's runs of packets as one send with UDP segmentation offload, for comparison")
 	addr := fs.String("addr", "", "IPv4 address to speak RoCEv2 on (UDP 4791; needs CAP_NET_RAW): the port GID becomes ::ffff:ADDR and QPs reach other hosts' devices")
 	cmAddrFlags := fs.StringArray("cm-addr", nil, "an IP address the connection manager answers for besides the device's own (127.0.0.1 and ::1 on a local mount, ADDR with --addr); repeatable. rdma_resolve_addr to it reaches this device")
 	if err := fs.Parse(args); err != nil {
