@@ -14,8 +14,8 @@
 // packet it sends to the chain's head:
 //
 //	device ─WritePackets─▶ FaultInjector ─▶ Capture ─▶ route ─┬─▶ loopback ─DeliverLocal─▶ Capture ─▶ device
-//	                                                          └─▶ WireEndpoint ⇄ raw socket
-//	WireEndpoint's receive goroutine ─DeliverDatagrams─▶ Capture ─▶ device
+//	                                                          └─▶ WireEndpoint ─▶ a UDP socket per source port (raw socket when none)
+//	raw socket ─▶ WireEndpoint's receive goroutine ─DeliverDatagrams─▶ Capture ─▶ device
 //
 // The files:
 //
@@ -38,6 +38,10 @@
 //     port 4791, the receive goroutine that verifies every ICRC, the
 //     interface MTU (InterfaceMTU) and rxe's UDP source ports (SourcePort,
 //     FlowSourcePort).
+//   - gso.go: coalesced runs: a QP's packets handed to the kernel as one
+//     UDP send with segmentation offload (UDP_SEGMENT) through the UDP
+//     socket of its source port, and a run that lo delivers whole cut
+//     back into its packets on receipt (runSizes, splitRun).
 //
 // The route itself is the device's: which GIDs are its own, and which go
 // to which IPv4 address, is in Meta before the chain sees a packet, so

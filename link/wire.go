@@ -41,14 +41,14 @@ type WireConfig struct {
 // device as BadICRC, as is anything that does not parse (Malformed).
 // Nothing received can make the wire panic.
 //
-// Sending goes through the same raw socket with IP_HDRINCL: the wire writes
-// the whole datagram, IPv4 header (DF, IP ID 0, TTL 64) and UDP header
-// included, so the UDP source port can be per QP as in rxe (SourcePort) and
-// the ICRC is computed over exactly the header that goes out (the kernel
-// keeps an ID of 0 on a DF packet and fills in the same length and
-// checksum). This is the measured fact of shared/interop/rxe-peer (an
-// unconnected DF socket sends IP ID 0) taken one step further: a UDP socket
-// would fix the source port.
+// Sending goes through a UDP socket per source port in use (gso.go), bound
+// to Addr and the port, DF set, so that the UDP source port is per QP as in
+// rxe (SourcePort) and the kernel writes the IPv4 header the ICRC was
+// computed over: IP ID 0 on an unconnected DF socket, the measured fact of
+// shared/interop/rxe-peer, TTL 64, the same lengths. Those sockets take a
+// QP's runs of packets as one send (UDP segmentation offload). A port
+// that cannot be had goes through the raw socket with IP_HDRINCL: the wire
+// writes the whole datagram, the same IPv4 and UDP header included.
 //
 // A UDP socket bound to Addr:4791 is held open as well, with a filter that
 // drops everything: it reserves the port (a second wire on the same address
@@ -60,8 +60,8 @@ type WireConfig struct {
 //
 // Both directions move many datagrams per system call. WritePackets
 // encodes a batch into the send vector and hands it to the kernel with
-// one sendmmsg(2) per sendBatch datagrams (the device writes what one QP
-// turn produced as one batch). The receive goroutine sleeps in
+// one sendmmsg(2) per sendBatch datagrams and socket (the device writes
+// what one QP turn produced as one batch), a run of them as one message. The receive goroutine sleeps in
 // recvmmsg(2) while the link is quiet, so an idle link costs no CPU, and
 // wakes with every datagram the socket holds (up to recvBatch); it checks
 // them without locks (IPv4, UDP, ICRC, IB headers) and delivers them
