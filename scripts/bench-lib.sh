@@ -109,10 +109,16 @@ ucx() {
 
 # ru ROUND NAME FIELD TEST SIZE N: FIELD (1-based) of the CSV, scaled to
 # Mpps for message rates.
+# Also NAME.cpu_per_gb: the CPU seconds of both ucx_perftest processes
+# (this shell's children's, from times) per GB (1e9 bytes) moved.
 ru() {
-	local round=$1 name=$2 field=$3 line v
+	local round=$1 name=$2 field=$3 line v k0
+	kids_ticks
+	k0=$KT
 	line=$(ucx "$4" "$5" "$6")
 	[[ -n "$line" ]] || return 0
+	kids_ticks
+	record "$round" "$name.cpu_per_gb" "$(awk -v t=$((KT - k0)) -v hz="$(getconf CLK_TCK)" -v b="$(($5 * $6))" 'BEGIN{printf "%.3f", t / hz / (b / 1e9)}')"
 	v=$(cut -d, -f"$field" <<<"$line")
 	if ((field == 8)); then
 		v=$(awk -v v="$v" 'BEGIN{printf "%.6f", v/1e6}')

@@ -98,12 +98,17 @@ DPID="$DPID_A $DPID_B"
 # wire packets per second (device a's, sent and received), each daemon's
 # and the bench's CPU as a share of a core, retransmissions.
 rw() {
-	local round=$1 name=$2 o
+	local round=$1 name=$2 o size=0 prev="" a
+	for a in "$@"; do
+		[[ $prev == -s ]] && size=$a
+		prev=$a
+	done
 	rb "$@" --peer "$MB" "$MA"
 	o=$RB_OUT
 	awk -v p="$(jnum wire_packets <<<"$o")" -v s="$(jnum seconds <<<"$o")" -v a="$(jnum daemon_cpu_s <<<"$o")" \
 		-v b="$(jnum peer_daemon_cpu_s <<<"$o")" -v u="$(jnum cpu_user_s <<<"$o")" -v y="$(jnum cpu_sys_s <<<"$o")" \
-		-v r="$(jnum retransmits <<<"$o")" -v n="$(jnum wrs <<<"$o")" -v rd="$round" -v k="$name" 'BEGIN {
+		-v r="$(jnum retransmits <<<"$o")" -v n="$(jnum wrs <<<"$o")" -v rd="$round" -v k="$name" -v sz="$size" 'BEGIN {
+		if (sz >= 65536) printf "%s\t%s.cpu_per_gb\t%.3f\n", rd, k, (a + b + u + y) / (n * sz / 1e9)
 		printf "%s\t%s.kpps\t%.3f\n", rd, k, p / s / 1e3
 		printf "%s\t%s.pkts_per_wr\t%.3f\n", rd, k, p / (n > 0 ? n : 1)
 		printf "%s\t%s.cpu_a\t%.0f\n", rd, k, 100 * a / s
@@ -163,6 +168,13 @@ for k in rdmafs_write_bw_64k rdmafs_read_bw_64k rdmafs_send_lat_8 rdmafs_write_b
 		"$(median "$k.cpu_a")" "$(median "$k.cpu_b")" "$(median "$k.cpu_bench")" "$(median "$k.retransmits")" \
 		"$(median "$k.doorbells_per_wr")"
 done
+
+echo
+echo "# CPU seconds per GB (1e9 bytes) moved (medians): rdmafs both daemons and the bench, UCX both"
+echo "# ucx_perftest processes (a server that waited for its client included)"
+printf '  %-22s %10s %10s\n' "run" "rdmafs" "UCX"
+printf '  %-22s %10s %10s\n' "WRITE / put 64 KiB" "$(median rdmafs_write_bw_64k.cpu_per_gb)" "$(median ucx_put_bw_64k.cpu_per_gb)"
+printf '  %-22s %10s %10s\n' "READ / get 64 KiB" "$(median rdmafs_read_bw_64k.cpu_per_gb)" "$(median ucx_get_64k.cpu_per_gb)"
 
 # --- the floor and the idle link ---------------------------------------------
 
