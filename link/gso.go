@@ -55,6 +55,8 @@ const (
 	maxTxSockets = 1024
 	// udpHead is the IPv4 and UDP header in front of every packet.
 	udpHead = 20 + 8
+	// maxPacketLen is the longest one packet can be (IB headers to ICRC).
+	maxPacketLen = roce.MaxHeaderLen + 4096 + roce.ICRCLen
 )
 
 // pathMTUs are the IB path MTUs a MIDDLE packet's payload may have.
@@ -109,14 +111,6 @@ func coalescible(b []byte) bool {
 	return false
 }
 
-// setRunID gives the datagram b (as Encode built it) the IP ID id, and
-// the ICRC that goes with it.
-func setRunID(b []byte, id uint16) {
-	binary.BigEndian.PutUint16(b[4:6], id)
-	n := len(b) - roce.ICRCLen
-	binary.LittleEndian.PutUint32(b[n:], roce.ICRC(b[:20], b[20:udpHead], b[udpHead:n]))
-}
-
 // segHead writes into h the IPv4 and UDP header that the k-th segment, of
 // n bytes from its IB headers to its ICRC, of the coalesced datagram whose
 // headers are ip and udp would have had had the kernel cut it.
@@ -161,7 +155,7 @@ func splitRun(ip, udp, pl []byte, icrc uint32) (seg int, icrcOK bool) {
 	if !shorter {
 		return 0, false
 	}
-	if roce.ICRC(ip, udp, pl[:len(pl)-roce.ICRCLen]) == icrc {
+	if len(pl) <= maxPacketLen && roce.ICRC(ip, udp, pl[:len(pl)-roce.ICRCLen]) == icrc {
 		return 0, true
 	}
 	for _, s := range sizes {

@@ -58,6 +58,14 @@ func TestRunSizes(t *testing.T) {
 	}
 }
 
+// setRunID gives the datagram b (as Encode built it; sendUDP numbers them before sealing) the IP ID id, and
+// the ICRC that goes with it.
+func setRunID(b []byte, id uint16) {
+	binary.BigEndian.PutUint16(b[4:6], id)
+	n := len(b) - roce.ICRCLen
+	binary.LittleEndian.PutUint32(b[n:], roce.ICRC(b[:20], b[20:udpHead], b[udpHead:n]))
+}
+
 // encodeRun builds the datagrams of ps as sendUDP hands them to the
 // kernel, and the one datagram lo delivers for them (never cut).
 func encodeRun(t testing.TB, src, dst [4]byte, ps []roce.Packet) (dgs [][]byte, whole []byte) {

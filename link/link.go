@@ -233,8 +233,20 @@ const ttl = 64
 // a Wire packet (from Meta.Src to Meta.Dst, IP ID 0, DF, TTL 64, UDP
 // checksum 0, ICRC) or a packet between two IPv4-mapped GIDs, IPv6
 // otherwise (the default fe80:: GIDs of a device without an address). The
-// wire sends, and capture records, exactly these bytes. rp is scratch.
+// wire sends, and capture records, exactly these bytes, but for the IP ID
+// and so the ICRC of the later packets of a coalesced run, which the wire
+// numbers 1, 2, ... (gso.go). rp is scratch.
 func Encode(b []byte, p Packet, rp *roce.Packet) ([]byte, error) {
+	b, err := encodeOpen(b, p, rp)
+	if err == nil && len(b) > roce.HeadroomIPv4 && b[0]>>4 == 4 {
+		roce.SealIPv4(b)
+	}
+	return b, err
+}
+
+// encodeOpen is Encode without an IPv4 datagram's ICRC (roce.SealIPv4
+// computes it): the wire numbers a run's IP IDs first (gso.go).
+func encodeOpen(b []byte, p Packet, rp *roce.Packet) ([]byte, error) {
 	m := p.Meta()
 	p.Header(rp)
 	defer func() { rp.Payload = nil }()
@@ -255,7 +267,7 @@ func Encode(b []byte, p Packet, rp *roce.Packet) ([]byte, error) {
 		return b, err
 	}
 	if v4 {
-		return roce.EncapIPv4(b, src, dst, SourcePort(m.SrcQPN), 0, 0, ttl)
+		return roce.EncapIPv4Open(b, src, dst, SourcePort(m.SrcQPN), 0, 0, ttl)
 	}
 	return roce.EncapIPv6(b, m.SGID, m.DGID, SourcePort(m.SrcQPN), 0, 0, ttl)
 }

@@ -313,7 +313,7 @@ func (w *WireEndpoint) sendBatch(pkts []Packet) {
 	var msg [sendBatch]int
 	var ok [sendBatch]bool
 	for i, p := range pkts {
-		b, err := Encode(w.tx.bufs[k], p, &w.rp)
+		b, err := encodeOpen(w.tx.bufs[k], p, &w.rp)
 		if err != nil {
 			w.c.WireSendErrors.Add(1)
 			continue
@@ -337,6 +337,9 @@ func (w *WireEndpoint) sendBatch(pkts []Packet) {
 			j++
 		}
 		if fd < 0 {
+			for x := i; x < j; x++ {
+				roce.SealIPv4(w.tx.dgs[x])
+			}
 			w.sendRaw(i, j, msg[:], ok[:])
 		} else {
 			w.sendUDP(fd, i, j, msg[:], ok[:])
@@ -399,8 +402,9 @@ func (w *WireEndpoint) sendUDP(fd, from, to int, msg []int, ok []bool) {
 	m := 0
 	for a := from; a < to; m++ {
 		b := w.runEnd(a, to)
-		for x := a + 1; x < b; x++ {
-			setRunID(dgs[x], uint16(x-a))
+		for x := a; x < b; x++ {
+			binary.BigEndian.PutUint16(dgs[x][4:6], uint16(x-a))
+			roce.SealIPv4(dgs[x])
 		}
 		w.utx.set(m, a-from, dgs[a:b], [4]byte(dgs[a][16:20]), len(dgs[a])-udpHead)
 		first[m] = a
@@ -568,7 +572,7 @@ func (w *WireEndpoint) verify(dgs []Datagram) []Datagram {
 				w.c.MalformedPackets.Add(1)
 				seg.Status = Malformed
 			} else {
-				w.check(&seg, seg.Head[:20], seg.Head[20:], pl[:n-roce.ICRCLen], binary.LittleEndian.Uint32(pl[n-roce.ICRCLen:]), false)
+				w.check(&seg, seg.Head[:20], seg.Head[20:], pl[:n-roce.ICRCLen], binary.LittleEndian.Uint32(pl[n-roce.ICRCLen:]), k == 0) // splitRun checked the first
 			}
 			out = append(out, seg)
 			pl = pl[n:]

@@ -53,6 +53,17 @@ func PutIPv6Header(h []byte, src, dst [16]byte, payloadLen int, tclass uint8, fl
 // appends it). It writes the headers as BuildIPv4 does (DF, no options,
 // UDP checksum 0, destination port 4791) and appends the ICRC.
 func EncapIPv4(b []byte, src, dst [4]byte, sport, ipID uint16, tos, ttl uint8) ([]byte, error) {
+	b, err := EncapIPv4Open(b, src, dst, sport, ipID, tos, ttl)
+	if err == nil {
+		SealIPv4(b)
+	}
+	return b, err
+}
+
+// EncapIPv4Open is EncapIPv4 but for the ICRC: it appends room for it, and
+// SealIPv4 computes it, once what the ICRC covers is final (a sender that
+// changes the IP ID after encoding computes it once).
+func EncapIPv4Open(b []byte, src, dst [4]byte, sport, ipID uint16, tos, ttl uint8) ([]byte, error) {
 	if len(b) < HeadroomIPv4+BTHLen {
 		return b, ErrShort
 	}
@@ -66,7 +77,14 @@ func EncapIPv4(b []byte, src, dst [4]byte, sport, ipID uint16, tos, ttl uint8) (
 	binary.BigEndian.PutUint16(u[2:4], UDPPort)
 	binary.BigEndian.PutUint16(u[4:6], uint16(total-ipv4HdrLen))
 	u[6], u[7] = 0, 0
-	return AppendICRC(b, ICRC(ip, u, b[HeadroomIPv4:])), nil
+	return append(b, 0, 0, 0, 0), nil
+}
+
+// SealIPv4 writes the ICRC of the datagram b (as EncapIPv4Open built it,
+// its headers and IB part as they are now) into its last four bytes.
+func SealIPv4(b []byte) {
+	n := len(b) - ICRCLen
+	binary.LittleEndian.PutUint32(b[n:], ICRC(b[:ipv4HdrLen], b[ipv4HdrLen:HeadroomIPv4], b[HeadroomIPv4:n]))
 }
 
 // EncapIPv6 is EncapIPv4 for IPv6: b[:HeadroomIPv6] is room for the fixed

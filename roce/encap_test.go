@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 )
@@ -97,5 +99,21 @@ func TestEncapIPv6(t *testing.T) {
 	}
 	if err := CheckIPv6([]byte{0x45, 0, 0, 0}); !errors.Is(err, ErrNotIPv6) {
 		t.Fatalf("IPv4: %v", err)
+	}
+}
+
+// updateSmall is crc32.Update, for every length a header can have and
+// more, from any starting CRC.
+func TestUpdateSmallIsCRC32(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := range 130 {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		seed := r.Uint32()
+		if got, want := updateSmall(seed, b), crc32.Update(seed, crc32.IEEETable, b); got != want {
+			t.Fatalf("%d bytes: %#x, want %#x", n, got, want)
+		}
 	}
 }

@@ -65,14 +65,33 @@ func icrcRest(h []byte, off int, udpHdr, ib []byte) uint32 {
 	return crc32.Update(updateSmall(icrcSeed, h), crc32.IEEETable, ib[BTHLen:])
 }
 
-// updateSmall is crc32.Update(crc, crc32.IEEETable, b) one byte at a time.
-// For the few header bytes that is as fast, and it lets the masked header
-// copy stay on the stack (crc32.Update's fast path makes its argument
-// escape).
+// slicing8 is the IEEE CRC's table for eight bytes at a time: row 0 is
+// crc32.IEEETable, row k the effect of a byte followed by k zero bytes.
+var slicing8 = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := range 256 {
+		c := t[0][i]
+		for k := 1; k < 8; k++ {
+			c = t[0][byte(c)] ^ c>>8
+			t[k][i] = c
+		}
+	}
+	return t
+}()
+
+// updateSmall is crc32.Update(crc, crc32.IEEETable, b) for the masked
+// headers (48 to 60 bytes), eight bytes a step: hash/crc32 takes a short
+// slice a byte at a time, 90 ns of a 4 KiB packet's 240 (BenchmarkICRC).
 func updateSmall(crc uint32, b []byte) uint32 {
 	crc = ^crc
+	for len(b) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(b)
+		crc = slicing8[7][byte(crc)] ^ slicing8[6][byte(crc>>8)] ^ slicing8[5][byte(crc>>16)] ^ slicing8[4][crc>>24] ^
+			slicing8[3][b[4]] ^ slicing8[2][b[5]] ^ slicing8[1][b[6]] ^ slicing8[0][b[7]]
+		b = b[8:]
+	}
 	for _, v := range b {
-		crc = crc32.IEEETable[byte(crc)^v] ^ crc>>8
+		crc = slicing8[0][byte(crc)^v] ^ crc>>8
 	}
 	return ^crc
 }
