@@ -153,7 +153,18 @@ func OpenWire(cfg WireConfig, lock sync.Locker, c *Counters) (*WireEndpoint, err
 	if err != nil {
 		return nil, fmt.Errorf("roce: UDP %v:%d: %w", a, roce.UDPPort, err)
 	}
-	if err := control(w.udp, func(fd int) error { return attachFilter(fd, dropAllFilter) }); err != nil {
+	if err := control(w.udp, func(fd int) error {
+		if a.IsLoopback() {
+			// A coalesced run arrives on lo whole: the socket takes it
+			// whole too (UDP_GRO), and its filter drops it once, where
+			// the kernel would cut it into datagrams for the filter to
+			// drop one by one. Not off lo, where the same option would
+			// have the NIC's GRO merge a peer's packets into runs whose
+			// segment size a receiver cannot always find (gso.go).
+			unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+		}
+		return attachFilter(fd, dropAllFilter)
+	}); err != nil {
 		w.udp.Close()
 		return nil, fmt.Errorf("roce: UDP socket filter: %w", err)
 	}
