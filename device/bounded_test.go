@@ -116,10 +116,13 @@ func TestBigReadKeepsControlLatency(t *testing.T) {
 	}
 	t.Logf("READ of %d MiB took %v (%.0f MB/s); AllocPD while it ran: %d calls, mean %v, median %v, 99th %v, worst %v",
 		size>>20, took, float64(size)/took.Seconds()/1e6, samples, sum/time.Duration(max(samples, 1)), pct(0.5), pct(0.99), worst)
-	// Generous bounds for a loaded CI machine under -race (unloaded, with
-	// -race: median 0.2 ms, 99th percentile under 4 ms; the READ used to
-	// hold the device for all of its 7 s).
-	if samples < 10 || pct(0.99) > 50*time.Millisecond || worst > 200*time.Millisecond {
+	// Bounds relative to the READ's own time, because CI runs the script
+	// suites' real programs beside this package and a loaded machine
+	// slows both alike (unloaded, with -race: median 0.2 ms, 99th
+	// percentile under 4 ms; in one CI run, 54 ms of a 2.3 s READ). The
+	// READ used to hold the device for all of its 7 s: then the calls are
+	// a handful and one of them waits for nearly all of it.
+	if samples < 10 || pct(0.99) > took/5 || worst > took/2 {
 		t.Errorf("AllocPD: %d calls, 99th percentile %v, worst %v while the READ ran", samples, pct(0.99), worst)
 	}
 	e.expect(bcq)
