@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"rdmafs/roce"
 )
@@ -256,4 +257,65 @@ func TestCoalescedRunAmbiguousLength(t *testing.T) {
 	if out := w.verify([]Datagram{{Raw: one[0]}}); len(out) != 1 || out[0].Status != OK || out[0].Seg || out[0].Packet.PSN != 9 {
 		t.Fatalf("a MIDDLE of 1040 bytes: %d datagrams, %v", len(out), out[0].Status)
 	}
+}
+
+// chunkDisp records the size of each delivery and reports busy after the
+// first, for a while.
+type chunkDisp struct {
+	tdisp
+	sizes     []int
+	busyUntil time.Time
+	early     int // deliveries while it said busy
+}
+
+func (d *chunkDisp) DeliverDatagrams(dgs []Datagram) func() bool {
+	d.sizes = append(d.sizes, len(dgs))
+	if time.Now().Before(d.busyUntil) {
+		d.early++
+	}
+	d.tdisp.DeliverDatagrams(dgs)
+	if len(d.sizes) == 1 {
+		d.busyUntil = time.Now().Add(5 * time.Millisecond)
+		return func() bool { return time.Now().Before(d.busyUntil) }
+	}
+	return nil
+}
+
+// A receive call's coalesced runs (here up to 6 of 64 packets) reach the
+// device deliverChunk packets at a time, and a busy device is waited for
+// between chunks, as between calls: a QP's queue cannot overflow past
+// the device's back-off (TestDataIntegrityRandomMix/uc across the wire
+// lost UC messages to it once).
+func TestWireDeliversInChunks(t *testing.T) {
+	addr := netip.MustParseAddr("127.0.83.6")
+	var cnt Counters
+	var mu sync.Mutex
+	d := &chunkDisp{}
+	c, err := NewChain(Options{Lock: &mu, Counters: &cnt, Owner: func(uint32) uint32 { return 0 },
+		AfterFunc: (&fakeClock{}).AfterFunc, Wire: &WireConfig{Addr: addr}}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var done []string
+	var ps []Packet
+	for i := range 6 * 64 {
+		ps = append(ps, &tpkt{m: Meta{Route: Wire, SrcQPN: 0x11, DestQPN: 0x12, Src: addr.As4(), Dst: addr.As4()},
+			op: roce.OpWriteOnly, psn: uint32(i), payload: make([]byte, 8), done: &done})
+	}
+	mu.Lock()
+	c.Head.WritePackets(ps)
+	mu.Unlock()
+	d.wait(t, &mu, len(ps))
+	mu.Lock()
+	defer mu.Unlock()
+	if d.early != 0 || slices.Max(d.sizes) > deliverChunk {
+		t.Fatalf("deliveries of %v packets, %d while busy", d.sizes, d.early)
+	}
+	for i, dg := range d.dgs {
+		if dg.Status != OK || dg.Packet.PSN != uint32(i) {
+			t.Fatalf("packet %d: %v psn %d", i, dg.Status, dg.Packet.PSN)
+		}
+	}
+	t.Logf("deliveries of %v packets", d.sizes)
 }

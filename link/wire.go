@@ -483,6 +483,11 @@ func (w *WireEndpoint) runEnd(a, to int) int {
 // lock.
 const recvBatch = 64
 
+// deliverChunk is the most packets one delivery hands the device: the
+// device's back-off (device/link.go's wireHighWater, half of a QP's queue)
+// leaves room for far more.
+const deliverChunk = 256
+
 // recvBufSize holds the longest IPv4 datagram: a coalesced run (gso.go)
 // arrives whole on lo.
 const recvBufSize = 1 << 16
@@ -516,15 +521,24 @@ func (w *WireEndpoint) recvLoop() {
 				w.overruns(rx.ctl[i][:h.Hdr.Controllen])
 			}
 		}
+		// Delivered deliverChunk packets at a time, with the receiver's
+		// back-off between chunks: the datagrams of one call may be
+		// coalesced runs of up to 64 packets each, more than a QP's
+		// queue has room for above the point where the device says it
+		// is busy.
 		out := w.verify(dgs[:n])
-		w.lock.Lock()
-		busy := w.disp.DeliverDatagrams(out)
-		w.lock.Unlock()
-		clear(dgs[:n])
-		clear(out)
-		if busy != nil {
-			w.backOff(busy)
+		for len(out) > 0 {
+			k := min(len(out), deliverChunk)
+			w.lock.Lock()
+			busy := w.disp.DeliverDatagrams(out[:k])
+			w.lock.Unlock()
+			clear(out[:k])
+			out = out[k:]
+			if busy != nil {
+				w.backOff(busy)
+			}
 		}
+		clear(dgs[:n])
 	}
 }
 
