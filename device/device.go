@@ -737,6 +737,7 @@ func (c *Counters) List() []Counter {
 		{"wire_coalesced_recv", c.WireCoalescedRecv.Load()},
 		{"wire_coalesce_refused", c.WireCoalesceRefused.Load()},
 		{"wire_tx_socket_fallbacks", c.WireTxSocketFallbacks.Load()},
+		{"wire_tx_socket_evictions", c.WireTxSocketEvictions.Load()},
 		{"capture_drops", c.CaptureDrops.Load()},
 		{"foreign_packets_dropped", c.ForeignPacketsDropped.Load()},
 		{"direct_packets", c.DirectPackets.Load()},

@@ -41,9 +41,10 @@ import (
 // use gets a UDP socket bound to Addr and that port, with a filter that
 // drops whatever arrives on it. Every datagram of such a port goes through
 // its socket, so that one flow leaves through one socket and a NIC's
-// queues cannot reorder it. Where the port cannot be had (another program
-// holds it, or maxTxSockets are open) the port's datagrams go through the
-// raw socket, one at a time.
+// queues cannot reorder it. At most maxTxSockets stay open; the port
+// unused the longest gives its socket up for a new one. Where the port
+// cannot be had (another program holds it) the port's datagrams go
+// through the raw socket, one at a time.
 
 const (
 	// maxRunSegs is the most packets one send carries (the kernel's
@@ -51,13 +52,16 @@ const (
 	maxRunSegs = 64
 	// maxRunBytes is the longest UDP payload of one send.
 	maxRunBytes = 0xFFFF - 20 - 8
-	// maxTxSockets bounds the UDP sockets the wire opens for source ports.
-	maxTxSockets = 1024
+
 	// udpHead is the IPv4 and UDP header in front of every packet.
 	udpHead = 20 + 8
 	// maxPacketLen is the longest one packet can be (IB headers to ICRC).
 	maxPacketLen = roce.MaxHeaderLen + 4096 + roce.ICRCLen
 )
+
+// maxTxSockets bounds the UDP sockets the wire keeps open for source
+// ports (a variable for tests).
+var maxTxSockets = 1024
 
 // pathMTUs are the IB path MTUs a MIDDLE packet's payload may have.
 var pathMTUs = [...]int{256, 512, 1024, 2048, 4096}
@@ -171,21 +175,52 @@ func splitRun(ip, udp, pl []byte, icrc uint32) (seg int, icrcOK bool) {
 	return 0, false
 }
 
+// txSock is a source port's UDP socket; used is the send batch that last
+// used it.
+type txSock struct {
+	fd   int // -1: the port goes through the raw socket
+	used uint64
+}
+
 // txSocket is the UDP socket the datagrams from source port port go
 // through, -1 for the raw socket. Under the chain's lock.
 func (w *WireEndpoint) txSocket(port uint16) int {
-	if fd, ok := w.txSocks[port]; ok {
-		return fd
+	if s, ok := w.txSocks[port]; ok {
+		s.used = w.txBatch
+		return s.fd
 	}
-	fd := -1
-	if len(w.txSocks) < maxTxSockets {
-		fd = openTxSocket(w.addr, port)
+	if len(w.txSocks) >= maxTxSockets {
+		w.evictTxSocket()
 	}
+	fd := openTxSocket(w.addr, port)
 	if fd < 0 {
 		w.c.WireTxSocketFallbacks.Add(1)
 	}
-	w.txSocks[port] = fd
+	w.txSocks[port] = &txSock{fd: fd, used: w.txBatch}
 	return fd
+}
+
+// evictTxSocket closes the socket of the port unused the longest, so that
+// a daemon whose QPs come and go keeps its sockets to maxTxSockets (its
+// ports are 0xC000 + 14 bits of a QPN: 16 384 of them). Never one the
+// current batch uses, whose descriptor sendBatch holds; a port evicted
+// gets a socket again at its next datagram.
+func (w *WireEndpoint) evictTxSocket() {
+	var port uint16
+	var old *txSock
+	for p, s := range w.txSocks {
+		if s.used < w.txBatch && (old == nil || s.used < old.used) {
+			port, old = p, s
+		}
+	}
+	if old == nil {
+		return // every socket serves this batch: one more for now
+	}
+	if old.fd >= 0 {
+		unix.Close(old.fd)
+	}
+	delete(w.txSocks, port)
+	w.c.WireTxSocketEvictions.Add(1)
 }
 
 // openTxSocket opens the UDP socket of source port port on a: bound, DF

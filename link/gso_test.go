@@ -319,3 +319,44 @@ func TestWireDeliversInChunks(t *testing.T) {
 	}
 	t.Logf("deliveries of %v packets", d.sizes)
 }
+
+// With room for two source ports' sockets, a third port's first batch
+// closes the one unused the longest; every datagram still leaves from its
+// own QP's port, and a batch that needs more ports than there is room
+// for gets them all (one over, for that batch).
+func TestWireTxSocketsEvicted(t *testing.T) {
+	defer func(n int) { maxTxSockets = n }(maxTxSockets)
+	maxTxSockets = 2
+	addr := netip.MustParseAddr("127.0.83.7")
+	var cnt Counters
+	var mu sync.Mutex
+	c, d, _ := newTestChain(t, Options{Lock: &mu, Counters: &cnt, Wire: &WireConfig{Addr: addr}})
+	var done []string
+	send := func(qpns ...uint32) {
+		var ps []Packet
+		for _, n := range qpns {
+			ps = append(ps, &tpkt{m: Meta{Route: Wire, SrcQPN: n, DestQPN: 0x12, Src: addr.As4(), Dst: addr.As4()},
+				psn: n, payload: []byte("data"), done: &done})
+		}
+		mu.Lock()
+		c.Head.WritePackets(ps)
+		mu.Unlock()
+	}
+	send(1)
+	send(2)
+	send(3) // evicts 1's
+	send(1) // evicts 2's
+	send(4, 5, 6)
+	d.wait(t, &mu, 7)
+	mu.Lock()
+	defer mu.Unlock()
+	want := []uint32{1, 2, 3, 1, 4, 5, 6}
+	for i, dg := range d.dgs {
+		if dg.Status != OK || dg.Packet.PSN != want[i] || dg.SrcPort != SourcePort(want[i]) {
+			t.Fatalf("datagram %d: %v psn %d from port %#x", i, dg.Status, dg.Packet.PSN, dg.SrcPort)
+		}
+	}
+	if ev := cnt.WireTxSocketEvictions.Load(); ev != 4 || len(c.Wire.txSocks) != 3 || cnt.WireTxSocketFallbacks.Load() != 0 {
+		t.Fatalf("%d evictions, %d sockets open, %d fallbacks", ev, len(c.Wire.txSocks), cnt.WireTxSocketFallbacks.Load())
+	}
+}

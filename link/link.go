@@ -182,11 +182,13 @@ type Counters struct {
 	WireRecvOverruns atomic.Uint64
 	// Coalesced runs (gso.go): sends that carried more than one datagram,
 	// received datagrams that held more than one packet, the refusal that
-	// turned coalescing off, source ports sent through the raw socket.
+	// turned coalescing off, source ports sent through the raw socket,
+	// source ports' sockets closed to make room (gso.go).
 	WireCoalescedSends    atomic.Uint64
 	WireCoalescedRecv     atomic.Uint64
 	WireCoalesceRefused   atomic.Uint64
 	WireTxSocketFallbacks atomic.Uint64
+	WireTxSocketEvictions atomic.Uint64
 	// Capture.
 	CaptureDrops atomic.Uint64
 }

@@ -95,7 +95,8 @@ type WireEndpoint struct {
 	// The UDP sockets of the source ports (-1: the raw socket) and their
 	// send vector (gso.go); under the chain's lock. coalesce is off with
 	// NoCoalesce, or after the kernel refused a coalesced send.
-	txSocks  map[uint16]int
+	txSocks  map[uint16]*txSock
+	txBatch  uint64 // counts send batches, for txSock.used
 	utx      *runMmsgs
 	coalesce bool
 	// The checked datagrams, coalesced ones cut into their packets; the
@@ -146,7 +147,7 @@ func OpenWire(cfg WireConfig, lock sync.Locker, c *Counters) (*WireEndpoint, err
 		return nil, fmt.Errorf("roce: %v is not an IPv4 address", cfg.Addr)
 	}
 	w := &WireEndpoint{cfg: cfg, addr: a.As4(), lock: lock, c: c, done: make(chan struct{}),
-		txSocks: make(map[uint16]int), utx: newRunMmsgs(sendBatch), coalesce: !cfg.NoCoalesce}
+		txSocks: make(map[uint16]*txSock), utx: newRunMmsgs(sendBatch), coalesce: !cfg.NoCoalesce}
 	ip := net.IP(a.AsSlice())
 	var err error
 	w.udp, err = net.ListenUDP("udp4", &net.UDPAddr{IP: ip, Port: roce.UDPPort})
@@ -294,9 +295,9 @@ func (w *WireEndpoint) Close() {
 	unix.Close(w.fd)
 	w.udp.Close()
 	w.lock.Lock()
-	for _, fd := range w.txSocks {
-		if fd >= 0 {
-			unix.Close(fd)
+	for _, s := range w.txSocks {
+		if s.fd >= 0 {
+			unix.Close(s.fd)
 		}
 	}
 	clear(w.txSocks)
@@ -337,6 +338,7 @@ func (w *WireEndpoint) sendBatch(pkts []Packet) {
 	}
 	// Consecutive datagrams of one source port go through its UDP
 	// socket, the others through the raw socket.
+	w.txBatch++
 	var fds [sendBatch]int
 	for i := range k {
 		fds[i] = w.txSocket(binary.BigEndian.Uint16(w.tx.dgs[i][20:22]))
