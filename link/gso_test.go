@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -358,5 +359,40 @@ func TestWireTxSocketsEvicted(t *testing.T) {
 	}
 	if ev := cnt.WireTxSocketEvictions.Load(); ev != 4 || len(c.Wire.txSocks) != 3 || cnt.WireTxSocketFallbacks.Load() != 0 {
 		t.Fatalf("%d evictions, %d sockets open, %d fallbacks", ev, len(c.Wire.txSocks), cnt.WireTxSocketFallbacks.Load())
+	}
+}
+
+// A source port that another socket holds goes through the raw socket,
+// from the same port, counted; runs from it go a datagram at a time.
+func TestWireTxSocketFallback(t *testing.T) {
+	addr := netip.MustParseAddr("127.0.83.8")
+	hold, err := net.ListenUDP("udp4", &net.UDPAddr{IP: addr.AsSlice(), Port: int(SourcePort(0x11))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	var cnt Counters
+	var mu sync.Mutex
+	c, d, _ := newTestChain(t, Options{Lock: &mu, Counters: &cnt, Wire: &WireConfig{Addr: addr}})
+	var done []string
+	var ps []Packet
+	for i := range 10 {
+		ps = append(ps, &tpkt{m: Meta{Route: Wire, SrcQPN: 0x11, DestQPN: 0x12, Src: addr.As4(), Dst: addr.As4()},
+			op: roce.OpWriteOnly, psn: uint32(i), payload: make([]byte, 8), done: &done})
+	}
+	mu.Lock()
+	c.Head.WritePackets(ps)
+	mu.Unlock()
+	d.wait(t, &mu, len(ps))
+	mu.Lock()
+	defer mu.Unlock()
+	for i, dg := range d.dgs {
+		if dg.Status != OK || dg.Packet.PSN != uint32(i) || dg.SrcPort != SourcePort(0x11) || dg.Seg {
+			t.Fatalf("datagram %d: %v psn %d port %#x seg %v", i, dg.Status, dg.Packet.PSN, dg.SrcPort, dg.Seg)
+		}
+	}
+	if cnt.WireTxSocketFallbacks.Load() != 1 || cnt.WireCoalescedSends.Load() != 0 || cnt.WireSendCalls.Load() != 1 {
+		t.Fatalf("%d fallbacks, %d coalesced sends, %d send calls", cnt.WireTxSocketFallbacks.Load(),
+			cnt.WireCoalescedSends.Load(), cnt.WireSendCalls.Load())
 	}
 }

@@ -368,22 +368,48 @@ func (w *WireEndpoint) sendBatch(pkts []Packet) {
 }
 
 // sendRaw sends datagrams from..to-1 of the vector through the raw
-// socket, and marks in ok the packets (msg) that went out.
+// socket, one a message, and marks in ok the packets (msg) that went out.
 func (w *WireEndpoint) sendRaw(from, to int, msg []int, ok []bool) {
-	for sent, tries := from, 0; sent < to; {
-		n, err := w.tx.send(w.fd, sent, to)
+	var first [sendBatch + 1]int
+	for x := range to - from + 1 {
+		first[x] = from + x
+	}
+	w.sendMsgs(to-from, first[:], msg, ok, func(a, b int) (int, error) {
+		return w.tx.send(w.fd, from+a, from+b)
+	})
+}
+
+// sendMsgs sends messages 0..m-1 with send (a sendmmsg of messages a..b-1;
+// message x holds datagrams first[x]..first[x+1]-1), as many a call as
+// the kernel takes: a full socket buffer is waited out, a message that
+// cannot go (EMSGSIZE, no route) is counted and skipped, and the rest go.
+// It marks in ok the packets (msg) that went out.
+func (w *WireEndpoint) sendMsgs(m int, first, msg []int, ok []bool, send func(a, b int) (int, error)) {
+	for sent, tries := 0, 0; sent < m; {
+		n, err := send(sent, m)
 		w.c.WireSendCalls.Add(1)
 		switch {
 		case n > 0:
-			for j := sent; j < sent+n; j++ {
-				ok[msg[j]] = true
+			for x := sent; x < sent+n; x++ {
+				if first[x+1]-first[x] > 1 {
+					w.c.WireCoalescedSends.Add(1)
+				}
+				for j := first[x]; j < first[x+1]; j++ {
+					ok[msg[j]] = true
+				}
 			}
 			sent += n
 			tries = 0
 		case w.sendFull(err, &tries):
 		default:
-			// This datagram cannot go (EMSGSIZE, no route): the rest can.
 			w.c.WireSendErrors.Add(1)
+			if first[sent+1]-first[sent] > 1 && w.coalesce {
+				// The kernel takes no segmentation offload here: the
+				// run is lost (its QP sends it again) and the wire
+				// sends a datagram at a time from now on.
+				w.coalesce = false
+				w.c.WireCoalesceRefused.Add(1)
+			}
 			sent++
 			tries = 0
 		}
@@ -424,35 +450,7 @@ func (w *WireEndpoint) sendUDP(fd, from, to int, msg []int, ok []bool) {
 		a = b
 	}
 	first[m] = to
-	for sent, tries := 0, 0; sent < m; {
-		n, err := w.utx.send(fd, sent, m)
-		w.c.WireSendCalls.Add(1)
-		switch {
-		case n > 0:
-			for x := sent; x < sent+n; x++ {
-				if first[x+1]-first[x] > 1 {
-					w.c.WireCoalescedSends.Add(1)
-				}
-				for j := first[x]; j < first[x+1]; j++ {
-					ok[msg[j]] = true
-				}
-			}
-			sent += n
-			tries = 0
-		case w.sendFull(err, &tries):
-		default:
-			w.c.WireSendErrors.Add(1)
-			if first[sent+1]-first[sent] > 1 && w.coalesce {
-				// The kernel takes no segmentation offload here: the
-				// run is lost (its QP sends it again) and the wire
-				// sends a datagram at a time from now on.
-				w.coalesce = false
-				w.c.WireCoalesceRefused.Add(1)
-			}
-			sent++
-			tries = 0
-		}
-	}
+	w.sendMsgs(m, first[:], msg, ok, func(a, b int) (int, error) { return w.utx.send(fd, a, b) })
 }
 
 // runEnd is the end of the run of datagrams that may go as one send from
