@@ -420,7 +420,7 @@ func (q *QP) completeSendLocked(w *sendWQE, status qp.WCStatus) {
 	if !w.wr.Opcode.Valid() {
 		wc.Opcode = 0
 	}
-	if !q.sendCQ.postLocked(&wc, status != qp.WCSuccess) && status != qp.WCWRFlushErr {
+	if !q.sendCQ.postLocked(&wc, status != qp.WCSuccess, q.eng()) && status != qp.WCWRFlushErr {
 		q.enterErrLocked()
 	}
 }

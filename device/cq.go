@@ -165,8 +165,10 @@ func (cq *CQ) Resize(cqe uint32) error {
 }
 
 // postLocked writes one CQE; false when the CQ is full (overflow: cq_err is
-// raised once and the caller moves its QP to ERR, as rdmavt does).
-func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
+// raised once and the caller moves its QP to ERR, as rdmavt does). e is
+// the engine of the QP that completes, whose share of the counters it
+// adds to.
+func (cq *CQ) postLocked(wc *qp.WC, solicited bool, e *engine) bool {
 	d := cq.dev
 	if len(d.engines) > 1 {
 		// QPs of several engines may complete into this CQ.
@@ -186,9 +188,9 @@ func (cq *CQ) postLocked(wc *qp.WC, solicited bool) bool {
 	ring.EncodeCQE(cq.prod.Next(), wc)
 	cq.prod.Advance()
 	cq.prod.Publish()
-	d.Counters.Completions.Add(1)
+	d.Counters.Completions.Add(e.idx, 1)
 	if wc.Status != qp.WCSuccess {
-		d.Counters.ErrCompletions.Add(1)
+		d.Counters.ErrCompletions.Add(e.idx, 1)
 	}
 	if cq.ring.TakeArm(solicited, wc.Status != qp.WCSuccess) {
 		cq.fire()

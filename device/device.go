@@ -458,6 +458,7 @@ func New(cfg Config) (*Device, error) {
 	for range cfg.Engines {
 		d.engines = append(d.engines, &engine{})
 	}
+	d.Counters.shard(cfg.Engines)
 	if err := d.newChain(); err != nil {
 		return nil, err
 	}
@@ -651,8 +652,8 @@ type Counters struct {
 	DroppedPackets  atomic.Uint64
 	QKeyViolations  atomic.Uint64
 	CQOverflows     atomic.Uint64
-	Completions     atomic.Uint64
-	ErrCompletions  atomic.Uint64
+	Completions     ShardedCounter
+	ErrCompletions  ShardedCounter
 	UDOversizeDrops atomic.Uint64
 	EngineRuns      atomic.Uint64
 	EngineParks     atomic.Uint64
@@ -679,7 +680,7 @@ type Counters struct {
 	// they had been sent.
 	DirectOps          atomic.Uint64
 	ExclusiveRuns      atomic.Uint64
-	CrossEnginePackets atomic.Uint64
+	CrossEnginePackets ShardedCounter
 	EngineMoves        atomic.Uint64
 }
 
@@ -687,6 +688,46 @@ type Counters struct {
 type Counter struct {
 	Name  string
 	Value uint64
+}
+
+// ShardedCounter is a counter that each engine adds to on a cache line of
+// its own, read as the sum: one shared word, added to at every completion
+// by engines on several cores, would move between their caches at each
+// add. Adds before the shards exist (or beyond them) go to a common word.
+type ShardedCounter struct {
+	common atomic.Uint64
+	shards []paddedCounter
+}
+
+type paddedCounter struct {
+	n atomic.Uint64
+	_ [56]byte // the rest of a 64-byte cache line
+}
+
+// Add adds v to engine shard's share.
+func (s *ShardedCounter) Add(shard int, v uint64) {
+	if shard < len(s.shards) {
+		s.shards[shard].n.Add(v)
+		return
+	}
+	s.common.Add(v)
+}
+
+// Load is the counter: the sum of every share.
+func (s *ShardedCounter) Load() uint64 {
+	t := s.common.Load()
+	for i := range s.shards {
+		t += s.shards[i].n.Load()
+	}
+	return t
+}
+
+// shard gives the sharded counters a share per engine; at creation,
+// before any engine runs.
+func (c *Counters) shard(engines int) {
+	for _, s := range []*ShardedCounter{&c.Completions, &c.ErrCompletions, &c.CrossEnginePackets} {
+		s.shards = make([]paddedCounter, engines)
+	}
 }
 
 // List returns the counters in a fixed order.

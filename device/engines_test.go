@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"rdmafs/clock"
 	"rdmafs/qp"
@@ -163,4 +164,26 @@ func churnEngines(e *env, shared *CQ, srq *SRQ, n int) error {
 		}
 	}
 	return nil
+}
+
+// A sharded counter is the sum of its engines' shares and of what came
+// without a share; each share has a cache line of its own.
+func TestShardedCounter(t *testing.T) {
+	var c Counters
+	c.Completions.Add(0, 5) // before the shards: the common word
+	c.shard(3)
+	c.Completions.Add(0, 1)
+	c.Completions.Add(2, 10)
+	c.Completions.Add(7, 100) // no such engine: the common word
+	if got := c.Completions.Load(); got != 116 {
+		t.Fatalf("Load %d, want 116", got)
+	}
+	if sz := unsafe.Sizeof(paddedCounter{}); sz != 64 {
+		t.Fatalf("a share takes %d bytes, not one cache line", sz)
+	}
+	for _, x := range c.List() {
+		if x.Name == "completions" && x.Value != 116 {
+			t.Fatalf("counters list: completions=%d", x.Value)
+		}
+	}
 }

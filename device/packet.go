@@ -218,7 +218,7 @@ func (d *Device) acceptLocked(p *packet, cur *engine) *QP {
 		q.inbox = append(q.inbox, p)
 		q.inboxed.Store(true)
 		q.inMu.Unlock()
-		d.Counters.CrossEnginePackets.Add(1)
+		d.Counters.CrossEnginePackets.Add(cur.idx, 1)
 		q.eng().schedule(q)
 		return q
 	}

@@ -397,7 +397,7 @@ func (q *QP) completeRecvLocked(status qp.WCStatus, byteLen uint32, flags qp.WCF
 // postRecvCQELocked writes a receive completion; an overflowing CQ takes
 // the QP to ERR (rdmavt's rvt_recv_cq).
 func (q *QP) postRecvCQELocked(wc *qp.WC, se bool) {
-	if !q.recvCQ.postLocked(wc, se || wc.Status != qp.WCSuccess) && wc.Status != qp.WCWRFlushErr {
+	if !q.recvCQ.postLocked(wc, se || wc.Status != qp.WCSuccess, q.eng()) && wc.Status != qp.WCWRFlushErr {
 		q.enterErrLocked()
 	}
 }

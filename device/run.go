@@ -163,7 +163,7 @@ func (q *QP) flushRecvLocked() {
 		wr.WRID = 0
 		_ = decodeRecvWRID(q.rqCons.Peek(i), &wr)
 		wc := qp.WC{WRID: wr.WRID, Status: qp.WCWRFlushErr, Opcode: qp.WCRecv, QPNum: q.QPN}
-		q.recvCQ.postLocked(&wc, true)
+		q.recvCQ.postLocked(&wc, true, q.eng())
 	}
 	q.rqCons.Advance(n)
 	q.rqCons.Publish()
