@@ -123,21 +123,8 @@ func segHead(h *[udpHead]byte, ip, udp []byte, k, n int) {
 	copy(h[20:], udp[:8])
 	binary.BigEndian.PutUint16(h[2:4], uint16(udpHead+n))
 	binary.BigEndian.PutUint16(h[4:6], binary.BigEndian.Uint16(ip[4:6])+uint16(k))
-	h[10], h[11] = 0, 0
-	binary.BigEndian.PutUint16(h[10:12], ^ipSum(h[:20]))
+	roce.SetIPv4Checksum(h[:20])
 	binary.BigEndian.PutUint16(h[24:26], uint16(8+n))
-}
-
-// ipSum is the ones' complement sum of an IPv4 header.
-func ipSum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for s > 0xFFFF {
-		s = s&0xFFFF + s>>16
-	}
-	return uint16(s)
 }
 
 // splitRun finds the segment size of the coalesced datagram whose headers

@@ -338,10 +338,16 @@ func (w *WireEndpoint) sendBatch(pkts []Packet) {
 	}
 	// Consecutive datagrams of one source port go through its UDP
 	// socket, the others through the raw socket.
+	// A batch is mostly one QP's: its port is looked up once.
 	w.txBatch++
 	var fds [sendBatch]int
 	for i := range k {
-		fds[i] = w.txSocket(binary.BigEndian.Uint16(w.tx.dgs[i][20:22]))
+		port := binary.BigEndian.Uint16(w.tx.dgs[i][20:22])
+		if i > 0 && port == binary.BigEndian.Uint16(w.tx.dgs[i-1][20:22]) {
+			fds[i] = fds[i-1]
+		} else {
+			fds[i] = w.txSocket(port)
+		}
 	}
 	for i := 0; i < k; {
 		fd := fds[i]
@@ -359,12 +365,14 @@ func (w *WireEndpoint) sendBatch(pkts []Packet) {
 		}
 		i = j
 	}
+	sent := 0
 	for i, p := range pkts {
 		if ok[i] {
-			w.c.WirePacketsSent.Add(1)
+			sent++
 		}
 		p.Done(ok[i])
 	}
+	w.c.WirePacketsSent.Add(uint64(sent))
 }
 
 // sendRaw sends datagrams from..to-1 of the vector through the raw
@@ -565,53 +573,50 @@ func (w *WireEndpoint) overruns(ctl []byte) {
 
 // verify checks each datagram (IPv4, UDP, ICRC, IB headers) without any
 // lock, and parses the good ones; a coalesced datagram becomes its
-// packets (gso.go). It returns the checked datagrams, in w.out.
+// packets (gso.go). It returns the checked datagrams, in w.out (dgs only
+// lends their bytes).
 func (w *WireEndpoint) verify(dgs []Datagram) []Datagram {
 	out := w.out[:0]
 	for i := range dgs {
-		dg := &dgs[i]
-		w.c.WirePacketsRecv.Add(1)
+		raw := dgs[i].Raw
+		out = append(out, Datagram{Raw: raw, Status: Malformed})
+		dg := &out[len(out)-1]
 		var d roce.Datagram
-		if err := roce.ParseIPv4(dg.Raw, &d); err != nil || [4]byte(d.IP[16:20]) != w.addr {
+		if err := roce.ParseIPv4(raw, &d); err != nil || [4]byte(d.IP[16:20]) != w.addr {
 			w.c.MalformedPackets.Add(1)
-			dg.Status, dg.BadQPN = Malformed, 0
-			out = append(out, *dg)
 			continue
 		}
-		pl := dg.Raw[udpHead : udpHead+len(d.IB)+roce.ICRCLen]
+		pl := raw[udpHead : udpHead+len(d.IB)+roce.ICRCLen]
 		s, icrcOK := splitRun(d.IP, d.UDP, pl, d.ICRC)
 		if s == 0 {
 			w.check(dg, d.IP, d.UDP, d.IB, d.ICRC, icrcOK)
-			out = append(out, *dg)
 			continue
 		}
 		w.c.WireCoalescedRecv.Add(1)
+		out = out[:len(out)-1] // the datagram gives way to its packets
 		for k := 0; len(pl) > 0; k++ {
 			n := min(s, len(pl))
-			seg := Datagram{Raw: pl[:n:n], Seg: true}
+			out = append(out, Datagram{Raw: pl[:n:n], Seg: true, Status: Malformed})
+			seg := &out[len(out)-1]
 			segHead(&seg.Head, d.IP, d.UDP, k, n)
-			if k > 0 {
-				w.c.WirePacketsRecv.Add(1)
-			}
 			if n < roce.BTHLen+roce.ICRCLen {
 				w.c.MalformedPackets.Add(1)
-				seg.Status = Malformed
 			} else {
-				w.check(&seg, seg.Head[:20], seg.Head[20:], pl[:n-roce.ICRCLen], binary.LittleEndian.Uint32(pl[n-roce.ICRCLen:]), k == 0) // splitRun checked the first
+				// splitRun checked the first packet's ICRC.
+				w.check(seg, seg.Head[:20], seg.Head[20:], pl[:n-roce.ICRCLen], binary.LittleEndian.Uint32(pl[n-roce.ICRCLen:]), k == 0)
 			}
-			out = append(out, seg)
 			pl = pl[n:]
 		}
 	}
+	w.c.WirePacketsRecv.Add(uint64(len(out)))
 	w.out = out
 	return out
 }
 
 // check checks the ICRC and the IB headers of one datagram whose IPv4 and
-// UDP headers are ip and udp, and parses a good one into dg; icrcOK says
-// the ICRC was checked already.
+// UDP headers are ip and udp, and parses a good one into dg (which comes
+// Malformed); icrcOK says the ICRC was checked already.
 func (w *WireEndpoint) check(dg *Datagram, ip, udp, ib []byte, icrc uint32, icrcOK bool) {
-	dg.Status, dg.BadQPN = Malformed, 0
 	if !icrcOK && roce.ICRC(ip, udp, ib) != icrc {
 		w.c.ICRCErrors.Add(1)
 		dg.Status = BadICRC

@@ -28,10 +28,16 @@ func PutIPv4Header(h []byte, src, dst [4]byte, total int, ipID uint16, tos, ttl 
 	binary.BigEndian.PutUint16(h[6:8], 0x4000) // DF
 	h[8] = ttl
 	h[9] = 17
-	h[10], h[11] = 0, 0
 	copy(h[12:16], src[:])
 	copy(h[16:20], dst[:])
-	binary.BigEndian.PutUint16(h[10:12], ^checksum(h))
+	SetIPv4Checksum(h)
+}
+
+// SetIPv4Checksum writes the header checksum of the 20-byte IPv4 header h
+// (after a field of it changed).
+func SetIPv4Checksum(h []byte) {
+	h[10], h[11] = 0, 0
+	binary.BigEndian.PutUint16(h[10:12], ^checksum(h[:ipv4HdrLen]))
 }
 
 // PutIPv6Header writes the fixed IPv6 header of a RoCEv2 datagram into
