@@ -37,8 +37,10 @@
 //     QP's turn runs right after the sender's in the same batch, and RC
 //     messages go in segments of up to 64 KiB (one copy per message), with
 //     the same transport rules; between two idle QPs of one engine an RC
-//     WRITE, SEND, READ or atomic is executed against the peer with no
-//     packet (executeDirectLocked); a capture, a fault rule for the QP or
+//     WRITE, SEND (with immediate data or an invalidation too), READ or
+//     atomic, or a UC WRITE or SEND, is executed against the peer with no
+//     packet (executeDirectLocked, executeUCLocked), into the peer's RQ or
+//     SRQ; a capture, a fault rule for the QP or
 //     Config.PacketLoopback puts the packets back on the chain.
 //   - link.go: the device's side of its link (package link, which owns
 //     sockets, faults, capture and the wire's receive goroutine): it builds
@@ -126,7 +128,7 @@
 // deliver (package link, Locking). Lock order: the per-queue producer
 // locks (postMu, pollMu; a verb takes its queue's first), then Device.mu
 // (its stripes in engine order), then chainMu or an SRQ's takeMu (a
-// direct SEND holds it while it completes, executeSendLocked), then a
+// direct SEND or WRITE_WITH_IMM holds it while it completes), then a
 // CQ's prodMu, then the link's capture lock, bellMu or a QP's inMu, then
 // the scheduler's lock (engine.mu), the innermost. The transport's timers never
 // take Device.mu: they mark a QP runnable under its engine's scheduler
@@ -639,9 +641,14 @@ func (d *Device) isLocalGID(g [16]byte) bool { return g == d.cfg.GID }
 type Counters struct {
 	// The link's: packets_sent, bytes_sent, no_route, the fault
 	// injector's, the wire's and capture's (link.Counters).
+	// The link's PacketsSent and BytesSent count only what went through
+	// the chain; SentPackets and SentBytes add the direct path's.
 	link.Counters
-	PacketsRecv     atomic.Uint64
-	BytesRecv       atomic.Uint64
+	// PacketsRecv and BytesRecv count what the chain delivered, from the
+	// engine whose turn received it; RecvPackets and RecvBytes add the
+	// direct path's.
+	PacketsRecv     ShardedCounter
+	BytesRecv       ShardedCounter
 	Retransmits     atomic.Uint64
 	RetryTimeouts   atomic.Uint64
 	RNRNaksSent     atomic.Uint64
@@ -655,7 +662,7 @@ type Counters struct {
 	Completions     ShardedCounter
 	ErrCompletions  ShardedCounter
 	UDOversizeDrops atomic.Uint64
-	EngineRuns      atomic.Uint64
+	EngineRuns      ShardedCounter
 	EngineParks     atomic.Uint64
 	// InlineRuns counts the batches (also in EngineRuns) that the wire's
 	// receive goroutine or the doorbell ran themselves instead of waking
@@ -667,18 +674,20 @@ type Counters struct {
 	// from a QP other than its peer (also counted in DroppedPackets).
 	ForeignPacketsDropped atomic.Uint64
 	// DirectPackets counts the packets (path-MTU segments) between two
-	// QPs of the device that took the direct path (loopback.go), also
-	// counted in packets_sent and packets_recv.
-	DirectPackets atomic.Uint64
+	// QPs of the device that took the direct path (loopback.go), and
+	// DirectBytes their bytes, each sent and received at once: they are
+	// in packets_sent and packets_recv, bytes_sent and bytes_recv.
+	DirectPackets ShardedCounter
+	DirectBytes   ShardedCounter
 	// With several engines: ExclusiveRuns counts the QP turns run under
 	// all of Device.mu (exclusiveLocked), CrossEnginePackets the packets
 	// one engine handed to a QP of another (its inbox), EngineMoves the
 	// QPs moved to their local peer's engine at RTR.
-	// DirectOps counts the RC WRITEs, SENDs and atomics executed against
-	// their peer QP without packets (loopback.go, executeDirectLocked); their
-	// segments and acknowledgements are counted in DirectPackets as if
-	// they had been sent.
-	DirectOps          atomic.Uint64
+	// DirectOps counts the WRITEs, SENDs, READs and atomics executed
+	// against their peer QP without packets (loopback.go,
+	// executeDirectLocked); their segments and acknowledgements are
+	// counted in DirectPackets as if they had been sent.
+	DirectOps          ShardedCounter
 	ExclusiveRuns      atomic.Uint64
 	CrossEnginePackets ShardedCounter
 	EngineMoves        atomic.Uint64
@@ -704,9 +713,9 @@ type paddedCounter struct {
 	_ [56]byte // the rest of a 64-byte cache line
 }
 
-// Add adds v to engine shard's share.
+// Add adds v to engine shard's share (a negative shard: the common word).
 func (s *ShardedCounter) Add(shard int, v uint64) {
-	if shard < len(s.shards) {
+	if uint(shard) < uint(len(s.shards)) {
 		s.shards[shard].n.Add(v)
 		return
 	}
@@ -725,18 +734,31 @@ func (s *ShardedCounter) Load() uint64 {
 // shard gives the sharded counters a share per engine; at creation,
 // before any engine runs.
 func (c *Counters) shard(engines int) {
-	for _, s := range []*ShardedCounter{&c.Completions, &c.ErrCompletions, &c.CrossEnginePackets} {
+	for _, s := range []*ShardedCounter{&c.Completions, &c.ErrCompletions, &c.CrossEnginePackets, &c.PacketsRecv,
+		&c.BytesRecv, &c.EngineRuns, &c.DirectPackets, &c.DirectBytes, &c.DirectOps} {
 		s.shards = make([]paddedCounter, engines)
 	}
 }
 
+// SentPackets is packets_sent: the chain's and the direct path's.
+func (c *Counters) SentPackets() uint64 { return c.PacketsSent.Load() + c.DirectPackets.Load() }
+
+// RecvPackets is packets_recv: the chain's and the direct path's.
+func (c *Counters) RecvPackets() uint64 { return c.PacketsRecv.Load() + c.DirectPackets.Load() }
+
+// SentBytes is bytes_sent: the chain's and the direct path's.
+func (c *Counters) SentBytes() uint64 { return c.BytesSent.Load() + c.DirectBytes.Load() }
+
+// RecvBytes is bytes_recv: the chain's and the direct path's.
+func (c *Counters) RecvBytes() uint64 { return c.BytesRecv.Load() + c.DirectBytes.Load() }
+
 // List returns the counters in a fixed order.
 func (c *Counters) List() []Counter {
 	return []Counter{
-		{"packets_sent", c.PacketsSent.Load()},
-		{"packets_recv", c.PacketsRecv.Load()},
-		{"bytes_sent", c.BytesSent.Load()},
-		{"bytes_recv", c.BytesRecv.Load()},
+		{"packets_sent", c.SentPackets()},
+		{"packets_recv", c.RecvPackets()},
+		{"bytes_sent", c.SentBytes()},
+		{"bytes_recv", c.RecvBytes()},
 		{"retransmits", c.Retransmits.Load()},
 		{"retry_timeouts", c.RetryTimeouts.Load()},
 		{"rnr_naks_sent", c.RNRNaksSent.Load()},

@@ -299,7 +299,7 @@ func (e *engine) runHeldLocked() {
 		}
 		batch := e.take()
 		e.mu.Unlock()
-		d.Counters.EngineRuns.Add(1)
+		d.Counters.EngineRuns.Add(e.idx, 1)
 		d.Counters.InlineRuns.Add(1)
 		e.nowOK = false
 		yield := false
@@ -455,7 +455,7 @@ func (e *engine) runBatches() {
 		}
 		batch := e.take()
 		e.mu.Unlock()
-		d.Counters.EngineRuns.Add(1)
+		d.Counters.EngineRuns.Add(e.idx, 1)
 		d.mu.lockStripe(e)
 		e.nowOK = false
 		held := time.Now()

@@ -24,34 +24,46 @@ func (q *QP) localOpLocked(w *sendWQE) {
 // QP q (same PD). remote is true for SEND_WITH_INV, which may invalidate
 // only remote-access keys.
 func (d *Device) invalidateKeyLocked(q *QP, key uint32, remote bool) qp.WCStatus {
+	mr, mw, status := d.invalidationLocked(q, key, remote)
+	switch {
+	case mr != nil:
+		mr.valid = false
+		d.detachPacketsLocked(mr)
+	case mw != nil:
+		mw.unbindLocked()
+	}
+	return status
+}
+
+// invalidationLocked is what invalidateKeyLocked would invalidate (one of
+// an MR and an MW) and its status, without changing anything: the direct
+// path asks first, and goes as packets when the answer is an error.
+func (d *Device) invalidationLocked(q *QP, key uint32, remote bool) (*MR, *MW, qp.WCStatus) {
 	e, _ := d.keys.lookup(key)
 	switch {
 	case e.mr != nil:
 		mr := e.mr
 		if mr.PD != q.pd || (mr.RKey != key && mr.LKey != key) || mr.boundMWs > 0 {
-			return qp.WCLocQPOpErr
+			return nil, nil, qp.WCLocQPOpErr
 		}
 		if remote && mr.Access&qp.AccessRemote == 0 {
-			return qp.WCLocQPOpErr
+			return nil, nil, qp.WCLocQPOpErr
 		}
-		mr.valid = false
-		d.detachPacketsLocked(mr)
-		return qp.WCSuccess
+		return mr, nil, qp.WCSuccess
 	case e.mw != nil:
 		mw := e.mw
 		// Type 1 windows are not invalidated by work requests (o10-36.2.4).
 		if mw.Type != 2 || mw.PD != q.pd || mw.RKey != key {
-			return qp.WCLocQPOpErr
+			return nil, nil, qp.WCLocQPOpErr
 		}
 		// A SEND_WITH_INV may only invalidate a window bound through the
 		// QP it arrives on, the one QP that may use its rkey at all.
 		if remote && mw.qp != q {
-			return qp.WCLocQPOpErr
+			return nil, nil, qp.WCLocQPOpErr
 		}
-		mw.unbindLocked()
-		return qp.WCSuccess
+		return nil, mw, qp.WCSuccess
 	}
-	return qp.WCLocQPOpErr
+	return nil, nil, qp.WCLocQPOpErr
 }
 
 // bindMWLocked binds a memory window through QP q (IBA 10.6.7; VERBS.md

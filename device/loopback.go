@@ -134,13 +134,11 @@ func (d *Device) directTxLocked(pkts []link.Packet, e *engine) []link.Packet {
 		p.local = true
 		d.acceptLocked(p, e)
 	}
-	// Sent and received at once: both sides' counters, once per batch.
+	// Sent and received at once (Counters.SentPackets and RecvPackets
+	// count them both ways), once per batch, in e's share.
 	if n > 0 {
-		d.Counters.PacketsSent.Add(n)
-		d.Counters.BytesSent.Add(bytes)
-		d.Counters.PacketsRecv.Add(n)
-		d.Counters.BytesRecv.Add(bytes)
-		d.Counters.DirectPackets.Add(n)
+		d.Counters.DirectPackets.Add(e.idx, n)
+		d.Counters.DirectBytes.Add(e.idx, bytes)
 	}
 	return rest
 }
@@ -213,7 +211,7 @@ func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 // request queued or half received, no READ being answered, no ACK held
 // back, its expected PSN q's next) (directPeerLocked), and every check
 // the responder would make passing: access, the rkey, the receive WQE
-// (one posted to the peer's own RQ, long enough, its lkeys good) and the
+// (one posted to the peer's RQ or SRQ, long enough, its lkeys good) and the
 // local SGEs, for at most superSeg bytes (a turn stays bounded: a larger
 // message goes in segments). Anything else goes as packets, which answer
 // with the NAKs, RNRs and retries of the transport. The state moves as if
@@ -225,13 +223,15 @@ func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 // w, which then has moved past reqIdx.
 func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
 	switch {
+	case q.Type == qp.TypeUC:
+		return w.length <= superSeg && q.executeUCLocked(w, mtu)
 	case w.info.Atomic:
 		return q.executeAtomicLocked(w)
 	case w.length > superSeg:
 		return false
 	case w.info.Write:
 		return q.executeWriteLocked(w, mtu)
-	case w.info.Send && w.wr.Opcode != qp.WRSendWithInv:
+	case w.info.Send:
 		return q.executeSendLocked(w, mtu)
 	case w.info.Read:
 		return q.executeReadLocked(w, mtu)
@@ -353,11 +353,14 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 		}
 		dst = b
 	}
-	// WRITE_WITH_IMM takes a receive WQE of the peer's own RQ (an SRQ's,
-	// or none, goes as packets).
+	// WRITE_WITH_IMM takes a receive WQE of the peer's RQ or SRQ (none
+	// goes as packets: the packets' RNR NAK).
 	if w.info.Imm {
-		if peer.srq != nil {
-			return false
+		if srq := peer.srq; srq != nil {
+			// Peeked and taken under one hold: QPs of other engines
+			// take from it too.
+			srq.lockTake()
+			defer srq.unlockTake()
 		}
 		if present, malformed := peer.peekRecvLocked(); !present || malformed {
 			return false
@@ -388,10 +391,13 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	return true
 }
 
-// executeSendLocked is executeDirectLocked's SEND and SEND_WITH_IMM: the
-// responder's side of a SEND ONLY (respSendLocked) into the next receive
-// WQE of the peer's RQ, checked whole before it is taken (an SRQ's, or
-// none, goes as packets: the packets' RNR NAK).
+// executeSendLocked is executeDirectLocked's SEND, SEND_WITH_IMM and
+// SEND_WITH_INV: the responder's side of a SEND ONLY (respSendLocked) into
+// the next receive WQE of the peer's RQ or SRQ, checked whole before it is
+// taken (none goes as packets: the packets' RNR NAK). SEND_WITH_INV's
+// invalidation must succeed and, as the packet's does, needs all of
+// Device.mu (its key change detaches other QPs' packets); otherwise it goes
+// as packets, which answer with the NAK.
 func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
 	if peer == nil {
@@ -407,44 +413,72 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	if present, malformed := peer.peekRecvLocked(); !present || malformed {
 		return false
 	}
-	if total, _ := sglLength(r.rwqe.SGL); total < w.length {
-		return false
-	}
 	var dsts [maxDirectSGEs][]byte
-	dst := dsts[:0]
-	for left, i := w.length, 0; left > 0; i++ {
-		s := r.rwqe.SGL[i]
-		take := min(uint64(s.Length), left)
-		if take == 0 {
-			continue
-		}
-		if len(dst) == maxDirectSGEs {
-			return false
-		}
-		b, f := q.dev.lkeyLocked(peer.pd, s.LKey, s.Addr, take, qp.AccessLocalWrite)
-		if f != faultNone {
-			return false
-		}
-		dst = append(dst, b)
-		left -= take
+	dst, ok := q.recvTargetLocked(peer, w.length, &dsts)
+	if !ok {
+		return false
 	}
 	var srcs [maxDirectSGEs][]byte
 	src, ok := q.directSourceLocked(w, &srcs)
 	if !ok {
 		return false
 	}
+	var wf qp.WCFlags
+	imm := w.wr.ImmData
+	switch {
+	case w.info.Imm:
+		wf = qp.WCWithImm
+	case w.wr.Opcode == qp.WRSendWithInv:
+		e := q.eng()
+		if len(q.dev.engines) > 1 && !e.exclusive {
+			return false
+		}
+		if _, _, st := q.dev.invalidationLocked(peer, w.wr.InvalidateRKey, true); st != qp.WCSuccess {
+			return false
+		}
+		wf, imm = qp.WCWithInv, w.wr.InvalidateRKey
+	}
 	peer.takeRecvLocked()
 	peer.ownReadRepliesLocked()
 	copyChunks(dst, src)
 	r.offset = w.length
-	var wf qp.WCFlags
-	if w.info.Imm {
-		wf = qp.WCWithImm
-	}
 	q.directDoneLocked(peer, w, mtu, func() {
-		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, w.wr.ImmData, w.wr.SendFlags&qp.SendSolicited != 0)
+		if wf == qp.WCWithInv {
+			// After the bytes are placed, as the last packet does it.
+			q.dev.invalidateKeyLocked(peer, imm, true)
+		}
+		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, imm, w.wr.SendFlags&qp.SendSolicited != 0)
 	})
 	return true
+}
+
+// recvTargetLocked resolves the first length bytes of the receive WQE the
+// peer has peeked (peekRecvLocked) into dsts, or reports false: too short,
+// more than maxDirectSGEs pieces, or a bad lkey (each an error the packets
+// report).
+func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]byte) ([][]byte, bool) {
+	r := &peer.resp
+	if total, _ := sglLength(r.rwqe.SGL); total < length {
+		return nil, false
+	}
+	dst := dsts[:0]
+	for left, i := length, 0; left > 0; i++ {
+		s := r.rwqe.SGL[i]
+		take := min(uint64(s.Length), left)
+		if take == 0 {
+			continue
+		}
+		if len(dst) == maxDirectSGEs {
+			return nil, false
+		}
+		b, f := q.dev.lkeyLocked(peer.pd, s.LKey, s.Addr, take, qp.AccessLocalWrite)
+		if f != faultNone {
+			return nil, false
+		}
+		dst = append(dst, b)
+		left -= take
+	}
+	return dst, true
 }
 
 // directDoneLocked moves both QPs as the message's packets and its ACK
@@ -509,6 +543,123 @@ func (q *QP) directPeerLocked(w *sendWQE) *QP {
 	}
 	r := &peer.resp
 	if r.psn != w.firstPSN || len(peer.reqIn) > 0 || peer.inboxed.Load() || r.inSend || r.inWrite || r.reading || r.ackDue {
+		return nil
+	}
+	return peer
+}
+
+// executeUCLocked is executeDirectLocked on a UC QP: a SEND, SEND_WITH_IMM,
+// WRITE or WRITE_WITH_IMM executed against the peer as respondUCLocked
+// would take its packets, when every check passes (anything else goes as
+// packets, which the peer drops as UC does: the requester's completion is
+// a success either way). The WQE completes as its last packet's departure
+// completes it; there is no acknowledgement.
+func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
+	op := w.wr.Opcode
+	if op != qp.WRSend && op != qp.WRSendWithImm && op != qp.WRRDMAWrite && op != qp.WRRDMAWriteWithImm {
+		return false
+	}
+	peer := q.directUCPeerLocked(w)
+	if peer == nil {
+		return false
+	}
+	d := q.dev
+	r := &peer.resp
+	var dsts [maxDirectSGEs][]byte
+	dst := dsts[:0]
+	if w.info.Write {
+		if peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+			return false
+		}
+		if w.length > 0 {
+			b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteWrite)
+			if f != faultNone {
+				return false
+			}
+			dst = append(dst, b)
+		}
+	}
+	if w.info.Send || w.info.Imm {
+		if srq := peer.srq; srq != nil {
+			srq.lockTake()
+			defer srq.unlockTake()
+		}
+		if present, malformed := peer.peekRecvLocked(); !present || malformed {
+			return false
+		}
+		if w.info.Send {
+			var ok bool
+			if dst, ok = q.recvTargetLocked(peer, w.length, &dsts); !ok {
+				return false
+			}
+		}
+	}
+	var srcs [maxDirectSGEs][]byte
+	src, ok := q.directSourceLocked(w, &srcs)
+	if !ok {
+		return false
+	}
+	if w.info.Send || w.info.Imm {
+		peer.takeRecvLocked()
+	}
+	copyChunks(dst, src)
+	n := npkts(w.length, mtu)
+	peer.Counters.PacketsRecv += uint64(n)
+	peer.Counters.BytesRecv += w.length
+	peer.noteCommEstLocked()
+	r.psn = r.psn.Add(n)
+	se := w.wr.SendFlags&qp.SendSolicited != 0
+	switch {
+	case w.info.Send:
+		r.msn++
+		var wf qp.WCFlags
+		if w.info.Imm {
+			wf = qp.WCWithImm
+		}
+		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, w.wr.ImmData, se)
+	case w.info.Imm:
+		r.writeVA, r.writeRKey = w.wr.RemoteAddr+w.length, w.wr.RKey
+		r.writeResid, r.writeLen = 0, uint32(w.length)
+		r.msn++
+		wc := qp.WC{WRID: r.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
+			QPNum: peer.QPN, ByteLen: uint32(w.length), SrcQP: peer.attr.DestQPNum,
+			WCFlags: qp.WCWithImm, ImmData: w.wr.ImmData}
+		r.haveRWQE = false
+		peer.postRecvCQELocked(&wc, se)
+	default:
+		r.writeVA, r.writeRKey = w.wr.RemoteAddr+w.length, w.wr.RKey
+		r.writeResid, r.writeLen = 0, uint32(w.length)
+	}
+	q.Counters.PacketsSent += uint64(n)
+	q.Counters.BytesSent += w.length
+	q.req.psn = q.req.psn.Add(n)
+	w.sent = w.length
+	w.state, w.status = wqeDone, qp.WCSuccess
+	q.reqIdx++
+	c := &q.eng().counts
+	c.packets += uint64(n)
+	c.bytes += w.length
+	c.ops++
+	return true
+}
+
+// directUCPeerLocked is the UC peer w may be executed against directly, or
+// nil: q between messages, the peer connected back to q on this engine,
+// its responder between messages and expecting w's first PSN, nothing of
+// its queued, no aborted message's receive WQE held.
+func (q *QP) directUCPeerLocked(w *sendWQE) *QP {
+	d := q.dev
+	if !d.isLocalGID(q.attr.AH.DGID) || q.req.psn != w.firstPSN || q.req.inMsg || q.inboxed.Load() {
+		return nil
+	}
+	peer := d.qps[q.attr.DestQPNum]
+	if peer == nil || peer == q || peer.destroyed || peer.Type != qp.TypeUC || peer.eng() != q.eng() ||
+		peer.attr.DestQPNum != q.QPN || peer.attr.AH.DGID != d.cfg.GID ||
+		!peer.attr.QPState.ProcessRecv() || !d.directLocked(q.QPN, peer.QPN) {
+		return nil
+	}
+	r := &peer.resp
+	if r.psn != w.firstPSN || r.ucDrop || r.inSend || r.inWrite || r.haveRWQE || len(peer.reqIn) > 0 || peer.inboxed.Load() {
 		return nil
 	}
 	return peer
@@ -581,11 +732,8 @@ func (e *engine) flushCountsLocked() {
 		return
 	}
 	dc := &e.d.Counters
-	dc.PacketsSent.Add(c.packets)
-	dc.PacketsRecv.Add(c.packets)
-	dc.BytesSent.Add(c.bytes)
-	dc.BytesRecv.Add(c.bytes)
-	dc.DirectPackets.Add(c.packets)
-	dc.DirectOps.Add(c.ops)
+	dc.DirectPackets.Add(e.idx, c.packets)
+	dc.DirectBytes.Add(e.idx, c.bytes)
+	dc.DirectOps.Add(e.idx, c.ops)
 	*c = directCounts{}
 }

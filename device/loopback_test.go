@@ -65,7 +65,7 @@ func (tr *transcript) qps(traffic bool, qps ...*QP) {
 	tr.logf("device: completions %d, errors %d", dc.Completions.Load(), dc.ErrCompletions.Load())
 	if traffic {
 		tr.logf("device: packets but ACKs sent %d recv %d, bytes sent %d recv %d",
-			dc.PacketsSent.Load()-acks, dc.PacketsRecv.Load()-acks, dc.BytesSent.Load(), dc.BytesRecv.Load())
+			dc.SentPackets()-acks, dc.RecvPackets()-acks, dc.SentBytes(), dc.RecvBytes())
 	}
 }
 
@@ -87,6 +87,9 @@ func sameOnBothPaths(t *testing.T, scenario func(tr *transcript)) {
 		direct[i] = e.d.Counters.DirectPackets.Load()
 	}
 	a, b := strings.Join(got[0], "\n"), strings.Join(got[1], "\n")
+	if testing.Verbose() {
+		t.Logf("transcript:\n%s", a)
+	}
 	if a != b {
 		t.Fatalf("the direct path and the chain differ:\ndirect:\n%s\nchain:\n%s", a, b)
 	}
@@ -230,8 +233,9 @@ func TestDirectSameAsChainWrites(t *testing.T) {
 	})
 }
 
-// SENDs into an SRQ, directly between idle QPs: the SRQ's WQEs in order,
-// its limit event when the count drops below the limit, and a SEND the
+// SENDs and a WRITE_WITH_IMM into an SRQ, directly between idle QPs: the
+// SRQ's WQEs in order, its limit event when the count drops below the
+// limit, and a SEND the
 // next WQE is too short for, which goes as packets (the receiver's
 // LOC_LEN_ERR, the sender's REM_INV_REQ_ERR).
 func TestDirectSameAsChainSRQ(t *testing.T) {
@@ -269,11 +273,66 @@ func TestDirectSameAsChainSRQ(t *testing.T) {
 		}
 		sameBytes(t, dst.Mem()[6000:6400], src.Mem()[30:430]) // the fourth, in one SGE
 		sameBytes(t, dst.Mem()[2000:2200], src.Mem()[10:210]) // the second
+		// WRITE_WITH_IMM takes the SRQ's next WQE too (its length does
+		// not matter: the bytes go to the rkey).
+		wmr := e.mr(4096, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+		e.modify(b, "qp_access_flags=remote_write")
+		e.postSend(a, fmt.Sprintf("opcode=rdma_write_with_imm wr_id=8 send_flags=signaled imm_data=77 sge=%d:0:600 remote_addr=0 rkey=%d", src.LKey, wmr.RKey))
+		tr.settle(acq, bcq)
+		sameBytes(t, wmr.Mem()[:600], src.Mem()[:600])
 		e.postSend(a, fmt.Sprintf("opcode=send wr_id=9 send_flags=signaled sge=%d:0:20", src.LKey))
 		tr.settle(acq, bcq)
 		tr.qps(true, a, b)
-		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 4 {
+		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 5 {
 			t.Fatalf("direct_ops %d: the SENDs into the SRQ were not executed directly", e.d.Counters.DirectOps.Load())
+		}
+	})
+}
+
+// SEND_WITH_INV between idle QPs executes directly when its invalidation
+// would succeed: an MR of the receiver's PD and a type 2 window bound
+// through the receiver, each unusable afterwards (a READ through it is a
+// remote access error, as packets); a key the receiver may not invalidate
+// goes as packets, which answer with the NAK and both QPs in ERR.
+func TestDirectSameAsChainSendWithInv(t *testing.T) {
+	sameOnBothPaths(t, func(tr *transcript) {
+		e := tr.e
+		a, b, acq, bcq := e.pair(qp.TypeRC)
+		src, buf := e.mr(4096, 0), e.mr(4096, qp.AccessLocalWrite)
+		victim := e.mr(4096, rwAccess)
+		bindable := e.mr(4096, qp.AccessLocalWrite|qp.AccessMWBind)
+		mw := e.mw(2)
+		fill(src.Mem(), 4)
+		e.postSend(b, fmt.Sprintf("opcode=bind_mw wr_id=1 send_flags=signaled rkey=5 mw=%d bind_lkey=%d bind_addr=0 bind_length=64 bind_access=remote_read", mw.Handle, bindable.LKey))
+		tr.settle(acq, bcq)
+		e.postRecv(b, fmt.Sprintf("wr_id=20 sge=%d:0:100", buf.LKey), fmt.Sprintf("wr_id=21 sge=%d:100:100", buf.LKey),
+			fmt.Sprintf("wr_id=22 sge=%d:200:100", buf.LKey))
+		e.postSend(a, fmt.Sprintf("opcode=send_with_inv wr_id=2 send_flags=signaled invalidate_rkey=%d sge=%d:0:40", victim.RKey, src.LKey))
+		tr.settle(acq, bcq)
+		e.postSend(a, fmt.Sprintf("opcode=send_with_inv wr_id=3 send_flags=signaled,solicited invalidate_rkey=%d", mw.Attr().RKey))
+		tr.settle(acq, bcq)
+		tr.logf("victim valid %v, window bound %v", victim.Valid(), mw.Attr().Bound)
+		// Keys are random per device: named, so that both paths compare.
+		for i, l := range tr.lines {
+			l = strings.ReplaceAll(l, fmt.Sprint(victim.RKey), "VICTIM")
+			tr.lines[i] = strings.ReplaceAll(l, fmt.Sprint(mw.Attr().RKey), "WINDOW")
+		}
+		sameBytes(t, buf.Mem()[:40], src.Mem()[:40])
+		e.postSend(a, fmt.Sprintf("opcode=rdma_read wr_id=4 send_flags=signaled sge=%d:300:8 remote_addr=0 rkey=%d", buf.LKey, victim.RKey))
+		tr.settle(acq, bcq)
+		tr.qps(true, a, b)
+
+		// A key of a type 1 window: no direct execution, the NAK.
+		c, d, ccq, dcq := e.pair(qp.TypeRC)
+		mw1 := e.mw(1)
+		e.postRecv(d, fmt.Sprintf("wr_id=30 sge=%d:400:100", buf.LKey))
+		e.postSend(c, fmt.Sprintf("opcode=send_with_inv wr_id=5 send_flags=signaled invalidate_rkey=%d sge=%d:0:8", mw1.RKey, src.LKey))
+		tr.settle(ccq, dcq)
+		tr.qps(true, c, d)
+		// With several engines the invalidation needs all of Device.mu,
+		// which a direct execution does not take: packets.
+		if !e.d.cfg.PacketLoopback && len(e.d.engines) == 1 && e.d.Counters.DirectOps.Load() < 2 {
+			t.Fatalf("direct_ops %d: the SEND_WITH_INVs were not executed directly", e.d.Counters.DirectOps.Load())
 		}
 	})
 }
@@ -356,18 +415,48 @@ func TestDirectSameAsChainUD(t *testing.T) {
 	})
 }
 
+// UC between idle QPs executes directly too (executeUCLocked): SENDs with
+// and without immediate data, across SGEs and inline, WRITEs and
+// WRITE_WITH_IMM; what UC drops goes as packets and is dropped the same
+// way: a SEND without a receive WQE, one its WQE is too short for (the WQE
+// then serves the next message, as packets), a WRITE with a bad rkey, each
+// a success for the requester.
 func TestDirectSameAsChainUC(t *testing.T) {
 	sameOnBothPaths(t, func(tr *transcript) {
 		e := tr.e
 		a, b, acq, bcq := e.pair(qp.TypeUC)
-		src, dst := e.mr(65536, 0), e.mr(65536, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+		src, dst := e.mr(1<<17, 0), e.mr(1<<17, qp.AccessLocalWrite|qp.AccessRemoteWrite)
 		fill(src.Mem(), 5)
 		e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:10000", dst.LKey))
 		e.postSend(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:9000", src.LKey),
 			fmt.Sprintf("opcode=rdma_write wr_id=2 send_flags=signaled sge=%d:0:20000 remote_addr=20000 rkey=%d", src.LKey, dst.RKey))
 		tr.settle(acq, bcq)
+		e.postRecv(b, fmt.Sprintf("wr_id=10 sge=%d:50000:100 sge=%d:51000:3000", dst.LKey, dst.LKey),
+			fmt.Sprintf("wr_id=11 sge=%d:60000:16", dst.LKey), fmt.Sprintf("wr_id=12 sge=%d:61000:8", dst.LKey))
+		e.postSend(a, fmt.Sprintf("opcode=send_with_imm wr_id=3 send_flags=signaled,solicited imm_data=6 sge=%d:1:50 sge=%d:900:2000", src.LKey, src.LKey),
+			"opcode=send wr_id=4 send_flags=signaled,inline inline_data=0102030405",
+			fmt.Sprintf("opcode=rdma_write_with_imm wr_id=5 send_flags=signaled imm_data=8 sge=%d:0:65536 remote_addr=65536 rkey=%d", src.LKey, dst.RKey),
+			fmt.Sprintf("opcode=rdma_write wr_id=6 send_flags=signaled sge=%d:0:0 remote_addr=0 rkey=%d", src.LKey, dst.RKey))
+		tr.settle(acq, bcq)
+		sameBytes(t, dst.Mem()[50000:50050], src.Mem()[1:51])
+		sameBytes(t, dst.Mem()[50050:50100], src.Mem()[900:950])
+		sameBytes(t, dst.Mem()[51000:52950], src.Mem()[950:2900])
+		sameBytes(t, dst.Mem()[65536:131072], src.Mem()[:65536])
+		// Dropped: no receive WQE; a bad rkey; a WQE too short, which the
+		// next SEND then takes.
+		e.postSend(a, fmt.Sprintf("opcode=send wr_id=7 send_flags=signaled sge=%d:0:100", src.LKey),
+			fmt.Sprintf("opcode=rdma_write wr_id=8 send_flags=signaled sge=%d:0:100 remote_addr=0 rkey=%d", src.LKey, dst.RKey^0x100))
+		tr.settle(acq, bcq)
+		e.postRecv(b, fmt.Sprintf("wr_id=13 sge=%d:70000:10", dst.LKey))
+		e.postSend(a, fmt.Sprintf("opcode=send wr_id=20 send_flags=signaled sge=%d:0:100", src.LKey),
+			fmt.Sprintf("opcode=send wr_id=21 send_flags=signaled sge=%d:0:10", src.LKey),
+			fmt.Sprintf("opcode=send wr_id=22 send_flags=signaled sge=%d:0:10", src.LKey))
+		tr.settle(acq, bcq)
 		tr.logf("sum %d", sum(dst.Mem()))
 		tr.qps(true, a, b)
+		if !e.d.cfg.PacketLoopback && a.eng() == b.eng() && e.d.Counters.DirectOps.Load() < 6 {
+			t.Fatalf("direct_ops %d: the UC operations were not executed directly", e.d.Counters.DirectOps.Load())
+		}
 	})
 }
 

@@ -197,8 +197,12 @@ func (d *Device) detachPacketsLocked(mr *MR) {
 // Device.mu, or nil for a caller holding all of it (the wire's receive
 // goroutine, the fault injector's timers, a verb).
 func (d *Device) receiveLocked(p *packet, cur *engine) *QP {
-	d.Counters.PacketsRecv.Add(uint64(p.npsn()))
-	d.Counters.BytesRecv.Add(uint64(len(p.Payload)))
+	shard := -1 // the common word
+	if cur != nil {
+		shard = cur.idx
+	}
+	d.Counters.PacketsRecv.Add(shard, uint64(p.npsn()))
+	d.Counters.BytesRecv.Add(shard, uint64(len(p.Payload)))
 	return d.acceptLocked(p, cur)
 }
 
