@@ -67,11 +67,13 @@
 //     rings, then parks until schedule wakes it. A new QP goes to the
 //     engines in turn, and a connected QP moves to its local peer's
 //     engine at RTR (colocateLocked), so a pair's packets stay in one
-//     engine's batches. On a device with a wire (one engine), a goroutine
-//     the kernel has just woken for work (the two below) runs the turns
-//     that work made runnable itself while the engine sleeps
+//     engine's batches. On a device with a wire and one engine, a
+//     goroutine the kernel has just woken for work (the two below) runs
+//     the turns that work made runnable itself while the engine sleeps
 //     (engine.runHeldLocked), so that a datagram or a doorbell reaches the
-//     transport, and its answer the wire, without waking another thread.
+//     transport, and its answer the wire, without waking another thread;
+//     with several engines it schedules them on the QPs' engines
+//     (Device.inlineTurns).
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
 //     schedules the QPs whose rings have new WQEs, under bellMu (the set
 //     of QPs that may send) and the scheduler's lock; on a device with a
@@ -195,8 +197,10 @@ type Config struct {
 	SpinIdle time.Duration
 	// Engines is how many engines run the device's QPs, each on its own
 	// goroutine, in parallel (engine.go); a QP is run by one at a time. 0
-	// is DefaultEngines. A device with a wire (Addr) has one: its receive
-	// goroutine and doorbell run turns in the engine's place.
+	// is DefaultEngines, or one for a device with a wire (Addr): with one
+	// engine its receive goroutine and doorbell run turns in the engine's
+	// place, which saves a wake-up on every round trip; with several they
+	// hand the turns to the QPs' engines.
 	Engines int
 	// PacketLoopback sends every packet between two QPs of this device
 	// through the link chain, as it goes when a capture is open or a
@@ -306,8 +310,6 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engines %d: want at least 1", c.Engines)
 	case c.Engines > MaxEngines:
 		return fmt.Errorf("engines %d: at most %d", c.Engines, MaxEngines)
-	case c.Engines > 1 && c.Addr.IsValid():
-		return fmt.Errorf("engines %d: a device with a wire address runs one engine (its receive goroutine runs turns in the engine's place)", c.Engines)
 	case c.Engines == 0 && c.Addr.IsValid():
 		c.Engines = 1
 	case c.Engines == 0:

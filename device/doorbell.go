@@ -65,10 +65,11 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		if b.closed.Load() {
 			return
 		}
-		// Only a device with a wire runs the turns here, on its one
-		// engine; elsewhere schedule wakes the QPs' engines at once.
+		// Only a device with a wire and one engine runs the turns here;
+		// elsewhere schedule wakes the QPs' engines at once.
 		e := d.engines[0]
-		if d.hasWire {
+		inline := d.inlineTurns()
+		if inline {
 			e.holdWake()
 		}
 		found := false
@@ -95,7 +96,7 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		// whose spin on their rings serves a client that keeps posting
 		// without a single doorbell (QPs run here are not watched).
 		switch {
-		case !d.hasWire:
+		case !inline:
 		case found && !e.awake.Load() && d.mu.TryLock():
 			e.runHeldLocked()
 			d.mu.Unlock()

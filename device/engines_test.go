@@ -19,8 +19,9 @@ import (
 // streamed WR completes exactly once with its bytes; the churn's objects
 // go away without a lost lock or a use after destroy (under -race, CI).
 func TestEnginesLifecycle(t *testing.T) {
-	// Never on the wire (-device.wire): a device with one runs one engine.
-	e := newEnvOn(t, false, func(c *Config) { c.Clock = clock.Real{}; c.Engines = 4 })
+	// With -device.wire the pairs' packets go through the wire, whose
+	// receive goroutine hands them to the engines.
+	e := newEnvOn(t, *wireFlag, func(c *Config) { c.Clock = clock.Real{}; c.Engines = 4 })
 	e.d.keepApart = true
 	const pairs, rounds, churn = 3, 150, 60
 	type job struct {
@@ -67,9 +68,15 @@ func TestEnginesLifecycle(t *testing.T) {
 	}
 	e.quiesce()
 	c := &e.d.Counters
-	if c.CrossEnginePackets.Load() == 0 || c.ExclusiveRuns.Load() == 0 {
-		t.Fatalf("cross_engine_packets=%d engine_exclusive_runs=%d: the inboxes or the exclusive turns were not used",
-			c.CrossEnginePackets.Load(), c.ExclusiveRuns.Load())
+	// On the wire a pair's packets come back through the receive
+	// goroutine, which holds all of Device.mu: no inbox.
+	handed := c.CrossEnginePackets.Load()
+	if e.wire {
+		handed = c.WirePacketsRecv.Load()
+	}
+	if handed == 0 || c.ExclusiveRuns.Load() == 0 {
+		t.Fatalf("cross_engine_packets=%d wire_packets_recv=%d engine_exclusive_runs=%d: the inboxes (the wire) or the exclusive turns were not used",
+			c.CrossEnginePackets.Load(), c.WirePacketsRecv.Load(), c.ExclusiveRuns.Load())
 	}
 	// The streams were pairs apart: none moved. A pair made after
 	// keepApart goes is moved to one engine at RTR.

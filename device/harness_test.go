@@ -57,9 +57,6 @@ func newEnvOn(t testing.TB, wire bool, mod ...func(*Config)) *env {
 		m(&cfg)
 	}
 	wire = wire && !cfg.Addr.IsValid()
-	if wire || cfg.Addr.IsValid() {
-		cfg.Engines = 0 // a device with a wire runs one
-	}
 	d, err := newOnLoopback(cfg, wire)
 	if err != nil {
 		t.Fatal(err)

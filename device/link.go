@@ -189,9 +189,13 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 	// Device.mu, runs the turns they make runnable itself (and sends what
 	// the turns produce as one batch) instead of waking the engine
 	// goroutine for them: one thread of control from recvmmsg to the
-	// completion or the answer on the wire (engine.runHeldLocked).
-	e := d.engines[0] // a device with a wire has one engine
-	e.holdWake()
+	// completion or the answer on the wire (engine.runHeldLocked). With
+	// several engines the turns are theirs, run in parallel.
+	e := d.engines[0]
+	inline := d.inlineTurns()
+	if inline {
+		e.holdWake()
+	}
 	var full *QP
 	for i := range dgs {
 		dg := &dgs[i]
@@ -218,12 +222,20 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 			full = q
 		}
 	}
-	e.runHeldLocked()
+	if inline {
+		e.runHeldLocked()
+	}
 	if full == nil || full.queuedLocked() < wireHighWater {
 		return nil
 	}
 	return func() bool { return !full.destroyed && full.queuedLocked() >= wireHighWater/2 }
 }
+
+// inlineTurns reports whether the goroutines the kernel wakes for a
+// device's work (the wire's receive goroutine, the doorbell) run the
+// turns it makes runnable themselves: on a device with a wire and one
+// engine.
+func (d *Device) inlineTurns() bool { return d.hasWire && len(d.engines) == 1 }
 
 // wireHighWater is the queue length (of one of a QP's two receive queues)
 // at which the wire stops reading the socket until the engine has taken

@@ -44,3 +44,6 @@ go test -race -count=1 -timeout 10m ./device -device.wire
 echo "== device suite on several engines"
 go test -race -count=1 -timeout 10m ./device -device.engines 2
 go test -race -count=1 -timeout 10m ./device -device.engines 3 -device.apart
+# Several engines on a wire device: the receive goroutine hands each
+# datagram's turn to its QP's engine instead of running it.
+go test -race -count=1 -timeout 10m ./device -device.wire -device.engines 3 -device.apart

@@ -58,7 +58,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	fs.Uint32Var(&cfg.MaxInlineData, "max-inline-data", cfg.MaxInlineData, "max_inline_data: bytes of inline data per WR")
 	fs.Uint32Var(&cfg.UserShare, "user-share", device.DefaultUserShare, "percent of every object limit and of --max-total-mr one user other than root may take (100: no per-user limit)")
 	fs.DurationVar(&cfg.SpinIdle, "spin-idle", 50*time.Microsecond, "how long the engine polls busy send rings before it parks and asks for doorbells (negative: park at once)")
-	fs.IntVar(&cfg.Engines, "engines", 0, "engines that run the device's QPs in parallel, each on a goroutine of its own (default: one per four CPUs, at least 1, at most 8; a device with --addr runs one)")
+	fs.IntVar(&cfg.Engines, "engines", 0, "engines that run the device's QPs in parallel, each on a goroutine of its own (default: one per four CPUs, at least 1, at most 8; with --addr 1, whose wire's receive and doorbell threads then run the turns themselves, one wake-up less a round trip)")
 	fs.BoolVar(&cfg.PacketLoopback, "packet-loopback", false, "send packets between the device's own QPs through the link (as when a capture is open or a fault rule applies) instead of the direct path, for comparison")
 	mtu := fs.Int("mtu", 4096, "port MTU in bytes (256, 512, 1024, 2048, 4096): max_mtu and active_mtu (default: max_mtu 4096; active_mtu 4096, or with --addr the largest that fits the interface's MTU, as rxe)")
 	gid := fs.String("gid", "", "port GID (IPv6 form; default fe80::NODE-GUID, or ::ffff:ADDR with --addr)")
