@@ -262,8 +262,8 @@ func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
 	peer.Counters.PacketsRecv++ // the request
 	peer.resp.nakSent = false
 	peer.noteCommEstLocked()
-	peer.saveResourceLocked(respResource{firstPSN: first, lastPSN: first.Add(n - 1), va: w.wr.RemoteAddr,
-		rkey: w.wr.RKey, length: uint32(w.length)})
+	res := peer.saveResourceLocked(first, first.Add(n-1))
+	res.va, res.rkey, res.length = w.wr.RemoteAddr, w.wr.RKey, uint32(w.length)
 	peer.resp.msn++
 	peer.resp.psn = first.Add(n)
 	peer.Counters.PacketsSent += uint64(n) // the responses
@@ -692,7 +692,8 @@ func (q *QP) executeAtomicLocked(w *sendWQE) bool {
 	peer.Counters.PacketsRecv++
 	peer.resp.nakSent = false
 	peer.noteCommEstLocked()
-	peer.saveResourceLocked(respResource{atomic: true, firstPSN: psn, lastPSN: psn, orig: orig})
+	res := peer.saveResourceLocked(psn, psn)
+	res.atomic, res.orig = true, orig
 	peer.resp.msn++
 	peer.resp.psn = peer.resp.psn.Add(1)
 	peer.Counters.PacketsSent++ // the atomic acknowledgement

@@ -156,7 +156,7 @@ func (q *QP) checkWQELocked(w *sendWQE) {
 		return
 	}
 	caps := qp.SendCaps{MaxSGE: q.Cap.MaxSendSGE, MaxInline: q.Cap.MaxInlineData, MaxRdAtomic: q.attr.MaxRdAtomic}
-	if err := qp.ValidateSendWR(q.Type, &w.wr, caps); err != nil {
+	if err := qp.ValidateSendWRInfo(q.Type, &w.wr, caps, &w.info); err != nil {
 		// Lengths past 2^31 are length errors; everything else malformed.
 		if total, ok := sglLength(w.wr.SGL); !ok || total > qp.MaxMsgSize {
 			w.reject(qp.WCLocLenErr)

@@ -483,11 +483,16 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 	}
 }
 
-// saveResourceLocked records a READ or atomic for duplicate replay.
-func (q *QP) saveResourceLocked(r respResource) {
-	r.used = true
-	q.resp.res[q.resp.resNext] = r
+// saveResourceLocked records a READ or atomic for duplicate replay: the
+// next slot, used, its PSNs first..last, the rest for the caller to fill.
+// It fills the slot in place: a respResource built on the stack and
+// copied in is narrow stores reloaded by wide ones, a store-forwarding
+// stall per READ or atomic.
+func (q *QP) saveResourceLocked(first, last qp.PSN) *respResource {
+	r := &q.resp.res[q.resp.resNext]
 	q.resp.resNext = (q.resp.resNext + 1) % len(q.resp.res)
+	*r = respResource{used: true, firstPSN: first, lastPSN: last}
+	return r
 }
 
 func (q *QP) respReadLocked(p *packet) {
@@ -502,11 +507,11 @@ func (q *QP) respReadLocked(p *packet) {
 		}
 	}
 	n := npkts(uint64(p.DMALen), q.mtu())
-	r := respResource{firstPSN: p.psn(), lastPSN: p.psn().Add(n - 1), va: p.VA, rkey: p.RKey, length: p.DMALen}
-	q.saveResourceLocked(r)
+	r := q.saveResourceLocked(p.psn(), p.psn().Add(n-1))
+	r.va, r.rkey, r.length = p.VA, p.RKey, p.DMALen
 	q.resp.msn++ // C9-148: the MSN counts the READ when it is accepted
 	q.resp.psn = r.lastPSN.Add(1)
-	q.startReadReplyLocked(&r, p.psn())
+	q.startReadReplyLocked(r, p.psn())
 }
 
 // startReadReplyLocked makes r, from PSN from on, the READ being answered;
@@ -735,7 +740,8 @@ func (q *QP) respAtomicLocked(p *packet) {
 	} else {
 		orig = atomicFetchAdd(b, p.SwapAdd)
 	}
-	q.saveResourceLocked(respResource{atomic: true, firstPSN: p.psn(), lastPSN: p.psn(), orig: orig})
+	r := q.saveResourceLocked(p.psn(), p.psn())
+	r.atomic, r.orig = true, orig
 	q.resp.msn++
 	q.resp.psn = q.resp.psn.Add(1)
 	q.atomicAckLocked(p.psn(), orig)
@@ -780,7 +786,7 @@ func (q *QP) respAtomicWriteLocked(p *packet) {
 	// The payload's bytes land as they came: read in host order, stored
 	// in host order (ring/doc.go).
 	atomicStore(b, binary.NativeEndian.Uint64(p.Payload))
-	q.saveResourceLocked(respResource{atomicWrite: true, firstPSN: p.psn(), lastPSN: p.psn()})
+	q.saveResourceLocked(p.psn(), p.psn()).atomicWrite = true
 	q.resp.msn++
 	q.resp.psn = q.resp.psn.Add(1)
 	q.atomicWriteAckLocked(p.psn())

@@ -54,6 +54,7 @@ type FaultInjector struct {
 	c         *Counters
 
 	f      Faults
+	on     bool // f.Active(), kept: the direct path asks at every WR (Touches)
 	rng    *rand.Rand
 	held   Packet // a packet waiting to be passed by the next one (reorder)
 	gen    uint64 // invalidates the delay timers of earlier settings
@@ -76,8 +77,9 @@ func NewFaultInjector(next Endpoint, lock sync.Locker, afterFunc func(time.Durat
 func (fl *FaultInjector) Set(f Faults) {
 	fl.flush()
 	fl.f = f
+	fl.on = f.Active()
 	fl.rng = nil
-	if f.Active() {
+	if fl.on {
 		fl.rng = rand.New(rand.NewPCG(f.Seed, f.Seed^0x9e3779b97f4a7c15))
 	}
 }
@@ -86,7 +88,7 @@ func (fl *FaultInjector) Set(f Faults) {
 //
 // Preconditions: the chain's lock is held.
 func (fl *FaultInjector) Get() Faults {
-	if !fl.f.Active() {
+	if !fl.on {
 		return Faults{}
 	}
 	return fl.f
@@ -98,7 +100,7 @@ func (fl *FaultInjector) Get() Faults {
 // path.
 func (fl *FaultInjector) Touches(a, b uint32) bool {
 	f := &fl.f
-	return f.Active() && (f.QPN == 0 || f.QPN == a || f.QPN == b)
+	return fl.on && (f.QPN == 0 || f.QPN == a || f.QPN == b)
 }
 
 func (fl *FaultInjector) applies(m Meta) bool {
@@ -107,7 +109,7 @@ func (fl *FaultInjector) applies(m Meta) bool {
 
 // WritePackets implements Endpoint.WritePackets.
 func (fl *FaultInjector) WritePackets(pkts []Packet) {
-	if !fl.f.Active() {
+	if !fl.on {
 		fl.next.WritePackets(pkts)
 		return
 	}

@@ -19,6 +19,13 @@ func ValidateSendWR(t Type, wr *SendWR, c SendCaps) error {
 	if !ok {
 		return errorf("opcode", "unknown opcode %d", uint8(wr.Opcode))
 	}
+	return ValidateSendWRInfo(t, wr, c, &info)
+}
+
+// ValidateSendWRInfo is ValidateSendWR for a caller that has looked the
+// opcode up already: info is wr.Opcode's row (Info), which the engine keeps
+// in its copy of the WQE.
+func ValidateSendWRInfo(t Type, wr *SendWR, c SendCaps, info *OpInfo) error {
 	if !wr.Opcode.AllowedOn(t) {
 		return errorf("opcode", "%v is not allowed on a %v qp", wr.Opcode, t)
 	}
