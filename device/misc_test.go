@@ -510,3 +510,18 @@ func TestReregMR(t *testing.T) {
 		t.Fatalf("pd2 still used after the MR went: %v", err)
 	}
 }
+
+func TestNpkts(t *testing.T) {
+	for _, c := range []struct {
+		n    uint64
+		mtu  int
+		want uint32
+	}{
+		{0, 256, 1}, {1, 256, 1}, {256, 256, 1}, {257, 256, 2}, {768, 256, 3}, {769, 256, 4},
+		{65536, 4096, 16}, {1 << 31, 1024, 1 << 21},
+	} {
+		if got := npkts(c.n, c.mtu); got != c.want {
+			t.Errorf("npkts(%d, %d) = %d, want %d", c.n, c.mtu, got, c.want)
+		}
+	}
+}

