@@ -1,10 +1,9 @@
-/* Devices: the rdmafs mounts of the machine, found as libibverbs/ finds
- * them (/proc/self/mountinfo, type fuse.rdmafs, limited by
- * RDMAFS_DEVICE_MOUNT=PATH[:PATH...]). For each: the addresses it answers
- * for (MOUNT/cm/addrs) and its node GUID (MOUNT/device), by which it is
- * matched to the ibv_device of ibv_get_device_list; that context is
- * opened once, on first use, and shared by every id on the device, as
- * librdmacm's cma_device. */
+/* Devices: the ibv_devices of ibv_get_device_list, which rdmafs's
+ * libibverbs finds in /proc/self/mountinfo (fuse.rdmafs, limited by
+ * RDMAFS_DEVICE_MOUNT=PATH[:PATH...]) and whose ibdev_path is the mount.
+ * For each: the addresses it answers for (MOUNT/cm/addrs) and its node
+ * GUID, by which its context is opened once, on first use, and shared by
+ * every id on the device, as librdmacm's cma_device. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,28 +18,14 @@ static struct rc_device *devices[RC_MAX_DEVICES];
 static int ndevices;
 static bool scanned;
 
-static void unescape(char *s)
-{
-	char *o = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] && s[3]) {
-			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*o++ = *s;
-		}
-	}
-	*o = 0;
-}
-
-/* The mounts RDMAFS_DEVICE_MOUNT names, in its order; rank -1 if it names
- * others, 0 when it is unset. */
-static int selected(const char *mount)
+/* mount's place in RDMAFS_DEVICE_MOUNT (rdma_create_id's default device is
+ * the first it names); 0 when it is unset, RC_MAX_DEVICES if it is not
+ * named (libibverbs lists only named mounts then). */
+static int rank(const char *mount)
 {
 	const char *sel = getenv("RDMAFS_DEVICE_MOUNT");
 	char want[PATH_MAX], real[PATH_MAX];
-	int rank = 0;
+	int r = 0;
 
 	if (!sel || !*sel)
 		return 0;
@@ -50,44 +35,28 @@ static int selected(const char *mount)
 			memcpy(want, sel, n);
 			want[n] = 0;
 			if (!strcmp(want, mount) || (realpath(want, real) && !strcmp(real, mount)))
-				return rank;
-			rank++;
+				return r;
+			r++;
 		}
 		sel += n;
 		if (*sel == ':')
 			sel++;
 	}
-	return -1;
+	return RC_MAX_DEVICES;
 }
 
-static void add_mount(const char *mnt)
+static void add_device(struct ibv_device *dev)
 {
-	char p[PATH_MAX + 32], text[4096];
+	const char *mnt = dev->ibdev_path;
 	struct rc_device *d;
-	int fd;
-	ssize_t r;
 
-	if (ndevices == RC_MAX_DEVICES || selected(mnt) < 0)
+	if (ndevices == RC_MAX_DEVICES || !*mnt)
 		return;
-	for (int i = 0; i < ndevices; i++)
-		if (!strcmp(devices[i]->mount, mnt))
-			return;
-	snprintf(p, sizeof(p), "%s/device", mnt);
-	fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return; /* a dead daemon's mount */
-	r = read(fd, text, sizeof(text) - 1);
-	close(fd);
-	if (r <= 0)
-		return;
-	text[r] = 0;
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return;
 	snprintf(d->mount, sizeof(d->mount), "%s", mnt);
-	const char *g = strstr(text, "node_guid=");
-	if (g)
-		d->guid = strtoull(g + 10, NULL, 0);
+	d->guid = be64toh(ibv_get_device_guid(dev));
 	d->mount_fd = open(mnt, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (d->mount_fd < 0) {
 		free(d);
@@ -101,37 +70,24 @@ static void add_mount(const char *mnt)
 	}
 	d->on_wire = !strstr(d->addrs, "127.0.0.1\n") && strcmp(d->addrs, "127.0.0.1") != 0;
 	d->lease_fd = openat(d->mount_fd, "lease", O_RDWR | O_CLOEXEC);
-	d->index = ndevices;
 	devices[ndevices++] = d;
 }
 
 static void scan(void)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char line[4096];
+	struct ibv_device **list;
+	int n;
 
 	scanned = true;
-	if (!f)
+	list = ibv_get_device_list(&n);
+	if (!list)
 		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *sep = strstr(line, " - ");
-		char *fields[5], *save, *tok;
-		int n = 0;
-
-		if (!sep || strncmp(sep + 3, "fuse.rdmafs ", 12) != 0)
-			continue;
-		*sep = 0;
-		for (tok = strtok_r(line, " ", &save); tok && n < 5; tok = strtok_r(NULL, " ", &save))
-			fields[n++] = tok;
-		if (n < 5)
-			continue;
-		unescape(fields[4]);
-		add_mount(fields[4]);
-	}
-	fclose(f);
+	for (int i = 0; i < n; i++)
+		add_device(list[i]);
+	ibv_free_device_list(list);
 	/* RDMAFS_DEVICE_MOUNT's order */
 	for (int i = 1; i < ndevices; i++)
-		for (int j = i; j > 0 && selected(devices[j]->mount) < selected(devices[j - 1]->mount); j--) {
+		for (int j = i; j > 0 && rank(devices[j]->mount) < rank(devices[j - 1]->mount); j--) {
 			struct rc_device *t = devices[j];
 			devices[j] = devices[j - 1];
 			devices[j - 1] = t;
