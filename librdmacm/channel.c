@@ -61,18 +61,40 @@ static struct rc_stashed *stash_pop(struct rc_channel *ch)
 	return r;
 }
 
+/* Reads one record from a FIFO of dev into *rec, parsed: 0, or the errno
+ * of the read (ENODEV: the daemon's end is gone; EAGAIN: another thread
+ * took it), or EIO for a record that is short or does not parse (logged,
+ * and skipped by the callers). */
+static int fifo_record(int fd, struct rc_device *dev, struct rc_record *rec)
+{
+	char buf[RC_RECORD_SIZE + 1];
+	ssize_t r = read(fd, buf, RC_RECORD_SIZE);
+
+	if (r < 0)
+		return errno;
+	if (r == 0)
+		return ENODEV;
+	if (r != RC_RECORD_SIZE) {
+		rc_log("%s: a short event record (%zd bytes)", dev->mount, r);
+		return EIO;
+	}
+	buf[RC_RECORD_SIZE] = 0;
+	if (rc_parse_record(buf, RC_RECORD_SIZE, rec)) {
+		rc_log("%s: not an event record: \"%.80s\"", dev->mount, buf);
+		return EIO;
+	}
+	return 0;
+}
+
 /* Counts a record just read from dev's FIFO on the daemon id it belongs
  * to (a connect request: its listener), as the daemon counts what it
  * queued (attr events_queued); the sub, or NULL. */
-static struct rc_sub *count_record(struct rc_device *dev, const char *buf)
+static struct rc_sub *count_record(struct rc_device *dev, const struct rc_record *r)
 {
-	struct rc_record r;
 	struct rc_sub *sub = NULL;
 	long h;
 
-	if (rc_parse_record(buf, RC_RECORD_SIZE, &r))
-		return NULL;
-	h = r.type == RDMA_CM_EVENT_CONNECT_REQUEST ? r.listen_id : (long)r.id;
+	h = r->type == RDMA_CM_EVENT_CONNECT_REQUEST ? r->listen_id : (long)r->id;
 	pthread_mutex_lock(&rc_lock);
 	struct rc_id *id = h > 0 ? rc_id_lookup(dev, (uint32_t)h) : NULL;
 	for (int i = 0; id && i < id->nsubs; i++) {
@@ -186,7 +208,7 @@ int rc_channel_on(struct rc_channel *ch, struct rc_device *d, uint32_t *handle)
 
 /* One record: read ahead, else from a ready FIFO of the channel; 0,
  * EAGAIN or an errno. */
-static int read_record(struct rc_channel *ch, char *buf, struct rc_device **dev)
+static int read_record(struct rc_channel *ch, struct rc_record *rec, struct rc_device **dev)
 {
 	int nonblock = fcntl(ch->ch.fd, F_GETFL) & O_NONBLOCK;
 	struct epoll_event ev;
@@ -196,7 +218,7 @@ static int read_record(struct rc_channel *ch, char *buf, struct rc_device **dev)
 		struct rc_stashed *st = stash_pop(ch);
 		pthread_mutex_unlock(&ch->lock);
 		if (st) {
-			memcpy(buf, st->buf, RC_RECORD_SIZE);
+			*rec = st->rec;
 			*dev = st->dev;
 			free(st);
 			return 0;
@@ -218,20 +240,12 @@ static int read_record(struct rc_channel *ch, char *buf, struct rc_device **dev)
 		pthread_mutex_unlock(&ch->lock);
 		if (fd < 0)
 			continue;
-		ssize_t r = read(fd, buf, RC_RECORD_SIZE);
-		if (r < 0 && (errno == EAGAIN || errno == EINTR))
-			continue; /* another thread took it */
-		if (r < 0)
-			return errno;
-		if (r == 0) {
-			/* the daemon's end is gone: the device went away */
-			return ENODEV;
-		}
-		if (r != RC_RECORD_SIZE) {
-			rc_log("%s: a short event record (%zd bytes)", (*dev)->mount, r);
-			continue;
-		}
-		count_record(*dev, buf);
+		int err = fifo_record(fd, *dev, rec);
+		if (err == EAGAIN || err == EINTR || err == EIO)
+			continue; /* another thread took it, or a bad record (logged) */
+		if (err)
+			return err;
+		count_record(*dev, rec);
 		return 0;
 	}
 }
@@ -265,18 +279,15 @@ int rc_channel_move(struct rc_channel *old, struct rc_channel *nc, struct rc_sub
 		struct rc_stashed *st = malloc(sizeof(*st));
 		if (!st)
 			return ENOMEM;
-		ssize_t r = read(fd, st->buf, RC_RECORD_SIZE);
-		if (r != RC_RECORD_SIZE) {
-			int err = r == 0 ? ENODEV : r < 0 ? errno : EIO;
+		int err = fifo_record(fd, sub->dev, &st->rec);
+		if (err) {
 			free(st);
 			if (err == EAGAIN || err == EINTR)
 				continue;
-			if (err == EIO)
-				rc_log("%s: a short event record (%zd bytes)", sub->dev->mount, r);
-			return err;
+			return err; /* EIO: a bad record would never be counted */
 		}
 		st->dev = sub->dev;
-		struct rc_channel *to = count_record(sub->dev, st->buf) == sub ? nc : old;
+		struct rc_channel *to = count_record(sub->dev, &st->rec) == sub ? nc : old;
 		pthread_mutex_lock(&to->lock);
 		stash_push(to, st);
 		pthread_mutex_unlock(&to->lock);
@@ -443,7 +454,6 @@ static int process(struct rc_device *dev, const struct rc_record *r, struct rc_e
 int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct rc_channel *ch = to_rchan(channel);
-	char buf[RC_RECORD_SIZE + 1];
 
 	if (!event) {
 		errno = EINVAL;
@@ -452,16 +462,11 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	for (;;) {
 		struct rc_device *dev = NULL;
 		struct rc_record rec;
-		int err = read_record(ch, buf, &dev);
+		int err = read_record(ch, &rec, &dev);
 
 		if (err) {
 			errno = err;
 			return -1;
-		}
-		buf[RC_RECORD_SIZE] = 0;
-		if (rc_parse_record(buf, RC_RECORD_SIZE, &rec)) {
-			rc_log("%s: not an event record: \"%.80s\"", dev->mount, buf);
-			continue;
 		}
 		struct rc_event *e = calloc(1, sizeof(*e));
 		if (!e) {

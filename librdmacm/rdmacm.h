@@ -163,7 +163,7 @@ struct rc_sub;
 /* A record read from a FIFO ahead of its turn (by rdma_migrate_id). */
 struct rc_stashed {
 	struct rc_device *dev;
-	char buf[RC_RECORD_SIZE];
+	struct rc_record rec; /* parsed when it was read */
 	struct rc_stashed *next;
 };
 
