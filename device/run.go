@@ -27,6 +27,16 @@ package device
 // the peer's turn runs right after this one, in the same engine batch, so a
 // WRITE and its ACK cost two turns and no packets on a link; the roles and
 // what crosses between them are the same.
+//
+//   - requester → the peer's responder, and back to this completer: the
+//     one crossing the packets do not carry. Between two idle QPs of one
+//     engine the requester executes a WQE against the peer itself
+//     (executeDirectLocked, executeUCLocked): it runs the responder's
+//     checks, and only when all pass moves the peer's responder state
+//     (PSN, MSN, resources, the receive WQE, its completion) and this
+//     QP's completer state (ackThroughLocked) as the request and its
+//     acknowledgement would have. Anything the checks refuse goes as
+//     packets.
 
 import (
 	"encoding/binary"
