@@ -258,7 +258,7 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 	// A response implicitly acknowledges everything before it.
 	q.ackThroughLocked(p.psn().Add(^uint32(0)))
 	off := uint64(p.psn().Sub(w.firstPSN)) * uint64(q.mtu())
-	if f := q.dev.scatterLocked(q.pd, w.wr.SGL, off, p.Payload); f != faultNone {
+	if f := q.dev.scatterLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, off, p.Payload); f != faultNone {
 		q.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}
@@ -300,7 +300,7 @@ func (q *QP) handleAtomicAckLocked(p *packet) {
 	q.ackThroughLocked(p.psn().Add(^uint32(0)))
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], p.OrigData)
-	if f := q.dev.scatterLocked(q.pd, w.wr.SGL, 0, b[:]); f != faultNone {
+	if f := q.dev.scatterLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, 0, b[:]); f != faultNone {
 		q.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}

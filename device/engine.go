@@ -460,7 +460,7 @@ func (e *engine) runBatches() {
 		e.nowOK = false
 		held := time.Now()
 		var all []*QP
-		for _, q := range batch {
+		for i, q := range batch {
 			switch {
 			case q.destroyed:
 			case q.eng() != e:
@@ -478,7 +478,8 @@ func (e *engine) runBatches() {
 				e.watch(q)
 				e.runSoonLocked()
 			}
-			if d.mu.contended() || time.Since(held) > maxHold {
+			// After the last turn the batch ends anyway: no clock read.
+			if i+1 < len(batch) && (d.mu.contended() || time.Since(held) > maxHold) {
 				// Someone waits for the device (a verb, a timer, the
 				// wire): it goes first. A QP turn is bounded (run.go),
 				// so the wait is one turn, not a batch.

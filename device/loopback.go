@@ -275,7 +275,7 @@ func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
 	w.state = wqePending
 	q.reqIdx++
 	q.ackThroughLocked(first.Add(^uint32(0)))
-	if f := d.scatterLocked(q.pd, w.wr.SGL, 0, src); f != faultNone {
+	if f := d.scatterLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, 0, src); f != faultNone {
 		q.failWQELocked(w, qp.WCLocProtErr)
 	} else {
 		q.comp.psn = first.Add(n)
@@ -471,7 +471,7 @@ func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]by
 		if len(dst) == maxDirectSGEs {
 			return nil, false
 		}
-		b, f := q.dev.lkeyLocked(peer.pd, s.LKey, s.Addr, take, qp.AccessLocalWrite)
+		b, _, f := q.dev.lkeyMRLocked(peer.pd, &peer.resp.lkeyHint, s.LKey, s.Addr, take, qp.AccessLocalWrite)
 		if f != faultNone {
 			return nil, false
 		}
@@ -704,7 +704,7 @@ func (q *QP) executeAtomicLocked(w *sendWQE) bool {
 	q.ackThroughLocked(psn.Add(^uint32(0)))
 	var v [8]byte
 	binary.LittleEndian.PutUint64(v[:], orig)
-	if f := d.scatterLocked(q.pd, w.wr.SGL, 0, v[:]); f != faultNone {
+	if f := d.scatterLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, 0, v[:]); f != faultNone {
 		q.failWQELocked(w, qp.WCLocProtErr)
 	} else {
 		w.state, w.status = wqeDone, qp.WCSuccess

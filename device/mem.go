@@ -208,9 +208,10 @@ func (d *Device) gatherLocked(pd *PD, hint **MR, sgl []qp.SGE, off uint64, n int
 	return nil, nil, faultRange
 }
 
-// scatterLocked copies data into the SGL at offset off, needing acc
-// (LOCAL_WRITE) on each SGE it touches.
-func (d *Device) scatterLocked(pd *PD, sgl []qp.SGE, off uint64, data []byte) keyFault {
+// scatterLocked copies data into the SGL at offset off, needing
+// LOCAL_WRITE on each SGE it touches; hint (may be nil) as for
+// lookupMRLocked.
+func (d *Device) scatterLocked(pd *PD, hint **MR, sgl []qp.SGE, off uint64, data []byte) keyFault {
 	for _, s := range sgl {
 		if len(data) == 0 {
 			return faultNone
@@ -221,7 +222,7 @@ func (d *Device) scatterLocked(pd *PD, sgl []qp.SGE, off uint64, data []byte) ke
 			continue
 		}
 		take := min(l-off, uint64(len(data)))
-		b, f := d.lkeyLocked(pd, s.LKey, s.Addr+off, take, qp.AccessLocalWrite)
+		b, _, f := d.lkeyMRLocked(pd, hint, s.LKey, s.Addr+off, take, qp.AccessLocalWrite)
 		if f != faultNone {
 			return f
 		}

@@ -213,13 +213,13 @@ func TestGatherScatter(t *testing.T) {
 		t.Fatalf("gather past the SGL: %v", f)
 	}
 	// Scatter needs LOCAL_WRITE on every SGE it touches.
-	if f := d.scatterLocked(e.pd, sgl, 0, make([]byte, 20)); f != faultNone {
+	if f := d.scatterLocked(e.pd, nil, sgl, 0, make([]byte, 20)); f != faultNone {
 		t.Fatalf("scatter into a: %v", f)
 	}
-	if f := d.scatterLocked(e.pd, sgl, 0, make([]byte, 21)); f != faultAccess {
+	if f := d.scatterLocked(e.pd, nil, sgl, 0, make([]byte, 21)); f != faultAccess {
 		t.Fatalf("scatter into read-only b: %v", f)
 	}
-	if f := d.scatterLocked(e.pd, sgl[:1], 0, make([]byte, 21)); f != faultRange {
+	if f := d.scatterLocked(e.pd, nil, sgl[:1], 0, make([]byte, 21)); f != faultRange {
 		t.Fatalf("scatter past the SGL: %v", f)
 	}
 }

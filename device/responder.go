@@ -11,12 +11,13 @@ import (
 
 // respState is the responder's transport state.
 type respState struct {
-	// rkeyHint is the MR the last rkey check found (lookupMRLocked).
-	rkeyHint *MR
-	psn      qp.PSN // expected PSN (ePSN)
-	msn      uint32 // messages completed (AETH MSN)
-	inSend   bool   // a multi-packet SEND is in progress
-	inWrite  bool   // a multi-packet WRITE is in progress
+	// rkeyHint is the MR the last rkey check found, lkeyHint the one the
+	// last write into a receive WQE's SGEs found (lookupMRLocked).
+	rkeyHint, lkeyHint *MR
+	psn                qp.PSN // expected PSN (ePSN)
+	msn                uint32 // messages completed (AETH MSN)
+	inSend             bool   // a multi-packet SEND is in progress
+	inWrite            bool   // a multi-packet WRITE is in progress
 	// The receive WQE being filled.
 	rwqe     qp.RecvWR
 	haveRWQE bool
@@ -368,7 +369,7 @@ func (q *QP) placeLocked(p *packet) bool {
 		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCLocLenErr)
 		return false
 	}
-	if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.Payload); f != faultNone {
+	if f := q.dev.scatterLocked(q.pd, &q.resp.lkeyHint, q.resp.rwqe.SGL, q.resp.offset, p.Payload); f != faultNone {
 		q.nakLocked(p.psn(), aethNAKRemOp, qp.WCLocProtErr)
 		return false
 	}
@@ -881,7 +882,7 @@ func (q *QP) respondUCLocked(p *packet) {
 			q.ucAbortLocked()
 			return
 		}
-		if f := q.dev.scatterLocked(q.pd, q.resp.rwqe.SGL, q.resp.offset, p.Payload); f != faultNone {
+		if f := q.dev.scatterLocked(q.pd, &q.resp.lkeyHint, q.resp.rwqe.SGL, q.resp.offset, p.Payload); f != faultNone {
 			q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
 			q.fatalLocked(qp.EventQPFatal)
 			return
@@ -1015,12 +1016,12 @@ func (q *QP) respondUDLocked(p *packet) {
 	} else {
 		buildGRH(grh[:], p.sgid, p.dgid, len(p.Payload))
 	}
-	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, 0, grh[:]); f != faultNone {
+	if f := d.scatterLocked(q.pd, &q.resp.lkeyHint, q.resp.rwqe.SGL, 0, grh[:]); f != faultNone {
 		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
 		q.fatalLocked(qp.EventQPFatal)
 		return
 	}
-	if f := d.scatterLocked(q.pd, q.resp.rwqe.SGL, grhSize, p.Payload); f != faultNone {
+	if f := d.scatterLocked(q.pd, &q.resp.lkeyHint, q.resp.rwqe.SGL, grhSize, p.Payload); f != faultNone {
 		q.completeRecvLocked(qp.WCLocProtErr, 0, 0, 0, false)
 		q.fatalLocked(qp.EventQPFatal)
 		return

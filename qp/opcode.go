@@ -28,18 +28,18 @@ type OpInfo struct {
 
 // ConsumesRWQE reports whether the operation takes a receive WQE at the
 // responder: the SEND family and RDMA WRITE with immediate.
-func (o OpInfo) ConsumesRWQE() bool { return o.Send || (o.Write && o.Imm) }
+func (o *OpInfo) ConsumesRWQE() bool { return o.Send || (o.Write && o.Imm) }
 
 // RdAtomic reports whether the operation is one the responder answers with
 // a response of its own and keeps a responder resource for (READ, the
 // atomics, ATOMIC WRITE), so that it takes one of the requester's
 // max_rd_atomic slots and needs max_dest_rd_atomic at the responder (rxe's
 // check_init_depth and check_resource).
-func (o OpInfo) RdAtomic() bool { return o.Read || o.Atomic || o.AtomicWrite }
+func (o *OpInfo) RdAtomic() bool { return o.Read || o.Atomic || o.AtomicWrite }
 
 // DataOut reports whether the operation carries payload from the local SGEs
 // (or inline data) to the wire: the SEND and WRITE families.
-func (o OpInfo) DataOut() bool { return o.Send || o.Write }
+func (o *OpInfo) DataOut() bool { return o.Send || o.Write }
 
 const (
 	onRC    = uint8(1) << TypeRC
