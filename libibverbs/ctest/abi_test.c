@@ -13,6 +13,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "check.h"
 #include "rdmafs-abi.h"
 
 /* --- The ring header, at compile time ---------------------------------- */
@@ -135,18 +136,6 @@ _Static_assert(IBV_WR_DRIVER1 <= UINT8_MAX && IBV_WC_TM_RNDV_INCOMPLETE <= UINT8
 _Static_assert(IBV_WC_TM_DATA_VALID <= UINT16_MAX, "wc_flags fit a u16");
 
 /* --- The helpers, at run time -------------------------------------------- */
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fputc('\n', stderr);                                  \
-			failures++;                                           \
-		}                                                             \
-	} while (0)
 
 static void check_str(const char *what, int v, const char *got, const char *want)
 {

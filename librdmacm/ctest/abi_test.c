@@ -21,17 +21,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                   \
-	do {                                               \
-		if (!(cond)) {                             \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);      \
-			fputc('\n', stderr);               \
-			failures++;                        \
-		}                                          \
-	} while (0)
+#include "../../libibverbs/ctest/check.h"
 
 static void test_event_str(void)
 {

@@ -8,19 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../libibverbs/ctest/check.h"
 #include "rdmacm.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                   \
-	do {                                               \
-		if (!(cond)) {                             \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);      \
-			fputc('\n', stderr);               \
-			failures++;                        \
-		}                                          \
-	} while (0)
 
 /* text as the daemon writes it: padded with spaces to 1023, then \n */
 static void record(char *buf, const char *text)
