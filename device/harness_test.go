@@ -23,9 +23,25 @@ import (
 type env struct {
 	t    testing.TB
 	d    *Device
-	clk  *clock.Fake
+	clk  *settledClock
 	pd   *PD
 	wire bool // packets go through the wire to the device's own address
+}
+
+// settledClock is the env's fake clock: Advance first lets the device
+// settle (env.quiesce), so that a timer armed by a packet still on its way
+// (an RNR NAK handed to another engine's inbox, a datagram in the wire) is
+// armed before time moves past it, as it would be on a real clock.
+type settledClock struct {
+	*clock.Fake
+	e *env
+}
+
+func (c *settledClock) Advance(d time.Duration) {
+	if c.e != nil {
+		c.e.quiesce()
+	}
+	c.Fake.Advance(d)
 }
 
 // gidOf is the GID of the device a QPN lives on: the env's one device.
@@ -63,7 +79,8 @@ func newEnvOn(t testing.TB, wire bool, mod ...func(*Config)) *env {
 	}
 	t.Cleanup(func() { d.Close() })
 	d.keepApart = *apartFlag
-	e := &env{t: t, d: d, clk: clk, wire: wire}
+	e := &env{t: t, d: d, wire: wire}
+	e.clk = &settledClock{Fake: clk, e: e}
 	if wire {
 		d.mu.Lock()
 		d.link = selfWire{d, d.link}
