@@ -67,6 +67,13 @@ func newEnv(t testing.TB, mod ...func(*Config)) *env {
 func newEnvOn(t testing.TB, wire bool, mod ...func(*Config)) *env {
 	t.Helper()
 	goroutineLeakCheck(t)
+	return buildEnv(t, wire, mod...)
+}
+
+// buildEnv is newEnvOn without the goroutine leak check (a fuzz target's
+// coordinator has goroutines of the fuzzing engine's own).
+func buildEnv(t testing.TB, wire bool, mod ...func(*Config)) *env {
+	t.Helper()
 	clk := clock.NewFake()
 	cfg := Config{Clock: clk, PacketLoopback: *packetsFlag, Engines: *enginesFlag}
 	for _, m := range mod {
