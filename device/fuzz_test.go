@@ -19,8 +19,11 @@ import (
 //
 // The input: one byte of flags (bit 0 UC, bit 1 receive WQEs posted on the
 // peer, bit 2 the SGEs' lkeys and the rkey set to the pair's MRs, bit 3
-// the rkey set to the other PD's MR instead), then the slots' bytes.
+// the rkey set to the other PD's MR instead, bit 4 the peer's first
+// receive slot written from the input too, its SGEs' lkeys steered when
+// bit 2 is set), then the slots' bytes.
 func FuzzEngineSendRing(f *testing.F) {
+	const b128 = 128 // the slots of the harness's QPs (4 SGEs, 64 bytes inline)
 	base := buildEnv(f, false)
 	src := base.mr(1<<16, qp.AccessLocalWrite)
 	dst := base.mr(1<<16, rwAccess)
@@ -47,12 +50,22 @@ func FuzzEngineSendRing(f *testing.F) {
 		{14, qp.SendWR{Opcode: qp.WRRDMAWrite, SGL: []qp.SGE{{Length: 8}}}},
 		{6, qp.SendWR{Opcode: qp.WRSendWithInv, SGL: []qp.SGE{{Length: 8}}, InvalidateRKey: 1}},
 		{0, qp.SendWR{Opcode: qp.WROpcode(0xEE)}},
+		{22, qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{{Length: 40}}, SendFlags: qp.SendSignaled}},
 	} {
-		slot := make([]byte, 128)
+		slot := make([]byte, b128)
 		if err := ring.EncodeSendWQE(slot, &s.wr); err != nil {
 			slot[ring.SendOffOpcode] = byte(s.wr.Opcode)
 		}
-		f.Add(append([]byte{s.flags}, slot...))
+		in := []byte{s.flags}
+		if s.flags&16 != 0 {
+			rslot := make([]byte, b128)
+			rwr := qp.RecvWR{SGL: []qp.SGE{{Addr: 100, Length: 64}}}
+			if err := ring.EncodeRecvWQE(rslot, &rwr); err != nil {
+				f.Fatal(err)
+			}
+			in = append(in, rslot...)
+		}
+		f.Add(append(in, slot...))
 	}
 
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -70,6 +83,23 @@ func FuzzEngineSendRing(f *testing.F) {
 			typ = qp.TypeUC
 		}
 		a, b, acq, bcq := e.pair(typ)
+		if flags&16 != 0 {
+			// A receive WQE as hostile as the sends (its wr_id fixed, to
+			// tell its completion from the others).
+			rp := ring.NewProducer(b.rq)
+			slot := rp.Next()
+			k := copy(slot, data)
+			data = data[k:]
+			clear(slot[k:])
+			binary.LittleEndian.PutUint64(slot[ring.RecvOffWRID:], 800)
+			if flags&4 != 0 {
+				for i := ring.RecvHeaderSize; i+ring.SGESize <= len(slot); i += ring.SGESize {
+					binary.LittleEndian.PutUint32(slot[i+ring.SGEOffLKey:], dst.LKey)
+				}
+			}
+			rp.Advance()
+			rp.Publish()
+		}
 		if flags&2 != 0 {
 			e.postRecv(b, fmt.Sprintf("wr_id=900 sge=%d:0:4096", dst.LKey), fmt.Sprintf("wr_id=901 sge=%d:8192:200", dst.LKey))
 		}
