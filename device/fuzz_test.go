@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+	"time"
 
 	"rdmafs/qp"
 	"rdmafs/ring"
@@ -72,6 +73,11 @@ func FuzzEngineSendRing(f *testing.F) {
 		if len(data) < 2 {
 			return
 		}
+		// A hang is a failure too: the fuzzing engine has no deadline of
+		// its own per input.
+		in := append([]byte(nil), data...)
+		watchdog := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("input %x: no result in 10 s", in)) })
+		defer watchdog.Stop()
 		e := *base
 		e.t = t
 		if x == nil {
