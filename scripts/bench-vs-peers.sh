@@ -134,6 +134,29 @@ row "WRITE 64K bw / ucp_put_bw 64K" rdmafs_write_bw_64k ucx_put_bw_64k
 row "READ 64K bw / ucp_get 64K" rdmafs_read_bw_64k ucx_get_64k
 row "ucp_put_bw 64K / memcpy 64K" ucx_put_bw_64k memcpy_64k
 
+# The host has two states and a run may switch between them: in one a
+# cache line crosses between the two vCPUs five times faster than in the
+# other (ucp_put_lat 0.05 against 0.25 us). UCX's 8 B figures hardly move,
+# rdmafs's (every WR crosses) do, so the medians depend on which state the
+# rounds fell in: each round's state and 8 B ratios, for reading them.
+echo
+echo "# per round: the host's state (fast: ucp_put_lat < 0.1 us) and the 8 B ratios"
+printf '  %5s %6s %14s %10s %10s %10s\n' round state ucp_put_lat_us write_8B lat_8B fetch_add
+awk -F'\t' '{ v[$1 SUBSEP $2] = $3; if (!($1 in seen)) { seen[$1] = 1; order[n++] = $1 } }
+	function ratio(a, b) { return (b > 0) ? sprintf("%.3f", a / b) : "nan" }
+	END {
+		for (k = 0; k < n; k++) {
+			i = order[k]
+			if (!((i SUBSEP "ucx_put_lat_8") in v))
+				continue
+			pl = v[i SUBSEP "ucx_put_lat_8"]
+			printf "  %5s %6s %14.3f %10s %10s %10s\n", i, (pl + 0 < 0.1) ? "fast" : "slow", pl,
+				ratio(v[i SUBSEP "rdmafs_write_bw_8"], v[i SUBSEP "ucx_put_bw_8"]),
+				ratio(v[i SUBSEP "rdmafs_write_lat_8"], v[i SUBSEP "ucx_put_lat_8"]),
+				ratio(v[i SUBSEP "rdmafs_fetch_add_bw"], v[i SUBSEP "ucx_fadd_8"])
+		}
+	}' "$results"
+
 # --- system calls per work request -------------------------------------------
 
 echo
