@@ -25,6 +25,13 @@ func (q *QP) localOpLocked(w *sendWQE) {
 // only remote-access keys.
 func (d *Device) invalidateKeyLocked(q *QP, key uint32, remote bool) qp.WCStatus {
 	mr, mw, status := d.invalidationLocked(q, key, remote)
+	d.invalidateLocked(mr, mw)
+	return status
+}
+
+// invalidateLocked invalidates what invalidationLocked found (nil, nil:
+// nothing).
+func (d *Device) invalidateLocked(mr *MR, mw *MW) {
 	switch {
 	case mr != nil:
 		mr.valid = false
@@ -32,7 +39,6 @@ func (d *Device) invalidateKeyLocked(q *QP, key uint32, remote bool) qp.WCStatus
 	case mw != nil:
 		mw.unbindLocked()
 	}
-	return status
 }
 
 // invalidationLocked is what invalidateKeyLocked would invalidate (one of

@@ -373,19 +373,11 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	}
 	peer.ownReadRepliesLocked()
 	copyChunks([][]byte{dst}, src)
-	r := &peer.resp
-	r.writeVA, r.writeRKey = w.wr.RemoteAddr+w.length, w.wr.RKey
-	r.writeResid, r.writeLen = 0, uint32(w.length)
+	peer.resp.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 	var recv func()
 	if w.info.Imm {
 		peer.takeRecvLocked()
-		recv = func() {
-			wc := qp.WC{WRID: r.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
-				QPNum: peer.QPN, ByteLen: uint32(w.length), SrcQP: peer.attr.DestQPNum,
-				WCFlags: qp.WCWithImm, ImmData: w.wr.ImmData}
-			r.haveRWQE = false
-			peer.postRecvCQELocked(&wc, w.wr.SendFlags&qp.SendSolicited != 0)
-		}
+		recv = func() { peer.completeWriteImmLocked(w.wr.ImmData, w.wr.SendFlags&qp.SendSolicited != 0) }
 	}
 	q.directDoneLocked(peer, w, mtu, recv)
 	return true
@@ -424,6 +416,8 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 		return false
 	}
 	var wf qp.WCFlags
+	var invMR *MR
+	var invMW *MW
 	imm := w.wr.ImmData
 	switch {
 	case w.info.Imm:
@@ -433,7 +427,8 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 		if len(q.dev.engines) > 1 && !e.exclusive {
 			return false
 		}
-		if _, _, st := q.dev.invalidationLocked(peer, w.wr.InvalidateRKey, true); st != qp.WCSuccess {
+		var st qp.WCStatus
+		if invMR, invMW, st = q.dev.invalidationLocked(peer, w.wr.InvalidateRKey, true); st != qp.WCSuccess {
 			return false
 		}
 		wf, imm = qp.WCWithInv, w.wr.InvalidateRKey
@@ -443,10 +438,8 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	copyChunks(dst, src)
 	r.offset = w.length
 	q.directDoneLocked(peer, w, mtu, func() {
-		if wf == qp.WCWithInv {
-			// After the bytes are placed, as the last packet does it.
-			q.dev.invalidateKeyLocked(peer, imm, true)
-		}
+		// After the bytes are placed, as the last packet does it.
+		q.dev.invalidateLocked(invMR, invMW)
 		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, imm, w.wr.SendFlags&qp.SendSolicited != 0)
 	})
 	return true
@@ -485,33 +478,40 @@ func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]by
 // would have: the peer's receive counters, PSN, MSN and comm_est, then
 // (recv, the peer's completion, if any) the ACK's effect on q.
 func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
-	n := npkts(w.length, mtu)
-	r := &peer.resp
-	peer.Counters.PacketsRecv += uint64(n)
-	peer.Counters.BytesRecv += w.length
-	r.nakSent = false
-	peer.noteCommEstLocked()
-	r.psn = r.psn.Add(n)
-	r.msn++
+	peer.resp.nakSent = false
+	q.directMovedLocked(peer, w, npkts(w.length, mtu))
+	peer.resp.msn++
 	if recv != nil {
 		recv()
 	}
+	// The acknowledgement.
 	peer.Counters.AcksSent++
 	peer.Counters.PacketsSent++
-	// The requester's side: sent, and acknowledged.
-	q.Counters.PacketsSent += uint64(n)
-	q.Counters.BytesSent += w.length
+	q.eng().counts.packets++
 	q.req.sinceAck = 0
-	q.req.psn = q.req.psn.Add(n)
-	w.sent = w.length
 	w.state = wqePending
-	q.reqIdx++
 	q.ackThroughLocked(w.lastPSN)
 	q.armRetryLocked()
-	// The device's counters, once per turn (engine.flushCountsLocked):
-	// six atomic adds per WRITE were a fifth of the engine at 8 B.
+}
+
+// directMovedLocked moves both QPs as the n packets of w's message would
+// have, what every direct SEND and WRITE shares, RC or UC: the peer's
+// receive counters, comm_est and PSN, q's send counters and PSN, and w past
+// the requester. The device's counters go once per turn
+// (engine.flushCountsLocked): six atomic adds per WRITE were a fifth of the
+// engine at 8 B.
+func (q *QP) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
+	peer.Counters.PacketsRecv += uint64(n)
+	peer.Counters.BytesRecv += w.length
+	peer.noteCommEstLocked()
+	peer.resp.psn = peer.resp.psn.Add(n)
+	q.Counters.PacketsSent += uint64(n)
+	q.Counters.BytesSent += w.length
+	q.req.psn = q.req.psn.Add(n)
+	w.sent = w.length
+	q.reqIdx++
 	c := &q.eng().counts
-	c.packets += uint64(n) + 1
+	c.packets += uint64(n)
 	c.bytes += w.length
 	c.ops++
 }
@@ -603,11 +603,7 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 		peer.takeRecvLocked()
 	}
 	copyChunks(dst, src)
-	n := npkts(w.length, mtu)
-	peer.Counters.PacketsRecv += uint64(n)
-	peer.Counters.BytesRecv += w.length
-	peer.noteCommEstLocked()
-	r.psn = r.psn.Add(n)
+	q.directMovedLocked(peer, w, npkts(w.length, mtu))
 	se := w.wr.SendFlags&qp.SendSolicited != 0
 	switch {
 	case w.info.Send:
@@ -618,28 +614,13 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 		}
 		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, w.wr.ImmData, se)
 	case w.info.Imm:
-		r.writeVA, r.writeRKey = w.wr.RemoteAddr+w.length, w.wr.RKey
-		r.writeResid, r.writeLen = 0, uint32(w.length)
+		r.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 		r.msn++
-		wc := qp.WC{WRID: r.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
-			QPNum: peer.QPN, ByteLen: uint32(w.length), SrcQP: peer.attr.DestQPNum,
-			WCFlags: qp.WCWithImm, ImmData: w.wr.ImmData}
-		r.haveRWQE = false
-		peer.postRecvCQELocked(&wc, se)
+		peer.completeWriteImmLocked(w.wr.ImmData, se)
 	default:
-		r.writeVA, r.writeRKey = w.wr.RemoteAddr+w.length, w.wr.RKey
-		r.writeResid, r.writeLen = 0, uint32(w.length)
+		r.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 	}
-	q.Counters.PacketsSent += uint64(n)
-	q.Counters.BytesSent += w.length
-	q.req.psn = q.req.psn.Add(n)
-	w.sent = w.length
 	w.state, w.status = wqeDone, qp.WCSuccess
-	q.reqIdx++
-	c := &q.eng().counts
-	c.packets += uint64(n)
-	c.bytes += w.length
-	c.ops++
 	return true
 }
 

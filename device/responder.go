@@ -395,6 +395,25 @@ func (q *QP) completeRecvLocked(status qp.WCStatus, byteLen uint32, flags qp.WCF
 	q.postRecvCQELocked(&wc, se)
 }
 
+// completeWriteImmLocked writes the receive completion of an RDMA WRITE
+// with immediate data, whose writeLen bytes have landed, into the receive
+// WQE taken for it.
+func (q *QP) completeWriteImmLocked(imm uint32, se bool) {
+	wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
+		QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
+		WCFlags: qp.WCWithImm, ImmData: imm}
+	q.resp.haveRWQE = false
+	q.postRecvCQELocked(&wc, se)
+}
+
+// wroteLocked leaves the WRITE state a whole message of n bytes at va
+// through rkey leaves (the direct path's; the packets' is built packet by
+// packet in respWriteLocked).
+func (r *respState) wroteLocked(va uint64, rkey uint32, n uint64) {
+	r.writeVA, r.writeRKey = va+n, rkey
+	r.writeResid, r.writeLen = 0, uint32(n)
+}
+
 // postRecvCQELocked writes a receive completion; an overflowing CQ takes
 // the QP to ERR (rdmavt's rvt_recv_cq).
 func (q *QP) postRecvCQELocked(wc *qp.WC, se bool) {
@@ -472,11 +491,7 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 	if flags&roce.ClassLast != 0 {
 		q.resp.msn++
 		if flags&roce.ClassImm != 0 {
-			wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
-				QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
-				WCFlags: qp.WCWithImm, ImmData: p.Imm}
-			q.resp.haveRWQE = false
-			q.postRecvCQELocked(&wc, p.SE)
+			q.completeWriteImmLocked(p.Imm, p.SE)
 		}
 	}
 	if p.AckReq {
@@ -927,11 +942,7 @@ func (q *QP) respondUCLocked(p *packet) {
 				return
 			}
 			q.resp.msn++
-			wc := qp.WC{WRID: q.resp.rwqe.WRID, Status: qp.WCSuccess, Opcode: qp.WCRecvRDMAWithImm,
-				QPNum: q.QPN, ByteLen: q.resp.writeLen, SrcQP: q.attr.DestQPNum,
-				WCFlags: qp.WCWithImm, ImmData: p.Imm}
-			q.resp.haveRWQE = false
-			q.postRecvCQELocked(&wc, p.SE)
+			q.completeWriteImmLocked(p.Imm, p.SE)
 		}
 	default:
 		q.Counters.Dropped++
