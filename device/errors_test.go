@@ -94,14 +94,7 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 			local := e.mr(8192, qp.AccessLocalWrite)
 			g := e.mr(4096, rwAccess)
 			na := e.mr(4096, qp.AccessLocalWrite) // no remote rights at all
-			pd2, err := e.d.AllocPD(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			o, err := e.d.RegMR(0, qp.CreateMR{PD: pd2.Handle, Length: 4096, Access: rwAccess})
-			if err != nil {
-				t.Fatal(err)
-			}
+			o := e.foreignMR(4096, rwAccess)
 			e.postRecv(b, fmt.Sprintf("wr_id=9 sge=%d:0:100", g.LKey))
 			e.postSend(a, c.op(local.LKey, g, na, o), fmt.Sprintf("opcode=send wr_id=2 sge=%d:0:8", local.LKey))
 			e.expect(acq, sendWC(1, "rem_access_err", c.opcode, a, 0), flushed(a, "send", 2)[0])
@@ -252,11 +245,7 @@ func TestRCLocalInvBadKey(t *testing.T) {
 			e := newEnv(t)
 			a, b, acq, bcq := e.pair(qp.TypeRC)
 			mr := e.mr(64, rwAccess)
-			pd2, _ := e.d.AllocPD(0)
-			o, err := e.d.RegMR(0, qp.CreateMR{PD: pd2.Handle, Length: 64, Access: rwAccess})
-			if err != nil {
-				t.Fatal(err)
-			}
+			o := e.foreignMR(64, rwAccess)
 			mw1 := e.mw(1)
 			e.postSend(a, fmt.Sprintf("opcode=local_inv wr_id=1 invalidate_rkey=%d", c.key(mr, o, mw1)), "opcode=send wr_id=2")
 			e.expect(acq, sendWC(1, "loc_qp_op_err", "local_inv", a, 0), flushed(a, "send", 2)[0])

@@ -28,14 +28,7 @@ func FuzzEngineSendRing(f *testing.F) {
 	base := buildEnv(f, false)
 	src := base.mr(1<<16, qp.AccessLocalWrite)
 	dst := base.mr(1<<16, rwAccess)
-	pd2, err := base.d.AllocPD(0)
-	if err != nil {
-		f.Fatal(err)
-	}
-	other, err := base.d.RegMR(0, qp.CreateMR{PD: pd2.Handle, Length: 4096, Access: rwAccess})
-	if err != nil {
-		f.Fatal(err)
-	}
+	other := base.foreignMR(4096, rwAccess)
 	var x, y *QP
 	var xcq, ycq *CQ
 

@@ -210,6 +210,21 @@ func (e *env) mr(n uint64, acc qp.Access) *MR {
 	return mr
 }
 
+// foreignMR registers an MR of n bytes in a PD of its own: memory the
+// env's QPs must never reach.
+func (e *env) foreignMR(n uint64, acc qp.Access) *MR {
+	e.t.Helper()
+	pd, err := e.d.AllocPD(0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mr, err := e.d.RegMR(0, qp.CreateMR{PD: pd.Handle, Length: n, Access: acc})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return mr
+}
+
 func (e *env) cq(n uint32) *CQ {
 	e.t.Helper()
 	cq, err := e.d.CreateCQ(0, qp.CreateCQ{CQE: n})

@@ -75,11 +75,7 @@ func TestHostileSendRing(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
 			s := &setup{e: e, src: e.mr(4096, qp.AccessLocalWrite), dst: e.mr(4096, rwAccess)}
-			pd2, _ := e.d.AllocPD(0)
-			var err error
-			if s.other, err = e.d.RegMR(0, qp.CreateMR{PD: pd2.Handle, Length: 4096, Access: rwAccess}); err != nil {
-				t.Fatal(err)
-			}
+			s.other = e.foreignMR(4096, rwAccess)
 			s.gone = e.mr(4096, rwAccess)
 			s.gone.Dereg()
 			s.inval = e.mr(4096, rwAccess)

@@ -215,10 +215,7 @@ func TestWireCoalesces(t *testing.T) {
 			ps = append(ps, &tpkt{m: Meta{Route: Wire, SrcQPN: 0x11, DestQPN: 0x12, Src: addr.As4(), Dst: addr.As4()},
 				op: op, psn: uint32(30 + i), payload: bytes.Repeat([]byte{byte(i)}, 2048), done: &done})
 		}
-		mu.Lock()
-		c.Head.WritePackets(ps)
-		mu.Unlock()
-		d.wait(t, &mu, len(ps))
+		d.sendAll(t, c, &mu, ps)
 		mu.Lock()
 		got := slices.Clone(d.dgs)
 		mu.Unlock()
@@ -305,10 +302,7 @@ func TestWireDeliversInChunks(t *testing.T) {
 	defer c.Close()
 	var done []string
 	ps := writeOnlys(addr, 6*64, &done)
-	mu.Lock()
-	c.Head.WritePackets(ps)
-	mu.Unlock()
-	d.wait(t, &mu, len(ps))
+	d.sendAll(t, c, &mu, ps)
 	mu.Lock()
 	defer mu.Unlock()
 	if d.early != 0 || slices.Max(d.sizes) > deliverChunk {
@@ -377,10 +371,7 @@ func TestWireTxSocketFallback(t *testing.T) {
 	c, d, _ := newTestChain(t, Options{Lock: &mu, Counters: &cnt, Wire: &WireConfig{Addr: addr}})
 	var done []string
 	ps := writeOnlys(addr, 10, &done)
-	mu.Lock()
-	c.Head.WritePackets(ps)
-	mu.Unlock()
-	d.wait(t, &mu, len(ps))
+	d.sendAll(t, c, &mu, ps)
 	mu.Lock()
 	defer mu.Unlock()
 	for i, dg := range d.dgs {

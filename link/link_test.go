@@ -69,6 +69,16 @@ func (d *tdisp) DeliverDatagrams(dgs []Datagram) func() bool {
 	return nil
 }
 
+// sendAll writes ps to chain c under its lock mu and waits until d has
+// received as many datagrams.
+func (d *tdisp) sendAll(t *testing.T, c *Chain, mu *sync.Mutex, ps []Packet) {
+	t.Helper()
+	mu.Lock()
+	c.Head.WritePackets(ps)
+	mu.Unlock()
+	d.wait(t, mu, len(ps))
+}
+
 // wait waits until the dispatcher has n datagrams (mu is the chain's lock).
 func (d *tdisp) wait(t *testing.T, mu *sync.Mutex, n int) {
 	t.Helper()
@@ -325,10 +335,7 @@ func TestWireBatches(t *testing.T) {
 		p.(*tpkt).m.Src, p.(*tpkt).m.Dst = addr.As4(), addr.As4()
 	}
 	// Nobody reads while the lock is held: the socket queues them all.
-	mu.Lock()
-	c.Head.WritePackets(ps)
-	mu.Unlock()
-	d.wait(t, &mu, n)
+	d.sendAll(t, c, &mu, ps)
 	if s, calls := cnt.WirePacketsSent.Load(), cnt.WireSendCalls.Load(); s != n || calls != 1 {
 		t.Fatalf("%d datagrams sent in %d calls, want %d in 1", s, calls, n)
 	}
