@@ -1,7 +1,8 @@
-/* What the C tests of the library share: a CHECK that counts failures
- * instead of stopping, and connecting a QP to another QP of the same port,
- * by LID on an InfiniBand port and by GID on a RoCE one, as a program
- * written for any device does. Header-only: each test is one file. */
+/* What the C tests of the library share: ctest's CHECK, which counts
+ * failures instead of stopping, and connecting a QP to another QP of the
+ * same port, by LID on an InfiniBand port and by GID on a RoCE one, as a
+ * program written for any device does. Header-only: each test is one
+ * file. */
 #ifndef RDMAFS_TESTS_COMMON_H
 #define RDMAFS_TESTS_COMMON_H
 
@@ -9,17 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                        \
-	do {                                                    \
-		if (!(cond)) {                                  \
-			fprintf(stderr, "FAIL %d: ", __LINE__); \
-			fprintf(stderr, __VA_ARGS__);           \
-			fputc('\n', stderr);                    \
-			failures++;                             \
-		}                                               \
-	} while (0)
+#include "../ctest/check.h"
 
 /* tc_connect moves q through INIT, RTR and RTS towards dest on port 1
  * (RC: with one READ/atomic each way, RNR retried for ever, retries
