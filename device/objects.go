@@ -78,9 +78,15 @@ type MR struct {
 // every MR of them on that memory) see the same bytes. The region is
 // closed, and its bytes leave the device's total, when the last MR on it
 // is deregistered. Guarded by Device.mu.
+//
+// A program's own memory (mr/new addr=A) is a backing of its own, mapped
+// from the program's mappings (procmem.go); it counts no bytes, since the
+// memory is the program's, as a NIC's pinned pages are.
 type mrBacking struct {
-	region *ring.Region
-	bytes  uint64 // counted in Device.mrBytes
+	region *ring.Region // device memory; nil for a program's own
+	proc   *procMapping // a program's own memory; nil for device memory
+	mem    []byte       // the whole backing as the daemon maps it
+	bytes  uint64       // counted in Device.mrBytes
 	refs   int
 }
 
@@ -88,8 +94,24 @@ func (d *Device) releaseBackingLocked(b *mrBacking) {
 	b.refs--
 	if b.refs == 0 {
 		d.mrBytes -= b.bytes
-		b.region.Close()
+		if b.region != nil {
+			b.region.Close()
+		}
+		if b.proc != nil {
+			b.proc.close()
+		}
+		b.mem = nil
 	}
+}
+
+// procBacking maps the caller's memory for an MR of length bytes at
+// addr with access acc.
+func procBacking(op string, pid int, addr, length uint64, acc qp.Access) (*mrBacking, error) {
+	pm, err := mapProcess(op, pid, addr, length, acc.Writable())
+	if err != nil {
+		return nil, err
+	}
+	return &mrBacking{proc: pm, mem: pm.mem, refs: 1}, nil
 }
 
 // checkMRAccess refuses access flags an MR cannot have.
@@ -113,7 +135,7 @@ func (d *Device) sharedLocked(op string, owner Owner, h uint32, off, length uint
 	if base == nil || !owner.mayUse(base.Owner) {
 		return nil, errf(op, syscall.EINVAL, "share: no mr %d of yours", h)
 	}
-	size := base.backing.bytes
+	size := uint64(len(base.backing.mem))
 	if off > size || length > size-off {
 		return nil, errf(op, syscall.EINVAL, "offset: %d bytes at %d do not fit mr %d's %d-byte memory", length, off, h, size)
 	}
@@ -130,6 +152,9 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	if req.Length == 0 && req.Share == 0 {
 		return nil, errf(op, syscall.EINVAL, "length: must be at least 1 (0 only with share=H)")
 	}
+	if req.HasAddr && req.Share != 0 {
+		return nil, errf(op, syscall.EINVAL, "addr: not with share")
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	pd, err := d.openPDLocked(op, req.PD, owner)
@@ -140,6 +165,9 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 		return nil, errf(op, syscall.EINVAL, "length: %d exceeds max_mr_size %d", req.Length, d.cfg.MaxMRSize)
 	}
 	iova := uint64(0)
+	if req.HasAddr {
+		iova = req.Addr
+	}
 	if req.HasIOVA {
 		iova = req.IOVA
 	}
@@ -147,7 +175,7 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 		return nil, errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", iova, req.Length)
 	}
 	newBytes := req.Length
-	if req.Share != 0 {
+	if req.Share != 0 || req.HasAddr {
 		newBytes = 0 // memory the owner already has
 	}
 	if err := admitLocked(d, op, "mr", d.mrs.m, d.cfg.MaxMR, owner); err != nil {
@@ -157,14 +185,19 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 		return nil, err
 	}
 	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access, valid: true}
-	if req.Share != 0 {
+	switch {
+	case req.HasAddr:
+		if mr.backing, err = procBacking(op, req.PID, req.Addr, req.Length, req.Access); err != nil {
+			return nil, err
+		}
+	case req.Share != 0:
 		mr.backing, err = d.sharedLocked(op, owner, req.Share, req.Offset, req.Length)
 		if err != nil {
 			return nil, err
 		}
 		mr.MemOffset = req.Offset
 		mr.backing.refs++
-	} else {
+	default:
 		if req.Offset != 0 {
 			return nil, errf(op, syscall.EINVAL, "offset: only with share")
 		}
@@ -175,10 +208,10 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 		if err != nil {
 			return nil, errf(op, syscall.ENOMEM, "allocating %d bytes: %v", req.Length, err)
 		}
-		mr.backing = &mrBacking{region: region, bytes: req.Length, refs: 1}
+		mr.backing = &mrBacking{region: region, mem: region.Bytes(), bytes: req.Length, refs: 1}
 		d.mrBytes += req.Length
 	}
-	mr.mem = mr.backing.region.Bytes()[mr.MemOffset : mr.MemOffset+req.Length : mr.MemOffset+req.Length]
+	mr.mem = mr.backing.mem[mr.MemOffset : mr.MemOffset+req.Length : mr.MemOffset+req.Length]
 	mr.keyTag = d.keys.alloc(keyEntry{mr: mr})
 	mr.LKey = mr.keyTag<<8 | randomKeyByte()
 	mr.RKey = mr.LKey
@@ -219,7 +252,19 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 		return err
 	}
 	backing, off, length, iova := mr.backing, mr.MemOffset, mr.Length, mr.IOVA
-	if req.HasTranslation {
+	var fresh *mrBacking // a new mapping of the caller's memory, released on failure
+	switch {
+	case req.HasTranslation && req.HasAddr:
+		if req.IOVA+req.Length < req.IOVA {
+			return errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", req.IOVA, req.Length)
+		}
+		b, err := procBacking(op, req.PID, req.Addr, req.Length, acc)
+		if err != nil {
+			return err
+		}
+		fresh = b
+		backing, off, length, iova = b, 0, req.Length, req.IOVA
+	case req.HasTranslation:
 		b, err := d.sharedLocked(op, owner, req.Share, req.Offset, req.Length)
 		if err != nil {
 			return err
@@ -228,6 +273,10 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 			return errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", req.IOVA, req.Length)
 		}
 		backing, off, length, iova = b, req.Offset, req.Length, req.IOVA
+	case req.HasAccess && acc.Writable() && backing.proc != nil && !backing.proc.writable:
+		// The kernel keeps the pinned pages on an access change; pages
+		// pinned for reading cannot take writes.
+		return errf(op, syscall.EFAULT, "access: mr %d's memory is read-only in the program", mr.Handle)
 	}
 	d.detachPacketsLocked(mr)
 	if pd != mr.PD {
@@ -237,12 +286,14 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 	}
 	mr.Access = acc
 	if backing != mr.backing {
-		backing.refs++
+		if fresh == nil {
+			backing.refs++
+		}
 		d.releaseBackingLocked(mr.backing)
 		mr.backing = backing
 	}
 	mr.MemOffset, mr.Length, mr.IOVA = off, length, iova
-	mr.mem = backing.region.Bytes()[off : off+length : off+length]
+	mr.mem = backing.mem[off : off+length : off+length]
 	mr.valid = true
 	return nil
 }
@@ -270,6 +321,8 @@ func (d *Device) MR(h uint32) *MR { return lookup(d, &d.mrs, h) }
 
 // Region is the MR's shared memory (for mapping by clients): its
 // backing's whole region, in which the MR's bytes start at MemOffset.
+// It is nil for an MR on the program's own memory (addr=A), which the
+// program maps already.
 func (mr *MR) Region() *ring.Region { return mr.backing.region }
 
 // Mem is the MR's memory as the daemon maps it.

@@ -26,6 +26,15 @@ func caller(ctx context.Context) (uid, gid uint32) {
 	return 65534, 65534
 }
 
+// callerPID is the process (its thread, as FUSE names it) that made the
+// request, in the daemon's pid namespace; 0 when none is visible there.
+func callerPID(ctx context.Context) int {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return int(c.Pid)
+	}
+	return 0
+}
+
 // allows reports whether the caller may use the node with the access bits
 // want (4 read, 2 write), from the mode bits as the kernel would check them
 // (the mount does not use default_permissions, so this is the check).

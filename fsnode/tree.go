@@ -398,43 +398,51 @@ func (t *tree) createMR(ctx context.Context, text string) (string, error) {
 		return "", err
 	}
 	uid, _ := caller(ctx)
+	req.PID = callerPID(ctx)
 	mr, err := t.dev.RegMR(device.Owner(uid), req)
 	if err != nil {
 		return "", err
 	}
 	o := t.newObject(ctx, "mr", mr.Handle)
 	o.destroy = mr.Dereg
+	var entries []entry
 	// A shared MR's mem maps its backing's whole region (mem_offset says
-	// where its bytes start); read and write reach its own bytes.
-	memSize := mr.Length
-	if req.Share != 0 {
-		memSize = uint64(mr.Region().Size())
-	}
-	mem, _, err := o.sharedEntry("mem", mr.Region().Fd(), memSize,
-		func(fd int, p []byte, off int64) (int, error) { return mr.ReadAt(p, off) },
-		func(ctx context.Context, p []byte, off int64) (int, error) { return mr.WriteAt(p, off) })
-	if err != nil {
-		mr.Dereg()
-		return "", &device.Error{Op: "reg_mr", Errno: syscall.ENOMEM, Err: err}
+	// where its bytes start); read and write reach its own bytes. An MR on
+	// the program's own memory has none: the program maps it already.
+	if reg := mr.Region(); reg != nil {
+		memSize := mr.Length
+		if req.Share != 0 {
+			memSize = uint64(reg.Size())
+		}
+		mem, _, err := o.sharedEntry("mem", reg.Fd(), memSize,
+			func(fd int, p []byte, off int64) (int, error) { return mr.ReadAt(p, off) },
+			func(ctx context.Context, p []byte, off int64) (int, error) { return mr.WriteAt(p, off) })
+		if err != nil {
+			mr.Dereg()
+			return "", &device.Error{Op: "reg_mr", Errno: syscall.ENOMEM, Err: err}
+		}
+		entries = append(entries, mem)
 	}
 	uid32 := device.Owner(uid)
 	ctl := o.cmdFile("rereg_mr", func(ctx context.Context, text string) error {
 		cmd, rest := splitCommand(text)
 		if cmd != "rereg" {
-			return invalid("rereg_mr", "unknown command %q (want: rereg [pd=H] [access=...] [share=H offset=N length=N iova=N])", clip(cmd))
+			return invalid("rereg_mr", "unknown command %q (want: rereg [pd=H] [access=...] [share=H offset=N length=N iova=N | addr=A length=N iova=N])", clip(cmd))
 		}
 		req, err := qp.ParseReregMR(rest)
 		if err != nil {
 			return err
 		}
+		req.PID = callerPID(ctx)
 		return mr.Rereg(uid32, req)
 	})
+	entries = append(entries, named("ctl", ctl))
 	t.publish(ctx, o, func() string {
 		a := mr.Attr()
 		return lines("pd", a.PD, "length", a.Length, "iova", a.IOVA,
 			"access", a.Access, "lkey", a.LKey, "rkey", a.RKey, "valid", boolNum(a.Valid),
 			"mem_offset", a.MemOffset)
-	}, mem, named("ctl", ctl))
+	}, entries...)
 	return o.name, nil
 }
 

@@ -1,120 +1,27 @@
-/* Memory registration of the program's own memory.
+/* Memory registration: the verbs over mem.c, which makes the program's
+ * memory reachable by the daemon (shared memory as it is, private memory
+ * re-backed into the library's shadow) and checks it against the mapping.
+ * The daemon maps the same pages from the program's mappings (mr/new
+ * addr=A), so an MR is exactly the program's range: its address as iova,
+ * its length and access.
  *
- * The device can only move bytes it can map, so a registration re-backs
- * the program's pages in place (DESIGN.md §6): the page-rounded range gets
- * a backing MR of the daemon's (in a PD of the library's own), its current
- * bytes are copied into that MR's memory, and the memory is mapped
- * MAP_SHARED|MAP_FIXED over the range, with each page's protection put
- * back. The program's pointer keeps working and now addresses the very
- * pages the engine reads and writes. The MR the program asked for is then
- * registered on the backing (share=H offset=N) with the program's address
- * as its iova and exactly its length and access, so the device checks the
- * program's range, not the rounded one.
- *
- * Registrations inside one re-backed range share it (a count); the last
- * deregistration puts private anonymous memory holding the current bytes
- * back over the range, so the buffer stays the program's.
- *
- * Documented side effects: a fork child shares re-backed pages unless
- * ibv_fork_init (or RDMAV_FORK_SAFE) asked for MADV_DONTFORK on them;
- * MADV_DONTNEED no longer zero-fills them; a write by another thread during
- * the copy of ibv_reg_mr can be lost. Memory that is already a shared
- * mapping (SysV shm, a shared file or memfd mapping) cannot be re-backed
- * without breaking its sharing, and is refused with EOPNOTSUPP. */
+ * On-demand paging (IBV_ACCESS_ON_DEMAND) registers nothing ahead: the
+ * daemon reaches the pages through the program's address space when the
+ * device touches them (mr/new ... access=...,on_demand), so nothing is
+ * re-backed, pinned or checked before use; an unmapped page then fails the
+ * work request as a NIC does. addr NULL with length SIZE_MAX is the
+ * implicit MR over the whole address space. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "rdmafs.h"
-
-/* Re-backing copies whole pages, which hold other objects of the program
- * too (heap neighbours, their allocator redzones under AddressSanitizer):
- * under ASan the copy must not be checked as the program's own access. */
-#if defined(__SANITIZE_ADDRESS__)
-__attribute__((no_sanitize("address"))) static void copy_pages(void *dst, const void *src, size_t len)
-{
-	volatile uint64_t *d = dst;
-	const volatile uint64_t *s = src;
-
-	for (size_t i = 0; i < len / 8; i++)
-		d[i] = s[i];
-}
-#else
-static void copy_pages(void *dst, const void *src, size_t len)
-{
-	memcpy(dst, src, len);
-}
-#endif
-
-static bool fork_safe;
-static bool fork_init_done;
-
-/* The protection of each VMA of [base, end), in order, from
- * /proc/self/maps: what the pages get back after re-backing. */
-struct vma {
-	uintptr_t start, end;
-	int prot;
-	bool shared;
-	bool huge; /* hugetlb: mapped and unmapped in whole huge pages only */
-};
-
-static int vmas_of(uintptr_t base, uintptr_t end, struct vma *out, int max, int *n)
-{
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	uintptr_t covered = base;
-
-	*n = 0;
-	if (!f)
-		return errno;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long s, e;
-		char perms[8];
-		if (sscanf(line, "%lx-%lx %7s", &s, &e, perms) != 3)
-			continue;
-		bool huge = strstr(line, "anon_hugepage") || strstr(line, "/hugepages");
-		if (e <= base || s >= end)
-			continue;
-		if (s > covered || *n == max)
-			break; /* a hole, or too fragmented */
-		struct vma *v = &out[(*n)++];
-		v->start = s < base ? base : s;
-		v->end = e > end ? end : e;
-		v->prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
-			  (perms[2] == 'x' ? PROT_EXEC : 0);
-		v->shared = perms[3] == 's';
-		v->huge = huge;
-		covered = v->end;
-	}
-	fclose(f);
-	return covered >= end ? 0 : EFAULT;
-}
-
-/* The page-rounded range of a registration; inside huge pages the range
- * grows to whole 2 MiB pages, the only unit in which a hugetlb mapping can
- * be replaced (the re-backed memory is then ordinary pages). */
-static void round_range(uintptr_t a, size_t length, uintptr_t *base, uintptr_t *end)
-{
-	long ps = sysconf(_SC_PAGESIZE);
-	const uintptr_t huge = 2u << 20;
-	struct vma v[64];
-	int n;
-
-	*base = a & ~(uintptr_t)(ps - 1);
-	*end = (a + length + ps - 1) & ~(uintptr_t)(ps - 1);
-	if (vmas_of(*base, *end, v, 64, &n))
-		return;
-	for (int i = 0; i < n; i++)
-		if (v[i].huge) {
-			*base &= ~(huge - 1);
-			*end = (*end + huge - 1) & ~(huge - 1);
-			return;
-		}
-}
 
 uint32_t rf_backing_pd(struct rf_context *ctx, int *err)
 {
@@ -127,212 +34,6 @@ uint32_t rf_backing_pd(struct rf_context *ctx, int *err)
 	return ctx->backing_pd;
 }
 
-static void put_prot(const struct vma *v, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (v[i].prot != (PROT_READ | PROT_WRITE))
-			mprotect((void *)v[i].start, v[i].end - v[i].start, v[i].prot);
-}
-
-static bool inside_any(struct rf_extent **xs, int nx, uintptr_t s, uintptr_t e)
-{
-	for (int i = 0; i < nx; i++)
-		if (s >= xs[i]->base && e <= xs[i]->base + xs[i]->len)
-			return true;
-	return false;
-}
-
-/* Re-back [base, base+len), which may cover the nold extents old (already
- * ours, shared mappings that are fine to replace): ctx->lock held. */
-static struct rf_extent *extent_new(struct rf_context *ctx, uintptr_t base, size_t len, struct rf_extent **old,
-				    int nold, int *err)
-{
-	struct vma v[64];
-	int n;
-	char req[128], path[64];
-	struct rf_extent *x;
-	void *tmp;
-	int fd;
-
-	if ((*err = vmas_of(base, base + len, v, 64, &n)))
-		return NULL;
-	for (int i = 0; i < n; i++)
-		if (v[i].shared && !inside_any(old, nold, v[i].start, v[i].end)) {
-			rf_log("reg_mr: %#lx-%#lx is a shared mapping; it cannot be re-backed", v[i].start, v[i].end);
-			*err = EOPNOTSUPP;
-			return NULL;
-		}
-	x = calloc(1, sizeof(*x));
-	if (!x) {
-		*err = ENOMEM;
-		return NULL;
-	}
-	x->base = base;
-	x->len = len;
-	uint32_t pd = rf_backing_pd(ctx, err);
-	if (!pd)
-		goto fail;
-	snprintf(req, sizeof(req), "pd=%u length=%zu iova=%lu access=local_write", pd, len, (unsigned long)base);
-	if ((*err = rf_transact(ctx, "mr", req, &x->mr)))
-		goto fail;
-	snprintf(path, sizeof(path), "mr/%u/mem", x->mr);
-	fd = openat(ctx->mount_fd, path, O_RDWR | O_CLOEXEC);
-	if (fd < 0) {
-		*err = rf_errno_of_write(errno);
-		goto fail_mr;
-	}
-	tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (tmp == MAP_FAILED) {
-		*err = errno;
-		close(fd);
-		goto fail_mr;
-	}
-	/* Pages the program cannot read (PROT_NONE, write-only) become
-	 * readable for the copy. */
-	for (int i = 0; i < n; i++)
-		if (!(v[i].prot & PROT_READ))
-			mprotect((void *)v[i].start, v[i].end - v[i].start, v[i].prot | PROT_READ);
-	copy_pages(tmp, (void *)base, len);
-	void *m = mmap((void *)base, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-	if (m == MAP_FAILED) {
-		*err = errno;
-		put_prot(v, n);
-		munmap(tmp, len);
-		close(fd);
-		goto fail_mr;
-	}
-	munmap(tmp, len);
-	close(fd);
-	put_prot(v, n);
-	x->rebacked = true;
-	if (fork_safe) {
-		madvise((void *)base, len, MADV_DONTFORK);
-		x->dontfork = true;
-	}
-	x->next = ctx->extents;
-	ctx->extents = x;
-	return x;
-fail_mr:
-	rf_destroy(ctx, "mr", x->mr);
-fail:
-	free(x);
-	return NULL;
-}
-
-static void unlist(struct rf_context *ctx, struct rf_extent *x)
-{
-	for (struct rf_extent **pp = &ctx->extents; *pp; pp = &(*pp)->next)
-		if (*pp == x) {
-			*pp = x->next;
-			return;
-		}
-}
-
-/* Put private memory with the current bytes back: ctx->lock held. */
-static void extent_free(struct rf_context *ctx, struct rf_extent *x)
-{
-	struct vma v[64];
-	int n = 0;
-
-	unlist(ctx, x);
-	if (x->rebacked && vmas_of(x->base, x->base + x->len, v, 64, &n) == 0) {
-		void *tmp = mmap(NULL, x->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (tmp != MAP_FAILED) {
-			for (int i = 0; i < n; i++)
-				if (!(v[i].prot & PROT_READ))
-					mprotect((void *)v[i].start, v[i].end - v[i].start, v[i].prot | PROT_READ);
-			copy_pages(tmp, (void *)x->base, x->len);
-			if (mremap(tmp, x->len, x->len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)x->base) == MAP_FAILED)
-				munmap(tmp, x->len);
-			else
-				put_prot(v, n);
-			if (x->dontfork)
-				madvise((void *)x->base, x->len, MADV_DONTFORK);
-		}
-	}
-	rf_destroy(ctx, "mr", x->mr);
-	free(x);
-}
-
-/* The extent for [base, base+len): one that holds the range, or a new one.
- * A range that overlaps registered extents without lying in one of them
- * (malloc'd buffers share pages) gets one new extent over the union; the
- * MRs of the old extents are moved onto it with a rereg, which keeps their
- * keys, and the old backings go. ctx->lock held. */
-static struct rf_extent *extent_get(struct rf_context *ctx, uintptr_t base, size_t len, int *err)
-{
-	struct rf_extent *old[32];
-	int nold = 0;
-	uintptr_t lo = base, hi = base + len;
-
-	for (struct rf_extent *x = ctx->extents; x; x = x->next) {
-		if (base >= x->base && base + len <= x->base + x->len) {
-			x->refs++;
-			return x;
-		}
-		if (base < x->base + x->len && x->base < base + len) {
-			if (nold == 32) {
-				*err = ENOMEM;
-				return NULL;
-			}
-			old[nold++] = x;
-			lo = x->base < lo ? x->base : lo;
-			hi = x->base + x->len > hi ? x->base + x->len : hi;
-		}
-	}
-	struct rf_extent *nx = extent_new(ctx, lo, hi - lo, old, nold, err);
-	if (!nx)
-		return NULL;
-	nx->refs = 1;
-	for (int i = 0; i < nold; i++) {
-		struct rf_extent *x = old[i];
-		while (x->mrs) {
-			struct rf_mr *m = x->mrs;
-			char path[64], cmd[160];
-			x->mrs = m->ext_next;
-			snprintf(path, sizeof(path), "mr/%u/ctl", m->handle);
-			snprintf(cmd, sizeof(cmd), "rereg share=%u offset=%lu length=%zu iova=%llu", nx->mr,
-				 (unsigned long)((uintptr_t)m->mr.addr - nx->base), m->mr.length,
-				 (unsigned long long)m->iova);
-			if (rf_command(ctx, path, cmd))
-				rf_log("reg_mr: moving mr %u onto the merged range: %s", m->handle, strerror(errno));
-			m->ext = nx;
-			m->ext_next = nx->mrs;
-			nx->mrs = m;
-		}
-		nx->refs += x->refs;
-		nx->dontfork |= x->dontfork;
-		unlist(ctx, x);
-		rf_destroy(ctx, "mr", x->mr);
-		free(x);
-	}
-	return nx;
-}
-
-static void ext_link(struct rf_extent *x, struct rf_mr *m)
-{
-	m->ext = x;
-	m->ext_next = x->mrs;
-	x->mrs = m;
-}
-
-static void ext_unlink(struct rf_mr *m)
-{
-	if (!m->ext)
-		return;
-	for (struct rf_mr **pp = &m->ext->mrs; *pp; pp = &(*pp)->ext_next)
-		if (*pp == m) {
-			*pp = m->ext_next;
-			break;
-		}
-}
-
-static void extent_put(struct rf_context *ctx, struct rf_extent *x)
-{
-	if (--x->refs == 0)
-		extent_free(ctx, x);
-}
-
 /* The access bits the device knows; the optional ones (relaxed ordering)
  * are hints a software device may ignore. */
 #define RF_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
@@ -340,9 +41,9 @@ static void extent_put(struct rf_context *ctx, struct rf_extent *x)
 
 static int check_access(unsigned int access)
 {
-	if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED))
+	if (access & IBV_ACCESS_ZERO_BASED)
 		return EOPNOTSUPP;
-	if (access & ~(RF_MR_ACCESS | IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_REMOTE_ATOMIC))
+	if (access & ~(RF_MR_ACCESS | IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_ON_DEMAND))
 		return EINVAL;
 	/* IBA 10.6.3.1: remote write or atomic needs local write */
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
@@ -350,31 +51,44 @@ static int check_access(unsigned int access)
 	return 0;
 }
 
+/* ib_access_writable: the kernel pins such memory for writing. */
+static bool writable(unsigned int access)
+{
+	return access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
+}
+
+/* The daemon's access word for access: the bits it knows, on_demand (64,
+ * IBV_ACCESS_ON_DEMAND) among them. */
+static unsigned int access_word(unsigned int access) { return access & (RF_MR_ACCESS | IBV_ACCESS_ON_DEMAND); }
+
+/* The implicit on-demand MR: all of the address space. */
+static bool implicit(void *addr, size_t length) { return !addr && length == SIZE_MAX; }
+
 static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void *addr, size_t length,
 	       uint64_t iova, unsigned int access)
 {
-	uintptr_t a = (uintptr_t)addr, base, end;
+	uintptr_t a = (uintptr_t)addr;
 	char req[256];
 	uint64_t v;
 	int err;
 
 	if ((err = check_access(access)))
 		return err;
-	if (!addr || !length || a + length < a)
-		return EINVAL;
-	round_range(a, length, &base, &end);
-
-	/* The lock is held throughout: a merge of extents (extent_get) moves
-	 * every MR listed on the extents it replaces. */
-	pthread_mutex_lock(&ctx->lock);
-	struct rf_extent *x = extent_get(ctx, base, end - base, &err);
-	if (!x)
-		goto out;
-	snprintf(req, sizeof(req), "pd=%u length=%zu iova=%llu access=%u share=%u offset=%lu", to_rpd(pd)->handle,
-		 length, (unsigned long long)iova, access & RF_MR_ACCESS, x->mr, (unsigned long)(a - x->base));
+	if (implicit(addr, length)) {
+		if (!(access & IBV_ACCESS_ON_DEMAND))
+			return EINVAL;
+		snprintf(req, sizeof(req), "pd=%u implicit=1 access=%u", to_rpd(pd)->handle, access_word(access));
+	} else {
+		if (!addr || !length || a + length < a)
+			return EINVAL;
+		if (!(access & IBV_ACCESS_ON_DEMAND) && (err = rf_mem_pin(a, length, writable(access), &m->pin)))
+			return err;
+		snprintf(req, sizeof(req), "pd=%u addr=%lu length=%zu iova=%llu access=%u", to_rpd(pd)->handle,
+			 (unsigned long)a, length, (unsigned long long)iova, access_word(access));
+	}
 	if ((err = rf_transact(ctx, "mr", req, &m->handle))) {
-		extent_put(ctx, x);
-		goto out;
+		rf_mem_unpin(&m->pin);
+		return err;
 	}
 	char path[64], text[512];
 	snprintf(path, sizeof(path), "mr/%u/attr", m->handle);
@@ -384,9 +98,8 @@ static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void 
 	}
 	if (err || !m->mr.lkey) {
 		rf_destroy(ctx, "mr", m->handle);
-		extent_put(ctx, x);
-		err = err ? err : EIO;
-		goto out;
+		rf_mem_unpin(&m->pin);
+		return err ? err : EIO;
 	}
 	m->mr.context = pd->context;
 	m->mr.pd = pd;
@@ -394,10 +107,8 @@ static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void 
 	m->mr.length = length;
 	m->mr.handle = m->handle;
 	m->iova = iova;
-	ext_link(x, m);
-out:
-	pthread_mutex_unlock(&ctx->lock);
-	return err;
+	m->access = access;
+	return 0;
 }
 
 static struct ibv_mr *reg_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
@@ -445,16 +156,11 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t leng
 
 static int unreg(struct rf_context *ctx, struct rf_mr *m)
 {
-	int err;
+	int err = rf_destroy(ctx, "mr", m->handle);
 
-	pthread_mutex_lock(&ctx->lock);
-	err = rf_destroy(ctx, "mr", m->handle);
-	if (!err && !m->dm) {
-		ext_unlink(m);
-		extent_put(ctx, m->ext);
-		m->ext = NULL;
-	}
-	pthread_mutex_unlock(&ctx->lock);
+	/* the daemon no longer reaches the pages: they may change backing */
+	if (!err)
+		rf_mem_unpin(&m->pin);
 	return err;
 }
 
@@ -471,13 +177,14 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 
 /* ibv_rereg_mr: mr/H/ctl's rereg changes the PD, the access or the memory
  * and keeps the keys, so a peer's rkey still reaches the MR. A new
- * translation is re-backed (or shares a re-backed range) first; the old
- * range is released after the daemon took the new one. */
+ * translation is pinned first and the old one released after the daemon
+ * took the new one. */
 int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
 	struct rf_mr *m = to_rmr(mr);
 	struct rf_context *ctx = to_rctx(mr->context);
-	struct rf_extent *ext = NULL;
+	struct rf_pin pin = {0};
+	unsigned int acc = flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned int)access : m->access;
 	char cmd[256], path[64];
 	int n, err;
 
@@ -491,71 +198,75 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 		errno = check_access(access);
 		return IBV_REREG_MR_ERR_INPUT;
 	}
-	pthread_mutex_lock(&ctx->lock);
+	if ((acc ^ m->access) & IBV_ACCESS_ON_DEMAND) {
+		/* pinned and on-demand memory are different registrations */
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
 	n = snprintf(cmd, sizeof(cmd), "rereg");
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		n += snprintf(cmd + n, sizeof(cmd) - n, " pd=%u", to_rpd(pd)->handle);
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
-		n += snprintf(cmd + n, sizeof(cmd) - n, " access=%u", access & RF_MR_ACCESS);
+		n += snprintf(cmd + n, sizeof(cmd) - n, " access=%u", access_word(acc));
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-		uintptr_t a = (uintptr_t)addr, base, end;
-		round_range(a, length, &base, &end);
-		ext = extent_get(ctx, base, end - base, &err);
-		if (!ext) {
-			pthread_mutex_unlock(&ctx->lock);
+		uintptr_t a = (uintptr_t)addr;
+		if (a + length < a) {
+			errno = EINVAL;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+		if (!(acc & IBV_ACCESS_ON_DEMAND) && (err = rf_mem_pin(a, length, writable(acc), &pin))) {
 			errno = err;
 			return IBV_REREG_MR_ERR_CMD;
 		}
-		snprintf(cmd + n, sizeof(cmd) - n, " share=%u offset=%lu length=%zu iova=%lu", ext->mr,
-			 (unsigned long)(a - ext->base), length, (unsigned long)a);
+		snprintf(cmd + n, sizeof(cmd) - n, " addr=%lu length=%zu iova=%lu", (unsigned long)a, length,
+			 (unsigned long)a);
+	} else if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && writable(acc) && !writable(m->access) && m->pin.n &&
+		   !m->dm) {
+		/* pages pinned for reading are pinned again for writing,
+		 * which checks that the program may write them */
+		if ((err = rf_mem_pin((uintptr_t)mr->addr, mr->length, true, &pin))) {
+			errno = err;
+			return IBV_REREG_MR_ERR_CMD;
+		}
+		snprintf(cmd + n, sizeof(cmd) - n, " addr=%lu length=%zu iova=%llu", (unsigned long)mr->addr,
+			 mr->length, (unsigned long long)m->iova);
 	}
 	snprintf(path, sizeof(path), "mr/%u/ctl", m->handle);
 	if ((err = rf_command(ctx, path, cmd))) {
-		if (ext)
-			extent_put(ctx, ext);
-		pthread_mutex_unlock(&ctx->lock);
+		rf_mem_unpin(&pin);
 		errno = err;
 		return IBV_REREG_MR_ERR_CMD;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		mr->pd = pd;
-	if (ext) {
-		/* m->ext is read only now: a merge in extent_get may have moved m */
-		ext_unlink(m);
-		extent_put(ctx, m->ext);
-		ext_link(ext, m);
+	m->access = acc;
+	if (pin.n || (flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
+		rf_mem_unpin(&m->pin);
+		m->pin = pin;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		mr->addr = addr;
 		mr->length = length;
 		m->iova = (uintptr_t)addr;
 	}
-	pthread_mutex_unlock(&ctx->lock);
 	return 0;
 }
 
-int ibv_fork_init(void)
-{
-	fork_safe = true;
-	fork_init_done = true;
-	return 0;
-}
+/* Fork needs no preparation: a child gets the registered private memory
+ * as private memory of its own (mem.c), as the kernel gives a child
+ * copies of pinned anonymous pages since Linux 5.13 (rdma-core then
+ * reports IBV_FORK_UNNEEDED too). The range calls keep their madvise
+ * meaning for programs that ask for it. */
+int ibv_fork_init(void) { return 0; }
 
-enum ibv_fork_status ibv_is_fork_initialized(void)
-{
-	return fork_init_done ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
-}
-
-__attribute__((constructor)) static void rf_fork_env(void)
-{
-	if (getenv("RDMAV_FORK_SAFE") || getenv("IBV_FORK_SAFE"))
-		ibv_fork_init();
-}
+enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 
 int ibv_dontfork_range(void *base, size_t size)
 {
-	return fork_safe ? madvise(base, size, MADV_DONTFORK) ? errno : 0 : 0;
+	return syscall(SYS_madvise, base, size, MADV_DONTFORK) ? errno : 0;
 }
 
 int ibv_dofork_range(void *base, size_t size)
 {
-	return fork_safe ? madvise(base, size, MADV_DOFORK) ? errno : 0 : 0;
+	return syscall(SYS_madvise, base, size, MADV_DOFORK) ? errno : 0;
 }

@@ -11,8 +11,9 @@
  *              files, rmdir, the lease; mapping a ring file
  *   ring.h     the mapped rings (ABI from rdmafs-abi.h, generated from ring/)
  *   pd.c       PDs, parent and thread domains, AHs
- *   mr.c       registration of the program's memory (re-backing extents),
- *              rereg, fork helpers;  dm.c  device memory
+ *   mem.c      the program's memory as the daemon maps it: shadows for
+ *              private memory, pins, fork (its own process-wide lock)
+ *   mr.c       registration, rereg, on-demand paging;  dm.c  device memory
  *   cq.c       CQs, completion channels (epoll over the CQ FIFOs), cq_ex
  *   qp.c       QPs, modify/query, ibv_post_send/recv;  qp_ex.c  ibv_wr_*
  *   srq.c mw.c events.c (async events: a thread reading MOUNT/events)
@@ -92,7 +93,6 @@ struct rf_context {
 	volatile bool closing;
 	struct rf_async_ev *async_head, *async_tail;
 	struct rf_obj *objs; /* objects that can raise events */
-	struct rf_extent *extents; /* re-backed memory, by address */
 	uint32_t backing_pd; /* the PD of the backing MRs (0: none yet) */
 	size_t dm_bytes;     /* device memory held (ibv_alloc_dm) */
 };
@@ -118,28 +118,23 @@ struct rf_pd {
 	bool parent; /* a parent domain: handle is its PD's */
 };
 
-/* A run of the program's pages re-backed by device memory (one hidden MR
- * of the daemon's): every registration inside it shares that memory. */
-struct rf_extent {
-	struct rf_extent *next;
-	uintptr_t base;
-	size_t len;
-	uint32_t mr; /* the backing MR's handle */
-	uint32_t pd;
-	int refs;
-	struct rf_mr *mrs; /* the MRs registered on it */
-	bool rebacked; /* false: memory that was already shared (not replaced) */
-	int prot;
-	bool dontfork;
+/* What one registration holds of mem.c's shadows: pieces of shadow k. */
+struct rf_pin_piece {
+	uintptr_t s, e;
+	int k;
+};
+struct rf_pin {
+	int n;
+	struct rf_pin_piece *p;
 };
 
 struct rf_mr {
 	struct ibv_mr mr;
 	uint32_t handle;
 	uint64_t iova;
-	struct rf_extent *ext;
-	struct rf_mr *ext_next; /* on ext->mrs */
-	bool dm;                /* registered on device memory (no extent) */
+	unsigned int access;
+	struct rf_pin pin; /* the re-backed pages it holds (mem.c) */
+	bool dm;           /* registered on device memory */
 };
 
 /* Device memory a context may hold (ibv_alloc_dm), as max_dm_size. */
@@ -243,6 +238,10 @@ struct ibv_dm *rf_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *at
 int rf_free_dm(struct ibv_dm *dm);
 struct ibv_mr *rf_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t offset, size_t length, unsigned int access);
 uint32_t rf_backing_pd(struct rf_context *ctx, int *err);
+/* mem.c: make [addr, addr+len) reachable by the daemon, checked as
+ * ib_umem_get checks it (write: the access writes); 0 or an errno. */
+int rf_mem_pin(uintptr_t addr, size_t len, bool write, struct rf_pin *pin);
+void rf_mem_unpin(struct rf_pin *pin);
 
 /* pd.c */
 void rf_dest_gid(struct rf_context *ctx, const struct ibv_ah_attr *ah, char *out, size_t len);

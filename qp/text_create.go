@@ -57,6 +57,13 @@ type CreateMR struct {
 	// starting Offset bytes into it (0: the MR gets memory of its own).
 	Share  uint32
 	Offset uint64
+	// Addr (HasAddr) registers the caller's own memory at that address
+	// of its address space, as ibv_reg_mr does; iova defaults to it.
+	Addr    uint64
+	HasAddr bool
+	// PID is the calling process, whose memory Addr names: filled by the
+	// file system from the request, never from the text.
+	PID int
 }
 
 // ReregMR is a rereg command on mr/H/ctl (ibv_rereg_mr): what is given
@@ -70,11 +77,14 @@ type ReregMR struct {
 	IOVA           uint64
 	Share          uint32
 	Offset         uint64
+	Addr           uint64 // HasAddr: the caller's own memory (not with Share)
+	HasAddr        bool
 	HasTranslation bool
+	PID            int // the calling process (CreateMR.PID)
 }
 
-// ParseReregMR parses `[pd=H] [access=...] [share=H offset=N length=N iova=N]`;
-// the four translation keys come together.
+// ParseReregMR parses `[pd=H] [access=...] [share=H offset=N length=N iova=N | addr=A length=N iova=N]`;
+// the translation keys come together.
 func ParseReregMR(s string) (ReregMR, error) {
 	var r ReregMR
 	n := 0
@@ -96,9 +106,25 @@ func ParseReregMR(s string) (ReregMR, error) {
 		"offset": num("offset", &r.Offset),
 		"length": num("length", &r.Length),
 		"iova":   num("iova", &r.IOVA),
+		"addr": func(v string) (err error) {
+			r.Addr, err = textFull[uint64]("addr", v)
+			r.HasAddr = true
+			return
+		},
 	})
 	if err != nil {
 		return ReregMR{}, err
+	}
+	if r.HasAddr {
+		// addr length iova: the caller's own memory.
+		switch {
+		case r.Share != 0 || n != 2:
+			return ReregMR{}, textErr("addr", "a translation of the caller's memory is addr, length and iova (no share or offset)")
+		case r.Length == 0:
+			return ReregMR{}, textErr("length", "out of range: 0 < 1")
+		}
+		r.HasTranslation = true
+		return r, nil
 	}
 	switch {
 	case n != 0 && n != 4:
@@ -112,7 +138,7 @@ func ParseReregMR(s string) (ReregMR, error) {
 	return r, nil
 }
 
-// ParseCreateMR parses `pd=H length=N [iova=N] [access=...] [share=H offset=N]`.
+// ParseCreateMR parses `pd=H length=N [iova=N] [access=...] [share=H offset=N | addr=A]`.
 func ParseCreateMR(s string) (CreateMR, error) {
 	var c CreateMR
 	err := textKeys(s, map[string]func(string) error{
@@ -129,7 +155,15 @@ func ParseCreateMR(s string) (CreateMR, error) {
 		"access": textInto("access", &c.Access, textAccess),
 		"share":  textInto("share", &c.Share, textHandle),
 		"offset": func(v string) (err error) { c.Offset, err = textFull[uint64]("offset", v); return },
+		"addr": func(v string) (err error) {
+			c.Addr, err = textFull[uint64]("addr", v)
+			c.HasAddr = true
+			return
+		},
 	}, "pd", "length")
+	if err == nil && c.HasAddr && c.Share != 0 {
+		err = textErr("addr", "not with share: addr is the caller's own memory")
+	}
 	if err == nil && c.Length == 0 && c.Share == 0 {
 		// A zero-length MR is only a window on memory that exists (share=H),
 		// as a zero-length registration on device memory is.
@@ -299,6 +333,9 @@ func FormatCreateMR(c *CreateMR) string {
 	if c.Share != 0 {
 		l.num("share", uint64(c.Share))
 		l.num("offset", c.Offset)
+	}
+	if c.HasAddr {
+		l.num("addr", c.Addr)
 	}
 	return l.String()
 }

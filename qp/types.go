@@ -175,6 +175,12 @@ var accessNames = []flagName{
 
 func (a Access) String() string { return formatFlags(uint32(a), accessNames) }
 
+// Writable reports whether an MR with these rights may be written by the
+// device (ib_access_writable: the kernel pins such memory for writing).
+func (a Access) Writable() bool {
+	return a&(AccessLocalWrite|AccessRemoteWrite|AccessRemoteAtomic|AccessMWBind) != 0
+}
+
 // ParseAccess parses a comma list of access names, or a number.
 func ParseAccess(s string) (Access, error) {
 	v, err := parseFlags(s, accessNames)

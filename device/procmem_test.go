@@ -1,0 +1,120 @@
+package device
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestParseMapsLine(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		ok   bool
+		want procVMA
+	}{
+		{"7f00a000-7f00c000 rw-s 00003000 00:01 1234 /memfd:x (deleted)", true,
+			procVMA{start: 0x7f00a000, end: 0x7f00c000, read: true, write: true, shared: true, offset: 0x3000, inode: 1234, name: "/memfd:x (deleted)"}},
+		{"55d0-55e0 r--p 00000000 00:00 0", true, procVMA{start: 0x55d0, end: 0x55e0, read: true}},
+		{"55e0-55d0 r--p 00000000 00:00 0", false, procVMA{}},
+		{"zz-55d0 r--p 00000000 00:00 0", false, procVMA{}},
+		{"55d0-55e0 r--p", false, procVMA{}},
+	} {
+		got, ok := parseMapsLine(c.line)
+		if ok != c.ok || ok && got != c.want {
+			t.Errorf("%q: got %+v %v, want %+v %v", c.line, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// mapAnon maps n bytes for the test and unmaps them at its end.
+func mapAnon(t *testing.T, fd, n, prot, flags int) []byte {
+	t.Helper()
+	b, err := unix.Mmap(fd, 0, n, prot, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(b) })
+	return b
+}
+
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
+
+func TestMapProcessSeesTheProgramsPages(t *testing.T) {
+	const n = 3 << 12
+	fd, err := unix.MemfdCreate("procmem-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, 4*n); err != nil {
+		t.Fatal(err)
+	}
+	prog := mapAnon(t, fd, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	shm := mapAnon(t, -1, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	for _, mem := range [][]byte{prog, shm} {
+		// Not page aligned at either end.
+		m, err := mapProcess("reg_mr", os.Getpid(), addrOf(mem)+100, n-200, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem[100], mem[n-101] = 7, 9
+		if m.mem[0] != 7 || m.mem[n-201] != 9 {
+			t.Errorf("daemon sees %d %d, want 7 9", m.mem[0], m.mem[n-201])
+		}
+		m.mem[1] = 42
+		if mem[101] != 42 {
+			t.Errorf("program sees %d, want the daemon's 42", mem[101])
+		}
+		m.close()
+	}
+}
+
+func TestMapProcessRefusals(t *testing.T) {
+	const ps = 4096
+	pid := os.Getpid()
+	private := mapAnon(t, -1, 2*ps, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	none := mapAnon(t, -1, ps, unix.PROT_NONE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	ro := mapAnon(t, -1, ps, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	hole := mapAnon(t, -1, 3*ps, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if _, _, e := unix.Syscall(unix.SYS_MUNMAP, uintptr(addrOf(hole))+ps, ps, 0); e != 0 {
+		t.Fatal(e)
+	}
+	for _, c := range []struct {
+		name  string
+		addr  uint64
+		n     uint64
+		write bool
+		errno syscall.Errno
+	}{
+		{"private", addrOf(private), ps, false, syscall.EOPNOTSUPP},
+		{"PROT_NONE", addrOf(none), ps, false, syscall.EFAULT},
+		{"read-only for writing", addrOf(ro), ps, true, syscall.EFAULT},
+		{"a hole", addrOf(hole), 3 * ps, false, syscall.EFAULT},
+		{"no pid", addrOf(ro), ps, false, syscall.EFAULT},
+		{"overflow", ^uint64(0) - 10, 100, false, syscall.EINVAL},
+	} {
+		p := pid
+		if c.name == "no pid" {
+			p = 0
+		}
+		m, err := mapProcess("reg_mr", p, c.addr, c.n, c.write)
+		if Errno(err) != c.errno {
+			t.Errorf("%s: got %v (errno %d), want errno %d", c.name, err, Errno(err), c.errno)
+		}
+		if m != nil {
+			m.close()
+		}
+	}
+	// Read-only memory registers for reading.
+	m, err := mapProcess("reg_mr", pid, addrOf(ro), ps, false)
+	if err != nil {
+		t.Fatalf("read-only for reading: %v", err)
+	}
+	if m.writable {
+		t.Error("a read-only mapping reports writable")
+	}
+	m.close()
+}
