@@ -385,6 +385,10 @@ type Device struct {
 	cfg   Config
 	clock clock.Clock
 
+	// odpMRs counts the on-demand MRs; while there is one, local
+	// messages take the packet path (directLocked).
+	odpMRs atomic.Int64
+
 	closed bool // guarded by mu
 	// engines run the QPs' turns, each QP on one (QP.home); Device.mu has
 	// a stripe per engine (devMutex). nextEngine picks a new QP's.

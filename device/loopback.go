@@ -48,7 +48,9 @@ const superSeg = 64 << 10
 // directLocked reports whether packets between QPs src and dst of this
 // device take the direct path.
 func (d *Device) directLocked(src, dst uint32) bool {
-	return d.chainDirectLocked() && !d.chain.Faults.Touches(src, dst)
+	// The direct path writes into the memory it resolved; an on-demand
+	// MR's bytes are copies that only the packet path hands back.
+	return d.chainDirectLocked() && !d.chain.Faults.Touches(src, dst) && d.odpMRs.Load() == 0
 }
 
 // chainDirectLocked reports whether the chain lets local packets take the

@@ -21,10 +21,11 @@ const (
 	faultPD               // another PD
 	faultAccess           // the key lacks the access
 	faultRange            // outside the region
+	faultPage             // on demand: the program maps no such memory
 )
 
 func (f keyFault) String() string {
-	return [...]string{"ok", "bad key", "invalidated key", "key of another PD", "access not granted", "out of range"}[f]
+	return [...]string{"ok", "bad key", "invalidated key", "key of another PD", "access not granted", "out of range", "page not mapped"}[f]
 }
 
 // inRange reports whether [addr, addr+n) lies in [base, base+size) without
@@ -67,6 +68,27 @@ func (d *Device) lookupMRLocked(hint **MR, key uint32, rkey bool) keyEntry {
 	return e
 }
 
+// lkeyCheckLocked is lkeyMRLocked's check alone: it reads no memory (an
+// on-demand MR's pages are reached when the bytes move, not at the check).
+func (d *Device) lkeyCheckLocked(pd *PD, hint **MR, lkey uint32, addr, n uint64, acc qp.Access) (*MR, keyFault) {
+	e := d.lookupMRLocked(hint, lkey, false)
+	mr := e.mr
+	switch {
+	case mr == nil || mr.LKey != lkey:
+		return nil, faultKey
+	case !mr.valid:
+		return nil, faultInvalid
+	case mr.PD != pd:
+		return nil, faultPD
+	case mr.Access&acc != acc:
+		return nil, faultAccess
+	}
+	if _, ok := inRange(addr, n, mr.IOVA, mr.Length); !ok {
+		return nil, faultRange
+	}
+	return mr, faultNone
+}
+
 // lkeyMRLocked is lkeyLocked that also names the MR (through hint, which
 // may be nil; lookupMRLocked).
 func (d *Device) lkeyMRLocked(pd *PD, hint **MR, lkey uint32, addr, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
@@ -88,7 +110,8 @@ func (d *Device) lkeyMRLocked(pd *PD, hint **MR, lkey uint32, addr, n uint64, ac
 	if !ok {
 		return nil, nil, faultRange
 	}
-	return mr.mem[off : off+n : off+n], mr, faultNone
+	b, f := mr.bytesLocked(off, n)
+	return b, mr, f
 }
 
 // rkeyLocked resolves n bytes at va through rkey for remote access acc on
@@ -101,40 +124,55 @@ func (d *Device) rkeyLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) ([]
 
 // rkeyMRLocked is rkeyLocked that also names the MR whose memory it is.
 func (d *Device) rkeyMRLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) ([]byte, *MR, keyFault) {
+	mr, off, f := d.rkeyFindLocked(q, rkey, va, n, acc)
+	if f != faultNone {
+		return nil, nil, f
+	}
+	b, f := mr.bytesLocked(off, n)
+	return b, mr, f
+}
+
+// rkeyCheckLocked is rkeyMRLocked's check alone (lkeyCheckLocked).
+func (d *Device) rkeyCheckLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) (*MR, keyFault) {
+	mr, _, f := d.rkeyFindLocked(q, rkey, va, n, acc)
+	return mr, f
+}
+
+// rkeyFindLocked checks rkey for n bytes at va and returns the MR and the
+// offset in it.
+func (d *Device) rkeyFindLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) (*MR, uint64, keyFault) {
 	e := d.lookupMRLocked(&q.resp.rkeyHint, rkey, true)
 	switch {
 	case e.mr != nil:
 		mr := e.mr
-		if mr.RKey != rkey {
-			return nil, nil, faultKey
-		}
-		if !mr.valid {
-			return nil, nil, faultInvalid
-		}
-		if mr.PD != q.pd {
-			return nil, nil, faultPD
-		}
-		if mr.Access&acc != acc {
-			return nil, nil, faultAccess
+		switch {
+		case mr.RKey != rkey:
+			return nil, 0, faultKey
+		case !mr.valid:
+			return nil, 0, faultInvalid
+		case mr.PD != q.pd:
+			return nil, 0, faultPD
+		case mr.Access&acc != acc:
+			return nil, 0, faultAccess
 		}
 		off, ok := inRange(va, n, mr.IOVA, mr.Length)
 		if !ok {
-			return nil, nil, faultRange
+			return nil, 0, faultRange
 		}
-		return mr.mem[off : off+n : off+n], mr, faultNone
+		return mr, off, faultNone
 	case e.mw != nil:
 		mw := e.mw
-		if mw.RKey != rkey {
-			return nil, nil, faultKey
-		}
-		if !mw.valid || mw.mr == nil || !mw.mr.valid {
-			return nil, nil, faultInvalid
-		}
-		if mw.PD != q.pd || (mw.Type == 2 && mw.qp != q) {
-			return nil, nil, faultPD
-		}
-		if mw.access&acc != acc {
-			return nil, nil, faultAccess
+		switch {
+		case mw.RKey != rkey:
+			return nil, 0, faultKey
+		case !mw.valid || mw.mr == nil || !mw.mr.valid:
+			return nil, 0, faultInvalid
+		case mw.PD != q.pd || (mw.Type == 2 && mw.qp != q):
+			return nil, 0, faultPD
+		case mw.access&acc != acc || mw.mr.odpLocked():
+			// A window on an on-demand MR is not offered: its writes
+			// could not be handed back through the MR's iova.
+			return nil, 0, faultAccess
 		}
 		base := mw.addr
 		if mw.access&qp.AccessZeroBased != 0 {
@@ -142,13 +180,12 @@ func (d *Device) rkeyMRLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) (
 		}
 		woff, ok := inRange(va, n, base, mw.length)
 		if !ok {
-			return nil, nil, faultRange
+			return nil, 0, faultRange
 		}
 		// The window lies inside its MR (checked at bind).
-		off := mw.addr - mw.mr.IOVA + woff
-		return mw.mr.mem[off : off+n : off+n], mw.mr, faultNone
+		return mw.mr, mw.addr - mw.mr.IOVA + woff, faultNone
 	}
-	return nil, nil, faultKey
+	return nil, 0, faultKey
 }
 
 // sglLength sums an SGL's lengths; ok is false past 2^31 (the IB message
@@ -168,7 +205,7 @@ func (d *Device) checkSGLLocked(pd *PD, hint **MR, sgl []qp.SGE, acc qp.Access) 
 		if s.Length == 0 {
 			continue // zero-length SGEs are skipped, as rdmavt does
 		}
-		if _, _, f := d.lkeyMRLocked(pd, hint, s.LKey, s.Addr, uint64(s.Length), acc); f != faultNone {
+		if _, f := d.lkeyCheckLocked(pd, hint, s.LKey, s.Addr, uint64(s.Length), acc); f != faultNone {
 			return f
 		}
 	}
@@ -222,11 +259,14 @@ func (d *Device) scatterLocked(pd *PD, hint **MR, sgl []qp.SGE, off uint64, data
 			continue
 		}
 		take := min(l-off, uint64(len(data)))
-		b, _, f := d.lkeyMRLocked(pd, hint, s.LKey, s.Addr+off, take, qp.AccessLocalWrite)
+		b, m, f := d.lkeyMRLocked(pd, hint, s.LKey, s.Addr+off, take, qp.AccessLocalWrite)
 		if f != faultNone {
 			return f
 		}
 		copyOrdered(b, data[:take])
+		if f := m.wroteLocked(s.Addr+off, b); f != faultNone {
+			return f
+		}
 		data = data[take:]
 		off = 0
 	}
@@ -248,3 +288,33 @@ func copyOrdered(dst, src []byte) {
 	copy(dst[:k], src[:k])
 	copy(dst[k:], src[k:])
 }
+
+// bytesLocked is n bytes of mr at offset off: its mapping, or for an
+// on-demand MR a copy read from the program now (faultPage where the
+// program maps nothing), which a writer hands back with wroteLocked.
+func (mr *MR) bytesLocked(off, n uint64) ([]byte, keyFault) {
+	if o := mr.backing.odp; o != nil {
+		b, ok := o.read(mr.odpVA+off, n)
+		if !ok {
+			return nil, faultPage
+		}
+		return b, faultNone
+	}
+	return mr.mem[off : off+n : off+n], faultNone
+}
+
+// wroteLocked hands bytes b, resolved through mr at iova va and written
+// since, to the program: a no-op for mapped memory, a write into the
+// program for an on-demand MR. mr may be nil (nothing to hand back).
+func (mr *MR) wroteLocked(va uint64, b []byte) keyFault {
+	if mr == nil || mr.backing.odp == nil || len(b) == 0 {
+		return faultNone
+	}
+	if !mr.backing.odp.write(mr.odpVA+(va-mr.IOVA), b) {
+		return faultPage
+	}
+	return faultNone
+}
+
+// odpLocked reports whether mr reaches the program on demand.
+func (mr *MR) odpLocked() bool { return mr != nil && mr.backing.odp != nil }

@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	"math"
 	"syscall"
 
 	"rdmafs/qp"
@@ -69,6 +70,7 @@ type MR struct {
 	// unless registered with share=H offset=N).
 	MemOffset uint64
 	valid     bool // false after LOCAL_INV / SEND_WITH_INV, until re-registered
+	odpVA     uint64 // on demand: the program's address of iova's byte
 	boundMWs  int
 }
 
@@ -85,6 +87,7 @@ type MR struct {
 type mrBacking struct {
 	region *ring.Region // device memory; nil for a program's own
 	proc   *procMapping // a program's own memory; nil for device memory
+	odp    *odpMem      // on-demand access to a program's memory (mem nil)
 	mem    []byte       // the whole backing as the daemon maps it
 	bytes  uint64       // counted in Device.mrBytes
 	refs   int
@@ -99,6 +102,10 @@ func (d *Device) releaseBackingLocked(b *mrBacking) {
 		}
 		if b.proc != nil {
 			b.proc.close()
+		}
+		if b.odp != nil {
+			b.odp.close()
+			d.odpMRs.Add(-1)
 		}
 		b.mem = nil
 	}
@@ -149,8 +156,11 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	if err := checkMRAccess(op, req.Access); err != nil {
 		return nil, err
 	}
-	if req.Length == 0 && req.Share == 0 {
+	if req.Length == 0 && req.Share == 0 && !req.Implicit {
 		return nil, errf(op, syscall.EINVAL, "length: must be at least 1 (0 only with share=H)")
+	}
+	if req.Access&qp.AccessOnDemand != 0 && !req.HasAddr && !req.Implicit {
+		return nil, errf(op, syscall.EINVAL, "access: on_demand needs addr=A or implicit=1")
 	}
 	if req.HasAddr && req.Share != 0 {
 		return nil, errf(op, syscall.EINVAL, "addr: not with share")
@@ -186,6 +196,17 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	}
 	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access, valid: true}
 	switch {
+	case req.Access&qp.AccessOnDemand != 0:
+		o, err := openODP(op, req.PID)
+		if err != nil {
+			return nil, err
+		}
+		mr.backing = &mrBacking{odp: o, refs: 1}
+		mr.odpVA = req.Addr
+		if req.Implicit {
+			mr.IOVA, mr.Length = 0, math.MaxUint64
+		}
+		d.odpMRs.Add(1)
 	case req.HasAddr:
 		if mr.backing, err = procBacking(op, req.PID, req.Addr, req.Length, req.Access); err != nil {
 			return nil, err
@@ -211,7 +232,9 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 		mr.backing = &mrBacking{region: region, mem: region.Bytes(), bytes: req.Length, refs: 1}
 		d.mrBytes += req.Length
 	}
-	mr.mem = mr.backing.mem[mr.MemOffset : mr.MemOffset+req.Length : mr.MemOffset+req.Length]
+	if mr.backing.odp == nil {
+		mr.mem = mr.backing.mem[mr.MemOffset : mr.MemOffset+req.Length : mr.MemOffset+req.Length]
+	}
 	mr.keyTag = d.keys.alloc(keyEntry{mr: mr})
 	mr.LKey = mr.keyTag<<8 | randomKeyByte()
 	mr.RKey = mr.LKey
@@ -250,6 +273,12 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 	}
 	if err := checkMRAccess(op, acc); err != nil {
 		return err
+	}
+	if (acc^mr.Access)&qp.AccessOnDemand != 0 {
+		return errf(op, syscall.EINVAL, "access: on_demand cannot be turned on or off by rereg")
+	}
+	if req.HasTranslation && mr.backing.odp != nil {
+		return errf(op, syscall.EOPNOTSUPP, "a new translation of an on_demand mr: register it anew")
 	}
 	backing, off, length, iova := mr.backing, mr.MemOffset, mr.Length, mr.IOVA
 	var fresh *mrBacking // a new mapping of the caller's memory, released on failure
@@ -293,7 +322,9 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 		mr.backing = backing
 	}
 	mr.MemOffset, mr.Length, mr.IOVA = off, length, iova
-	mr.mem = backing.mem[off : off+length : off+length]
+	if backing.odp == nil {
+		mr.mem = backing.mem[off : off+length : off+length]
+	}
 	mr.valid = true
 	return nil
 }

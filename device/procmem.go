@@ -3,6 +3,7 @@ package device
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -233,4 +234,73 @@ func (m *procMapping) mapPiece(op string, pid int, p procPiece, at func(uint64) 
 		return errf(op, syscall.EFAULT, "mapping %#x-%#x (%s): %v", p.from, p.to, vmaName(p.procVMA), err)
 	}
 	return nil
+}
+
+// odpMem is an on-demand MR's way into the program (IBV_ACCESS_ON_DEMAND):
+// nothing is mapped or pinned; each access reads or writes the program's
+// address space through /proc/PID/mem, opened at registration. That file
+// is bound to the address space it was opened on, so after the program
+// exits or execs every access fails (as a NIC's ODP MR loses its mm), and
+// a reused pid reaches nothing. An access to memory the program does not
+// map fails, and the work request completes with the error a NIC gives.
+//
+// /proc/PID/mem writes as a debugger does (FOLL_FORCE): an on-demand MR
+// granted write access may change the registering program's own
+// read-only pages, which a NIC would refuse with a fault. That reaches no
+// one else's memory.
+type odpMem struct {
+	fd int
+}
+
+func openODP(op string, pid int) (*odpMem, error) {
+	if pid <= 0 {
+		return nil, errf(op, syscall.EFAULT, "the caller's process is not visible to the daemon (another pid namespace?)")
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/mem", pid), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errf(op, syscall.EFAULT, "opening pid %d's address space: %v", pid, err)
+	}
+	return &odpMem{fd: fd}, nil
+}
+
+func (o *odpMem) close() {
+	if o.fd >= 0 {
+		unix.Close(o.fd)
+		o.fd = -1
+	}
+}
+
+// read returns a copy of n bytes at va, or false where the program maps
+// no readable memory.
+func (o *odpMem) read(va, n uint64) ([]byte, bool) {
+	if n > math.MaxInt32 || va > math.MaxInt64-n {
+		return nil, false
+	}
+	b := make([]byte, n)
+	for done := 0; done < len(b); {
+		k, err := unix.Pread(o.fd, b[done:], int64(va)+int64(done))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || k <= 0 {
+			return nil, false
+		}
+		done += k
+	}
+	return b, true
+}
+
+// write stores b at va; false where the program maps no memory there.
+func (o *odpMem) write(va uint64, b []byte) bool {
+	for done := 0; done < len(b); {
+		k, err := unix.Pwrite(o.fd, b[done:], int64(va)+int64(done))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || k <= 0 {
+			return false
+		}
+		done += k
+	}
+	return true
 }

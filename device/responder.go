@@ -442,15 +442,18 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 		q.resp.writeVA, q.resp.writeRKey = p.VA, p.RKey
 		q.resp.writeResid, q.resp.writeLen = uint64(p.DMALen), p.DMALen
 		if p.DMALen != 0 {
-			b, f := q.dev.rkeyLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteWrite)
+			mr, f := q.dev.rkeyCheckLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteWrite)
 			if f != faultNone {
 				q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 				return
 			}
 			// The whole message's target: an ONLY packet (every
 			// WRITE of the direct path up to 64 KiB) copies into it
-			// without resolving the rkey a second time.
-			whole = b
+			// without resolving the rkey a second time. (An on-demand
+			// MR's bytes are reached packet by packet.)
+			if !mr.odpLocked() {
+				whole, _ = q.dev.rkeyLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteWrite)
+			}
 		}
 	}
 	n := uint64(len(p.Payload))
@@ -476,13 +479,19 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 			// Resolved again for every packet: the MR may have gone
 			// meanwhile.
 			var f keyFault
-			dst, f = q.dev.rkeyLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
+			var mr *MR
+			dst, mr, f = q.dev.rkeyMRLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
+			if f == faultNone {
+				copyOrdered(dst, p.Payload)
+				f = mr.wroteLocked(q.resp.writeVA, dst)
+			}
 			if f != faultNone {
 				q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 				return
 			}
+		} else {
+			copyOrdered(dst, p.Payload)
 		}
-		copyOrdered(dst, p.Payload)
 	}
 	q.resp.writeVA += n
 	q.resp.writeResid -= n
@@ -517,7 +526,7 @@ func (q *QP) respReadLocked(p *packet) {
 		return
 	}
 	if p.DMALen != 0 {
-		if _, f := q.dev.rkeyLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteRead); f != faultNone {
+		if _, f := q.dev.rkeyCheckLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteRead); f != faultNone {
 			q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 			return
 		}
@@ -739,7 +748,7 @@ func (q *QP) respAtomicLocked(p *packet) {
 		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	b, f := q.dev.rkeyLocked(q, p.RKey, p.VA, 8, qp.AccessRemoteAtomic)
+	b, mr, f := q.dev.rkeyMRLocked(q, p.RKey, p.VA, 8, qp.AccessRemoteAtomic)
 	if f != faultNone {
 		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 		return
@@ -755,6 +764,10 @@ func (q *QP) respAtomicLocked(p *packet) {
 		orig = atomicCompareSwap(b, p.Compare, p.SwapAdd)
 	} else {
 		orig = atomicFetchAdd(b, p.SwapAdd)
+	}
+	if mr.wroteLocked(p.VA, b) != faultNone {
+		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
+		return
 	}
 	r := q.saveResourceLocked(p.psn(), p.psn())
 	r.atomic, r.orig = true, orig
@@ -789,7 +802,7 @@ func (q *QP) respAtomicWriteLocked(p *packet) {
 		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return
 	}
-	b, f := q.dev.rkeyLocked(q, p.RKey, p.VA, 8, qp.AccessRemoteWrite)
+	b, mr, f := q.dev.rkeyMRLocked(q, p.RKey, p.VA, 8, qp.AccessRemoteWrite)
 	if f != faultNone {
 		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
 		return
@@ -802,6 +815,10 @@ func (q *QP) respAtomicWriteLocked(p *packet) {
 	// The payload's bytes land as they came: read in host order, stored
 	// in host order (ring/doc.go).
 	atomicStore(b, binary.NativeEndian.Uint64(p.Payload))
+	if mr.wroteLocked(p.VA, b) != faultNone {
+		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
+		return
+	}
 	q.saveResourceLocked(p.psn(), p.psn()).atomicWrite = true
 	q.resp.msn++
 	q.resp.psn = q.resp.psn.Add(1)
@@ -927,12 +944,15 @@ func (q *QP) respondUCLocked(p *packet) {
 			return
 		}
 		if n > 0 {
-			dst, f := q.dev.rkeyLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
+			dst, mr, f := q.dev.rkeyMRLocked(q, q.resp.writeRKey, q.resp.writeVA, n, qp.AccessRemoteWrite)
+			if f == faultNone {
+				copyOrdered(dst, p.Payload)
+				f = mr.wroteLocked(q.resp.writeVA, dst)
+			}
 			if f != faultNone {
 				q.ucAbortLocked()
 				return
 			}
-			copyOrdered(dst, p.Payload)
 		}
 		q.resp.writeVA += n
 		q.resp.writeResid -= n

@@ -346,6 +346,16 @@ int rf_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
 	a.max_dm_size = RF_MAX_DM_SIZE;
 	a.device_cap_flags_ex = to_rctx(c)->cap_flags_ex;
+	/* On-demand paging: the daemon reaches an ODP MR through the
+	 * program's address space (mr.c), for every operation of every
+	 * transport, and the implicit MR over all of it. */
+	a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+						    IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+						    IBV_ODP_SUPPORT_SRQ_RECV;
+	a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+						    IBV_ODP_SUPPORT_SRQ_RECV;
+	a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }
@@ -554,6 +564,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ops.bind_mw = rf_bind_mw;
 	ctx->vctx.query_port = rf_query_port;
 	ctx->vctx.query_device_ex = rf_query_device_ex;
+	ctx->vctx.advise_mr = rf_advise_mr;
 	ctx->vctx.create_qp_ex = rf_create_qp_ex;
 	ctx->vctx.create_cq_ex = rf_create_cq_ex;
 	ctx->vctx.create_srq_ex = rf_create_srq_ex;

@@ -252,6 +252,20 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	return 0;
 }
 
+/* ibv_advise_mr: prefetching is a hint. The daemon reaches an on-demand
+ * MR's pages when the device touches them, faulting them in then, so
+ * there is nothing to do ahead; the request is checked as the kernel
+ * checks it. */
+int rf_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		 uint32_t num_sge)
+{
+	(void)pd;
+	if (advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT || (flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH) ||
+	    !num_sge || !sg_list)
+		return EINVAL;
+	return 0;
+}
+
 /* Fork needs no preparation: a child gets the registered private memory
  * as private memory of its own (mem.c), as the kernel gives a child
  * copies of pinned anonymous pages since Linux 5.13 (rdma-core then

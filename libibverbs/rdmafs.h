@@ -238,6 +238,8 @@ struct ibv_dm *rf_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *at
 int rf_free_dm(struct ibv_dm *dm);
 struct ibv_mr *rf_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t offset, size_t length, unsigned int access);
 uint32_t rf_backing_pd(struct rf_context *ctx, int *err);
+int rf_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		 uint32_t num_sge);
 /* mem.c: make [addr, addr+len) reachable by the daemon, checked as
  * ib_umem_get checks it (write: the access writes); 0 or an errno. */
 int rf_mem_pin(uintptr_t addr, size_t len, bool write, struct rf_pin *pin);

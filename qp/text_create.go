@@ -61,6 +61,10 @@ type CreateMR struct {
 	// of its address space, as ibv_reg_mr does; iova defaults to it.
 	Addr    uint64
 	HasAddr bool
+	// Implicit is the implicit on-demand MR (ibv_reg_mr with addr NULL
+	// and length SIZE_MAX): all of the caller's address space, iova the
+	// address. It needs access on_demand and takes no length.
+	Implicit bool
 	// PID is the calling process, whose memory Addr names: filled by the
 	// file system from the request, never from the text.
 	PID int
@@ -141,10 +145,21 @@ func ParseReregMR(s string) (ReregMR, error) {
 // ParseCreateMR parses `pd=H length=N [iova=N] [access=...] [share=H offset=N | addr=A]`.
 func ParseCreateMR(s string) (CreateMR, error) {
 	var c CreateMR
+	hasLength := false
 	err := textKeys(s, map[string]func(string) error{
 		"pd": textInto("pd", &c.PD, textHandle),
 		"length": func(v string) (err error) {
 			c.Length, err = textFull[uint64]("length", v)
+			hasLength = true
+			return
+		},
+		"implicit": func(v string) (err error) {
+			var one uint8
+			one, err = textFull[uint8]("implicit", v)
+			if err == nil && one != 1 {
+				err = textErr("implicit", "want 1, got "+textShow(v))
+			}
+			c.Implicit = true
 			return
 		},
 		"iova": func(v string) (err error) {
@@ -160,9 +175,19 @@ func ParseCreateMR(s string) (CreateMR, error) {
 			c.HasAddr = true
 			return
 		},
-	}, "pd", "length")
-	if err == nil && c.HasAddr && c.Share != 0 {
+	}, "pd")
+	switch {
+	case err != nil:
+	case c.Implicit && (hasLength || c.HasAddr || c.Share != 0 || c.HasIOVA || c.Access&AccessOnDemand == 0):
+		err = textErr("implicit", "the implicit MR takes access with on_demand and no length, addr, iova or share")
+	case c.Implicit:
+		return c, nil
+	case !hasLength:
+		err = textErr("length", "missing required key")
+	case c.HasAddr && c.Share != 0:
 		err = textErr("addr", "not with share: addr is the caller's own memory")
+	case c.Access&AccessOnDemand != 0 && !c.HasAddr:
+		err = textErr("access", "on_demand needs addr=A (the caller's memory) or implicit=1")
 	}
 	if err == nil && c.Length == 0 && c.Share == 0 {
 		// A zero-length MR is only a window on memory that exists (share=H),
@@ -323,7 +348,9 @@ func textQPType(k, v string) (Type, error) {
 func FormatCreateMR(c *CreateMR) string {
 	var l textLine
 	l.num("pd", uint64(c.PD))
-	l.num("length", c.Length)
+	if !c.Implicit {
+		l.num("length", c.Length)
+	}
 	if c.HasIOVA {
 		l.num("iova", c.IOVA)
 	}
@@ -336,6 +363,9 @@ func FormatCreateMR(c *CreateMR) string {
 	}
 	if c.HasAddr {
 		l.num("addr", c.Addr)
+	}
+	if c.Implicit {
+		l.num("implicit", 1)
 	}
 	return l.String()
 }

@@ -153,11 +153,12 @@ const (
 	AccessRemoteAtomic Access = 8
 	AccessMWBind       Access = 16
 	AccessZeroBased    Access = 32
+	AccessOnDemand     Access = 64 // IBV_ACCESS_ON_DEMAND: reached through the program's address space
 
 	// AccessRemote is every remote right.
 	AccessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 	// AccessSupportedMR are the flags an MR may carry here.
-	AccessSupportedMR = AccessLocalWrite | AccessRemote | AccessMWBind
+	AccessSupportedMR = AccessLocalWrite | AccessRemote | AccessMWBind | AccessOnDemand
 	// AccessSupportedQP are the flags qp_access_flags may carry.
 	AccessSupportedQP = AccessLocalWrite | AccessRemote | AccessMWBind
 	// AccessSupportedMW are the flags a memory window bind may carry.
@@ -171,6 +172,7 @@ var accessNames = []flagName{
 	{uint32(AccessRemoteAtomic), "remote_atomic"},
 	{uint32(AccessMWBind), "mw_bind"},
 	{uint32(AccessZeroBased), "zero_based"},
+	{uint32(AccessOnDemand), "on_demand"},
 }
 
 func (a Access) String() string { return formatFlags(uint32(a), accessNames) }
