@@ -69,7 +69,7 @@ type MR struct {
 	// MemOffset is where the MR's bytes start in its backing's region (0
 	// unless registered with share=H offset=N).
 	MemOffset uint64
-	valid     bool // false after LOCAL_INV / SEND_WITH_INV, until re-registered
+	valid     bool   // false after LOCAL_INV / SEND_WITH_INV, until re-registered
 	odpVA     uint64 // on demand: the program's address of iova's byte
 	boundMWs  int
 }
