@@ -294,7 +294,7 @@ func copyOrdered(dst, src []byte) {
 // program maps nothing), which a writer hands back with wroteLocked.
 func (mr *MR) bytesLocked(off, n uint64) ([]byte, keyFault) {
 	if o := mr.backing.odp; o != nil {
-		b, ok := o.read(mr.odpVA+off, n)
+		b, ok := o.Read(mr.odpVA+off, n)
 		if !ok {
 			return nil, faultPage
 		}
@@ -310,7 +310,7 @@ func (mr *MR) wroteLocked(va uint64, b []byte) keyFault {
 	if mr == nil || mr.backing.odp == nil || len(b) == 0 {
 		return faultNone
 	}
-	if !mr.backing.odp.write(mr.odpVA+(va-mr.IOVA), b) {
+	if !mr.backing.odp.Write(mr.odpVA+(va-mr.IOVA), b) {
 		return faultPage
 	}
 	return faultNone

@@ -86,8 +86,8 @@ type MR struct {
 // memory is the program's, as a NIC's pinned pages are.
 type mrBacking struct {
 	region *ring.Region // device memory; nil for a program's own
-	proc   *procMapping // a program's own memory; nil for device memory
-	odp    *odpMem      // on-demand access to a program's memory (mem nil)
+	proc   *ring.ProcMapping // a program's own memory; nil for device memory
+	odp    *ring.ProcMem     // on-demand access to a program's memory (mem nil)
 	mem    []byte       // the whole backing as the daemon maps it
 	bytes  uint64       // counted in Device.mrBytes
 	refs   int
@@ -101,25 +101,16 @@ func (d *Device) releaseBackingLocked(b *mrBacking) {
 			b.region.Close()
 		}
 		if b.proc != nil {
-			b.proc.close()
+			b.proc.Close()
 		}
 		if b.odp != nil {
-			b.odp.close()
+			b.odp.Close()
 			d.odpMRs.Add(-1)
 		}
 		b.mem = nil
 	}
 }
 
-// procBacking maps the caller's memory for an MR of length bytes at
-// addr with access acc.
-func procBacking(op string, pid int, addr, length uint64, acc qp.Access) (*mrBacking, error) {
-	pm, err := mapProcess(op, pid, addr, length, acc.Writable())
-	if err != nil {
-		return nil, err
-	}
-	return &mrBacking{proc: pm, mem: pm.mem, refs: 1}, nil
-}
 
 // checkMRAccess refuses access flags an MR cannot have.
 func checkMRAccess(op string, acc qp.Access) error {
@@ -142,7 +133,10 @@ func (d *Device) sharedLocked(op string, owner Owner, h uint32, off, length uint
 	if base == nil || !owner.mayUse(base.Owner) {
 		return nil, errf(op, syscall.EINVAL, "share: no mr %d of yours", h)
 	}
-	size := uint64(len(base.backing.mem))
+	size := base.backing.bytes // what was asked for, not the page-rounded region
+	if base.backing.region == nil {
+		size = uint64(len(base.backing.mem))
+	}
 	if off > size || length > size-off {
 		return nil, errf(op, syscall.EINVAL, "offset: %d bytes at %d do not fit mr %d's %d-byte memory", length, off, h, size)
 	}
@@ -197,11 +191,9 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access, valid: true}
 	switch {
 	case req.Access&qp.AccessOnDemand != 0:
-		o, err := openODP(op, req.PID)
-		if err != nil {
+		if mr.backing, err = odpBacking(op, req.PID); err != nil {
 			return nil, err
 		}
-		mr.backing = &mrBacking{odp: o, refs: 1}
 		mr.odpVA = req.Addr
 		if req.Implicit {
 			mr.IOVA, mr.Length = 0, math.MaxUint64
@@ -302,7 +294,7 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 			return errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", req.IOVA, req.Length)
 		}
 		backing, off, length, iova = b, req.Offset, req.Length, req.IOVA
-	case req.HasAccess && acc.Writable() && backing.proc != nil && !backing.proc.writable:
+	case req.HasAccess && acc.Writable() && backing.proc != nil && !backing.proc.Writable:
 		// The kernel keeps the pinned pages on an access change; pages
 		// pinned for reading cannot take writes.
 		return errf(op, syscall.EFAULT, "access: mr %d's memory is read-only in the program", mr.Handle)

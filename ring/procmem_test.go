@@ -1,6 +1,7 @@
-package device
+package ring
 
 import (
+	"errors"
 	"os"
 	"syscall"
 	"testing"
@@ -56,19 +57,19 @@ func TestMapProcessSeesTheProgramsPages(t *testing.T) {
 	shm := mapAnon(t, -1, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
 	for _, mem := range [][]byte{prog, shm} {
 		// Not page aligned at either end.
-		m, err := mapProcess("reg_mr", os.Getpid(), addrOf(mem)+100, n-200, true)
+		m, err := MapProcess(os.Getpid(), addrOf(mem)+100, n-200, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mem[100], mem[n-101] = 7, 9
-		if m.mem[0] != 7 || m.mem[n-201] != 9 {
-			t.Errorf("daemon sees %d %d, want 7 9", m.mem[0], m.mem[n-201])
+		if m.Mem[0] != 7 || m.Mem[n-201] != 9 {
+			t.Errorf("daemon sees %d %d, want 7 9", m.Mem[0], m.Mem[n-201])
 		}
-		m.mem[1] = 42
+		m.Mem[1] = 42
 		if mem[101] != 42 {
 			t.Errorf("program sees %d, want the daemon's 42", mem[101])
 		}
-		m.close()
+		m.Close()
 	}
 }
 
@@ -100,21 +101,22 @@ func TestMapProcessRefusals(t *testing.T) {
 		if c.name == "no pid" {
 			p = 0
 		}
-		m, err := mapProcess("reg_mr", p, c.addr, c.n, c.write)
-		if Errno(err) != c.errno {
-			t.Errorf("%s: got %v (errno %d), want errno %d", c.name, err, Errno(err), c.errno)
+		m, err := MapProcess(p, c.addr, c.n, c.write)
+		var me *MemError
+		if !errors.As(err, &me) || me.Errno != c.errno {
+			t.Errorf("%s: got %v, want errno %d", c.name, err, c.errno)
 		}
 		if m != nil {
-			m.close()
+			m.Close()
 		}
 	}
 	// Read-only memory registers for reading.
-	m, err := mapProcess("reg_mr", pid, addrOf(ro), ps, false)
+	m, err := MapProcess(pid, addrOf(ro), ps, false)
 	if err != nil {
 		t.Fatalf("read-only for reading: %v", err)
 	}
-	if m.writable {
+	if m.Writable {
 		t.Error("a read-only mapping reports writable")
 	}
-	m.close()
+	m.Close()
 }
