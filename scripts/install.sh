@@ -158,6 +158,16 @@ wait $upid || rc=$?
 ! grep -q " $um fuse.rdmafs " /proc/self/mounts || die "SIGTERM left $um mounted"
 echo "ExecStart by hand: mounted with max_qp=64; SIGTERM unmounted, exit 0"
 
+echo
+echo "== the container's entry point, on the installed tree"
+em=$work/entry
+pp env PATH="$dest$prefix/bin:$PATH" RDMAFS_MOUNT="$em" RDMAFS_FLAGS="--max-qp 32" \
+	timeout $T "$repo/dist/container-entry.sh" rdmafs exec --mount "$em" -- ibv_devinfo -v >"$work/entry.log" 2>&1 ||
+	{ cat "$work/entry.log"; die "dist/container-entry.sh failed"; }
+grep -qE "^[[:space:]]*max_qp:[[:space:]]+32$" "$work/entry.log" || { cat "$work/entry.log"; die "the entry point's device has not --max-qp 32"; }
+! grep -q " $em fuse.rdmafs " /proc/self/mounts || die "the entry point left $em mounted"
+echo "container-entry.sh: mounted with RDMAFS_FLAGS, ran ibv_devinfo on it, unmounted"
+
 pp timeout $T "$RDMAFS" umount "$M"
 echo
 echo "== make uninstall"
