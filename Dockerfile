@@ -1,6 +1,6 @@
 # rdmafs and its programs in one container. Build and run (docker or
 # rootful podman; the flags are what FUSE passthrough needs, see
-# docs/container.md):
+# docs/install.md, "The container"):
 #
 #   docker build -t rdmafs .
 #   docker run --rm --device /dev/fuse --cap-add SYS_ADMIN rdmafs
