@@ -6,5 +6,5 @@ require golang.org/x/sys v0.50.0
 
 require (
 	github.com/hanwen/go-fuse/v2 v2.12.1
-	github.com/spf13/pflag v1.1.0 // indirect
+	github.com/spf13/pflag v1.1.0
 )

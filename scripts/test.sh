@@ -11,6 +11,11 @@ bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [[ -n "$bad" ]]; then
 	echo "gofmt would change:"; echo "$bad"; exit 1
 fi
+# go.mod and go.sum say exactly what the code imports (a direct import
+# marked indirect, or a sum missing, fails here rather than in a user's
+# build).
+echo "== go mod tidy"
+go mod tidy -diff
 # The C library first: the Go tests that run programs on it use this build
 # (libibverbs/libtest, the scripts). check-asan builds it again with ASan
 # and UBSan into libibverbs/build-asan and runs the C tests against that.

@@ -1,7 +1,8 @@
 // Command rdmafs mounts a virtual RDMA device as a FUSE filesystem and
 // drives it: mount, umount, new (a transaction on a */new file), bench,
 // exec (a libibverbs program on rdmafs's libibverbs.so.1), show (the
-// objects at a glance, show.go) and trace (a QP's packets, trace.go).
+// objects at a glance, show.go), trace (a QP's packets, trace.go) and
+// doctor (whether the machine can run rdmafs, doctor.go).
 package main
 
 import (
@@ -37,11 +38,14 @@ Usage:
                                     MOUNT defaults to the machine's one rdmafs mount
   rdmafs trace [MOUNT] QPN [-n N]   a QP's packets as they happen, decoded one a line, from
                                     MOUNT/capture; Ctrl-C (or N packets) ends it with a summary
-  rdmafs help [COMMAND]             this text, or a command's flags
+  rdmafs doctor                     check that this machine can run rdmafs: one line a
+                                    check, with the command that fixes what fails
+  rdmafs help [COMMAND]             this text, or a command's flags; --man 8|5: the
+                                    manual pages, --completion: the bash completion
 
 Every verb is a file: see MOUNTPOINT/README once mounted, or README.md.
 Requirements: root (FUSE passthrough needs CAP_SYS_ADMIN), Linux >= 6.9,
-/dev/fuse.
+/dev/fuse: rdmafs doctor checks them.
 `
 
 func main() {
@@ -58,9 +62,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "mount":
 		err = cmdMount(args[1:], stdout, stderr)
 	case "umount", "unmount":
-		err = cmdUmount(args[1:], stdout)
+		err = cmdUmount(args[1:], stdout, stderr)
 	case "new":
-		err = cmdNew(args[1:], stdout)
+		err = cmdNew(args[1:], stdout, stderr)
 	case "bench":
 		err = cmdBench(args[1:], stdout, stderr)
 	case "exec":
@@ -71,7 +75,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdShow(args[1:], stdout, stderr)
 	case "trace":
 		err = cmdTrace(args[1:], stdout, stderr)
+	case "doctor":
+		err = cmdDoctor(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
+		if ok, code := helpGen(args[1:], stdout); ok {
+			return code
+		}
 		if len(args) > 1 {
 			return run([]string{args[1], "--help"}, stdout, stderr)
 		}
@@ -106,6 +115,9 @@ type usageError struct{ error }
 func newFlags(name, synopsis string, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if flagSetHook != nil {
+		flagSetHook(name, fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: rdmafs %s\n\nFlags:\n%s", synopsis, fs.FlagUsages())
 	}
@@ -113,8 +125,8 @@ func newFlags(name, synopsis string, stderr io.Writer) *pflag.FlagSet {
 }
 
 // cmdNew runs one transaction on MOUNT/KIND/new and prints the new name.
-func cmdNew(args []string, stdout io.Writer) error {
-	fs := newFlags("new", "new MOUNTPOINT KIND key=value...", os.Stderr)
+func cmdNew(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("new", "new MOUNTPOINT KIND key=value...", stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

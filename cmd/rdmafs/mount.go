@@ -110,9 +110,13 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s: not a directory", mnt)
 	}
 	if !*foreground {
-		return spawnDaemon(mnt, args, *logFile)
+		return mountFailed(spawnDaemon(mnt, args, *logFile))
 	}
-	return serve(mnt, cfg, fsnode.Options{Debug: *debug, RuntimeDir: *runtimeDir, MaxLease: *maxLease, CMAddrs: cmAddrs}, *readyFD, stderr)
+	err = serve(mnt, cfg, fsnode.Options{Debug: *debug, RuntimeDir: *runtimeDir, MaxLease: *maxLease, CMAddrs: cmAddrs}, *readyFD, stderr)
+	if *readyFD < 0 { // a daemon's parent diagnoses its failure (above)
+		err = mountFailed(err)
+	}
+	return err
 }
 
 // spawnDaemon re-executes rdmafs in the foreground, detached in its own
@@ -238,8 +242,8 @@ func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, stde
 
 // cmdUmount stops the daemon serving MOUNTPOINT (it unmounts, lazily if
 // mappings pin the mount) or, without a daemon, unmounts directly.
-func cmdUmount(args []string, stdout io.Writer) error {
-	fs := newFlags("umount", "umount MOUNTPOINT", os.Stderr)
+func cmdUmount(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("umount", "umount MOUNTPOINT", stderr)
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the daemon to exit")
 	if err := fs.Parse(args); err != nil {
 		return err
