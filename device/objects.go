@@ -85,11 +85,11 @@ type MR struct {
 // from the program's mappings (procmem.go); it counts no bytes, since the
 // memory is the program's, as a NIC's pinned pages are.
 type mrBacking struct {
-	region *ring.Region // device memory; nil for a program's own
+	region *ring.Region      // device memory; nil for a program's own
 	proc   *ring.ProcMapping // a program's own memory; nil for device memory
 	odp    *ring.ProcMem     // on-demand access to a program's memory (mem nil)
-	mem    []byte       // the whole backing as the daemon maps it
-	bytes  uint64       // counted in Device.mrBytes
+	mem    []byte            // the whole backing as the daemon maps it
+	bytes  uint64            // counted in Device.mrBytes
 	refs   int
 }
 
@@ -110,7 +110,6 @@ func (d *Device) releaseBackingLocked(b *mrBacking) {
 		b.mem = nil
 	}
 }
-
 
 // checkMRAccess refuses access flags an MR cannot have.
 func checkMRAccess(op string, acc qp.Access) error {
@@ -198,11 +197,11 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 		if req.Implicit {
 			mr.IOVA, mr.Length = 0, math.MaxUint64
 		}
-		d.odpMRs.Add(1)
 	case req.HasAddr:
 		if mr.backing, err = procBacking(op, req.PID, req.Addr, req.Length, req.Access); err != nil {
 			return nil, err
 		}
+		mr.odpVA = req.Addr
 	case req.Share != 0:
 		mr.backing, err = d.sharedLocked(op, owner, req.Share, req.Offset, req.Length)
 		if err != nil {
@@ -226,6 +225,8 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	}
 	if mr.backing.odp == nil {
 		mr.mem = mr.backing.mem[mr.MemOffset : mr.MemOffset+req.Length : mr.MemOffset+req.Length]
+	} else {
+		d.odpMRs.Add(1) // released with the backing
 	}
 	mr.keyTag = d.keys.alloc(keyEntry{mr: mr})
 	mr.LKey = mr.keyTag<<8 | randomKeyByte()
@@ -285,6 +286,9 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 		}
 		fresh = b
 		backing, off, length, iova = b, 0, req.Length, req.IOVA
+		if b.odp != nil {
+			d.odpMRs.Add(1) // released with the backing
+		}
 	case req.HasTranslation:
 		b, err := d.sharedLocked(op, owner, req.Share, req.Offset, req.Length)
 		if err != nil {
@@ -314,6 +318,9 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 		mr.backing = backing
 	}
 	mr.MemOffset, mr.Length, mr.IOVA = off, length, iova
+	if fresh != nil {
+		mr.odpVA = req.Addr
+	}
 	if backing.odp == nil {
 		mr.mem = backing.mem[off : off+length : off+length]
 	}

@@ -26,6 +26,11 @@ func memErr(op string, err error) error {
 // with access acc.
 func procBacking(op string, pid int, addr, length uint64, acc qp.Access) (*mrBacking, error) {
 	pm, err := ring.MapProcess(pid, addr, length, acc.Writable())
+	if errors.Is(err, ring.ErrMayShrink) {
+		// A file the program can truncate: reached through its address
+		// space, as an on-demand MR is (checked as mapped memory is).
+		return odpBacking(op, pid)
+	}
 	if err != nil {
 		return nil, memErr(op, err)
 	}

@@ -235,10 +235,13 @@ static int shadow_new(bool huge)
 		k = nshadows++;
 	}
 	int fd = (int)syscall(SYS_memfd_create, huge ? "rdmafs-shadow-huge" : "rdmafs-shadow",
-			      MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0));
+			      MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st)) {
+	/* Sealed against shrinking: the daemon maps it only then, since a
+	 * mapping past the end of a truncated file would fault in the daemon.
+	 * It still grows, and holes are still punched. */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) || fstat(fd, &st)) {
 		int err = errno;
 		close(fd);
 		return -err;

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -223,9 +224,15 @@ func (m *ProcMapping) mapPiece(pid int, p procPiece, at func(uint64) unsafe.Poin
 	if !p.write {
 		m.Writable = false
 	}
-	from, to := p.from, p.to
 	var sfs unix.Statfs_t
-	if unix.Fstatfs(fd, &sfs) == nil && sfs.Type == unix.HUGETLBFS_MAGIC {
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return memErr(syscall.EFAULT, "the backing of %#x-%#x (%s): %v", p.from, p.to, vmaName(p.procVMA), err)
+	}
+	if !cannotShrink(fd, p.name, sfs.Type) {
+		return ErrMayShrink
+	}
+	from, to := p.from, p.to
+	if sfs.Type == unix.HUGETLBFS_MAGIC {
 		h := uint64(sfs.Bsize)
 		if h > hugeAlign || h == 0 {
 			return memErr(syscall.EOPNOTSUPP, "%#x-%#x is in %d-byte huge pages; up to 2 MiB are supported", p.from, p.to, h)
@@ -237,6 +244,32 @@ func (m *ProcMapping) mapPiece(pid int, p procPiece, at func(uint64) unsafe.Poin
 		return memErr(syscall.EFAULT, "mapping %#x-%#x (%s): %v", p.from, p.to, vmaName(p.procVMA), err)
 	}
 	return nil
+}
+
+// ErrMayShrink is MapProcess's answer for memory whose file the program
+// (or anyone holding it) could truncate under the daemon: touching a
+// mapping past the end of its file is SIGBUS, which would stop the
+// daemon. Such memory is reached through the program's address space
+// instead (ProcMem), where a truncated page is an error, not a signal.
+var ErrMayShrink = errors.New("ring: the memory's file can shrink under the daemon")
+
+// cannotShrink reports whether the file behind fd (named name in the maps)
+// keeps its size while the daemon maps it: a memfd sealed against
+// shrinking (the C library's shadows are), or kernel-made shared memory no
+// program holds a descriptor of (MAP_SHARED|MAP_ANONYMOUS, SysV shm,
+// MAP_HUGETLB anonymous memory; their names cannot be spoofed by a file
+// without root, which could stop the daemon anyway).
+func cannotShrink(fd int, name string, fsType int64) bool {
+	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err == nil && seals&unix.F_SEAL_SHRINK != 0 {
+		return true
+	}
+	switch {
+	case fsType == unix.TMPFS_MAGIC && (name == "/dev/zero (deleted)" || strings.HasPrefix(name, "/SYSV") && strings.HasSuffix(name, " (deleted)")):
+		return true
+	case fsType == unix.HUGETLBFS_MAGIC && name == "/anon_hugepage (deleted)":
+		return true
+	}
+	return false
 }
 
 // ProcMem is an on-demand MR's way into the program (IBV_ACCESS_ON_DEMAND):

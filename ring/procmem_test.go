@@ -45,12 +45,15 @@ func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
 
 func TestMapProcessSeesTheProgramsPages(t *testing.T) {
 	const n = 3 << 12
-	fd, err := unix.MemfdCreate("procmem-test", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("procmem-test", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
 	if err := unix.Ftruncate(fd, 4*n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
 		t.Fatal(err)
 	}
 	prog := mapAnon(t, fd, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -119,4 +122,61 @@ func TestMapProcessRefusals(t *testing.T) {
 		t.Error("a read-only mapping reports writable")
 	}
 	m.Close()
+}
+
+// TestMapProcessRefusesShrinkableFiles: a file the program could
+// truncate is not mapped into the daemon (ErrMayShrink: the caller
+// reaches it through the address space), a memfd sealed against
+// shrinking and kernel-made shared memory are.
+func TestMapProcessRefusesShrinkableFiles(t *testing.T) {
+	const n = 2 << 12
+	pid := os.Getpid()
+	f, err := os.CreateTemp(t.TempDir(), "shared-file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(n); err != nil {
+		t.Fatal(err)
+	}
+	loose, err := unix.MemfdCreate("loose", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(loose)
+	sealed, err := unix.MemfdCreate("sealed", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(sealed)
+	for _, fd := range []int{loose, sealed} {
+		if err := unix.Ftruncate(fd, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := unix.FcntlInt(uintptr(sealed), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		t.Fatal(err)
+	}
+	rw, shared := unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED
+	for _, c := range []struct {
+		name   string
+		mem    []byte
+		mapped bool
+	}{
+		{"a file", mapAnon(t, int(f.Fd()), n, rw, shared), false},
+		{"an unsealed memfd", mapAnon(t, loose, n, rw, shared), false},
+		{"a memfd sealed against shrinking", mapAnon(t, sealed, n, rw, shared), true},
+		{"shared anonymous memory", mapAnon(t, -1, n, rw, shared|unix.MAP_ANONYMOUS), true},
+	} {
+		m, err := MapProcess(pid, addrOf(c.mem), n, true)
+		switch {
+		case c.mapped && err != nil:
+			t.Errorf("%s: %v, want it mapped", c.name, err)
+		case !c.mapped && !errors.Is(err, ErrMayShrink):
+			t.Errorf("%s: %v, want ErrMayShrink", c.name, err)
+		}
+		if m != nil {
+			m.Close()
+		}
+	}
 }
