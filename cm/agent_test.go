@@ -3,6 +3,7 @@ package cm
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -777,4 +778,45 @@ func FuzzIDCommand(f *testing.F) {
 			t.Fatal("ids beyond the bound")
 		}
 	})
+}
+
+// TestBindPortZero: a bind to port 0 takes its ephemeral port at the bind,
+// as the kernel's rdma_bind_addr (cma_alloc_port) does, on a wildcard and
+// on a specific address: attr shows it before listen, listen keeps it, a
+// request to it reaches the listener, and a second bind gets another one.
+// qperf's server reads the port right after the bind and sends it to its
+// client before it listens.
+func TestBindPortZero(t *testing.T) {
+	w := newWorld(t)
+	s := w.localSide()
+	seen := map[string]bool{}
+	for _, addr := range []string{"0.0.0.0", "::", "127.0.0.1", "0.0.0.0"} {
+		l := s.newID(PSTCP)
+		s.do(l, "bind addr="+addr+" port=0")
+		p := attrOf(l, "src_port")
+		if n, err := strconv.Atoi(p); err != nil || n < ephemeralLow || n > ephemeralHigh {
+			t.Fatalf("bind %s port=0: src_port=%q before listen, want %d-%d", addr, p, ephemeralLow, ephemeralHigh)
+		}
+		if seen[p] {
+			t.Fatalf("bind %s port=0: port %s again", addr, p)
+		}
+		seen[p] = true
+		if addr != "::" {
+			if err := s.newID(PSTCP).Do("bind addr=127.0.0.1 port=" + p); device.Errno(err) != syscall.EADDRINUSE {
+				t.Fatalf("a bind to %s's port %s: %v, want EADDRINUSE", addr, p, err)
+			}
+		}
+		s.do(l, "listen")
+		if got := attrOf(l, "src_port"); got != p {
+			t.Fatalf("listen moved the port from %s to %s", p, got)
+		}
+		if addr == "::" {
+			continue
+		}
+		port, _ := strconv.Atoi(p)
+		c := s.dial(PSTCP, "127.0.0.1", port)
+		s.do(c, "connect qp_num=1")
+		w.net.flush()
+		s.expect(fmt.Sprintf("connect_request:%d:0", s.lastMade().Num))
+	}
 }

@@ -100,6 +100,7 @@ func (r *root) OnAdd(ctx context.Context) {
 		t.kinds[k.name] = kd
 	}
 	t.addCM(ctx, in)
+	t.addSys(ctx, in)
 }
 
 func (t *tree) deviceText() string {

@@ -103,7 +103,9 @@ static void scan(void)
 		*sep = 0;
 		for (tok = strtok_r(line, " ", &save); tok && n < 6; tok = strtok_r(NULL, " ", &save))
 			fields[n++] = tok;
-		if (n < 5)
+		/* a bind of a subtree of a mount (rdmafs exec binds MOUNT/sys/
+		 * infiniband at /sys/class/infiniband/DEV) is not a device */
+		if (n < 5 || strcmp(fields[3], "/") != 0)
 			continue;
 		char *mnt = fields[4];
 		unescape(mnt);
@@ -145,9 +147,20 @@ static void scan(void)
 		 * /dev/null wherever /dev/infiniband exists, and a device is
 		 * listed here only if its mount could be read. */
 		snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "../null");
+		/* under rdmafs exec's view (internal/execview) the device has
+		 * the kernel's names: /dev/infiniband/uverbsN (a character
+		 * device) and /sys/class/infiniband_verbs/uverbsN */
+		char uv[64];
+		snprintf(uv, sizeof(uv), "/dev/infiniband/uverbs%d", d->index);
+		if (access(uv, R_OK | W_OK) == 0) {
+			snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", d->index);
+			snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "/sys/class/infiniband_verbs/uverbs%d",
+				 d->index);
+		}
 		/* the mount is the device's "sysfs" directory (longer paths are
 		 * cut: the fields are 256 bytes) */
-		copy_str(d->dev.dev_path, sizeof(d->dev.dev_path), d->mount);
+		if (strncmp(d->dev.dev_name, "uverbs", 6) != 0)
+			copy_str(d->dev.dev_path, sizeof(d->dev.dev_path), d->mount);
 		copy_str(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), d->mount);
 		devices[ndevices++] = d;
 	}

@@ -153,6 +153,17 @@ static int add_sub(struct rc_id *id, struct rc_device *d, struct rc_sub **out)
 	return 0;
 }
 
+/* the id is now on d: its context, PD and port */
+static void attached(struct rc_id *id, struct rc_device *d)
+{
+	id->id.verbs = d->verbs;
+	/* the device's PD, as librdmacm's ucma_get_device gives every id it
+	 * binds (pyverbs's CMID.pd is this one: its AHs and MRs need it) */
+	if (!id->id.pd)
+		id->id.pd = d->pd;
+	id->id.port_num = 1;
+}
+
 int rc_id_attach(struct rc_id *id, struct rc_device *d)
 {
 	struct rc_sub *s;
@@ -162,12 +173,7 @@ int rc_id_attach(struct rc_id *id, struct rc_device *d)
 		return id->subs[0].dev == d ? 0 : (errno = EINVAL);
 	if ((err = add_sub(id, d, &s)))
 		return err;
-	id->id.verbs = d->verbs;
-	/* the device's PD, as librdmacm's ucma_get_device gives every id it
-	 * binds (pyverbs's CMID.pd is this one: its AHs and MRs need it) */
-	if (!id->id.pd)
-		id->id.pd = d->pd;
-	id->id.port_num = 1;
+	attached(id, d);
 	return 0;
 }
 
@@ -327,6 +333,75 @@ static int bind_sub(struct rc_sub *s, const struct sockaddr *addr, int port)
 	return rc_ctl(s->dev, s->handle, "bind addr=%s port=%d", text, port);
 }
 
+/* destroys the id's subs from the first-th on */
+static void drop_subs(struct rc_id *id, int first)
+{
+	char p[32];
+
+	while (id->nsubs > first) {
+		struct rc_sub *s = &id->subs[id->nsubs - 1];
+		snprintf(p, sizeof(p), "cm/%u", s->handle);
+		rc_rmdir(s->dev, p);
+		pthread_mutex_lock(&rc_lock);
+		id->nsubs--;
+		pthread_mutex_unlock(&rc_lock);
+	}
+}
+
+static void set_port(struct sockaddr *sa, int port)
+{
+	if (sa->sa_family == AF_INET)
+		((struct sockaddr_in *)sa)->sin_port = htons(port);
+	else if (sa->sa_family == AF_INET6)
+		((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
+}
+
+/* A wildcard bind to port 0 takes its ephemeral port at the bind, as the
+ * kernel's (cma_alloc_port): qperf reads it with rdma_get_src_port before
+ * rdma_listen and sends it to its client. The port is held by one daemon
+ * id per device, each bound to it (the first device's choice; all again
+ * on another when a device has it taken), until rdma_listen listens on
+ * them or rdma_resolve_addr keeps its device's. No device: the port stays
+ * 0 and is chosen at listen, as before. 0 or errno. */
+static int reserve_any_port(struct rc_id *id)
+{
+	struct sockaddr *ba = (struct sockaddr *)&id->bind_addr;
+	struct rc_device **list;
+	int n, err = 0;
+
+	pthread_mutex_lock(&rc_lock);
+	n = rc_devices(&list);
+	pthread_mutex_unlock(&rc_lock);
+	if (!n)
+		return 0;
+	for (int try = 0; try < 16; try++) {
+		int port = 0;
+		struct rc_sub *s;
+
+		err = 0;
+		for (int i = 0; i < n && !err; i++) {
+			if ((err = add_sub(id, list[i], &s)) || (err = bind_sub(s, ba, port)))
+				break;
+			if (!port) {
+				struct rc_attr a;
+				if ((err = rc_read_attr(s->dev, s->handle, &a)))
+					break;
+				if (!(port = a.src.ss_family ? rc_port_of((struct sockaddr *)&a.src) : 0))
+					err = errno = EIO;
+			}
+		}
+		if (!err) {
+			set_port(ba, port);
+			id->wild = true;
+			return 0;
+		}
+		drop_subs(id, 0);
+		if (err != EADDRINUSE || n == 1)
+			break;
+	}
+	return err;
+}
+
 int rdma_bind_addr(struct rdma_cm_id *cid, struct sockaddr *addr)
 {
 	struct rc_id *id = to_rid(cid);
@@ -341,7 +416,11 @@ int rdma_bind_addr(struct rdma_cm_id *cid, struct sockaddr *addr)
 	memcpy(&id->bind_addr, addr, rc_sockaddr_len(addr));
 	memcpy(&cid->route.addr.src_storage, addr, rc_sockaddr_len(addr));
 	if (rc_addr_any(addr)) {
-		/* the device is chosen at listen or resolve_addr */
+		/* the device is chosen at listen or resolve_addr; the port
+		 * now */
+		if (!rc_port_of(addr) && (err = reserve_any_port(id)))
+			return fail(err);
+		memcpy(&cid->route.addr.src_storage, &id->bind_addr, sizeof(id->bind_addr));
 		id->bound = true;
 		return 0;
 	}
@@ -360,6 +439,9 @@ int rdma_bind_addr(struct rdma_cm_id *cid, struct sockaddr *addr)
 		else
 			((struct sockaddr_in6 *)&any)->sin6_port = ((struct sockaddr_in6 *)addr)->sin6_port;
 		memcpy(&id->bind_addr, &any, sizeof(any));
+		if (!rc_port_of(addr) && (err = reserve_any_port(id)))
+			return fail(err);
+		set_port(&cid->route.addr.src_addr, rc_port_of((struct sockaddr *)&id->bind_addr));
 		id->bound = true;
 		return 0;
 	}
@@ -387,7 +469,7 @@ int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src_addr, struct 
 	if (src_addr && src_addr->sa_family && !id->bound && rdma_bind_addr(cid, src_addr))
 		return -1;
 	pthread_mutex_lock(&rc_lock);
-	if (id->nsubs)
+	if (id->nsubs && !id->wild)
 		d = id->subs[0].dev;
 	if (!d)
 		d = rc_device_default();
@@ -398,6 +480,24 @@ int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src_addr, struct 
 	pthread_mutex_unlock(&rc_lock);
 	if (!d)
 		return fail(ENODEV);
+	if (id->wild) {
+		/* the wildcard bind's port: keep d's daemon id, drop the rest */
+		int i = 0;
+		while (i < id->nsubs && id->subs[i].dev != d)
+			i++;
+		if (i < id->nsubs) {
+			struct rc_sub keep = id->subs[i];
+			pthread_mutex_lock(&rc_lock);
+			id->subs[i] = id->subs[0];
+			id->subs[0] = keep;
+			pthread_mutex_unlock(&rc_lock);
+			drop_subs(id, 1);
+			attached(id, d);
+		} else {
+			drop_subs(id, 0); /* a device that came later: bound there anew */
+		}
+		id->wild = false;
+	}
 	bool had = id->nsubs > 0;
 	if ((err = rc_id_attach(id, d)) || (err = rc_id_sub(id, &s)))
 		return fail(err);
@@ -451,6 +551,15 @@ int rdma_listen(struct rdma_cm_id *cid, int backlog)
 
 	if (id->listening)
 		return fail(EINVAL);
+	if (id->wild) {
+		/* bound to the wildcard's port on every device already */
+		for (int i = 0; i < id->nsubs; i++)
+			if ((err = listen_sub(&id->subs[i], backlog)))
+				return fail(err);
+		id->wild = false;
+		id->listening = true;
+		return 0;
+	}
 	if (id->nsubs) {
 		if ((err = listen_sub(&id->subs[0], backlog)))
 			return fail(err);

@@ -212,6 +212,8 @@ struct rc_id {
 	int nsubs;
 	struct sockaddr_storage bind_addr; /* what rdma_bind_addr was given */
 	bool bound;
+	bool wild; /* a wildcard bind to port 0: subs on every device hold the
+		    * port it chose, until listen or resolve_addr */
 	bool listening;
 	int events_out; /* events handed out and not acked */
 	pthread_cond_t acked;

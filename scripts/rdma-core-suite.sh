@@ -7,8 +7,8 @@
 # fails on any failure or error, or on any test that passes on the kernel's
 # Soft-RoCE (the qemu harness's run, libibverbs/testdata) and not here,
 # unless libibverbs/testdata/suite-known.txt gives the reason. test_rdmacm
-# runs on the drop-in librdmacm too, in a namespace of its own where the
-# suite finds the device's IP address (netns.sh below).
+# runs on the drop-in librdmacm too; it finds the device's IP address in
+# rdmafs exec's /sys/class/infiniband view, as a kernel device's.
 #
 #   scripts/rdma-core-suite.sh [TABLE_OUT]
 NEED_LIBIBVERBS=1
@@ -44,63 +44,37 @@ libs "$work/lib" "$ibvdir" "$cmdir"
 export RDMAFS_LIBDIR=$work/lib
 
 # The RDMA CM tests look for the device's IP address as for a kernel
-# device's: the first name under /sys/class/infiniband/DEV/device/net/ and
-# the first address of `ip -j addr show NAME`; rdmafs0 has no netdev, so
-# they would skip. netns.sh ADDR CMD... runs CMD where that lookup answers:
-# in the private mount and network namespace unshare gives it, a tmpfs on
-# /sys/class naming one interface, lo (127.0.0.1, which a local mount
-# answers for) or, with ADDR, an interface carrying ADDR (a RoCE mount's
-# --addr; a dummy, or a bridge without ports where the kernel has no dummy
-# driver, or else lo with ADDR first). The daemon stays outside: the tests
-# reach it through the mount (the namespace's copy) and its packets never
-# touch this namespace.
-cat >"$work/netns.sh" <<'EOF'
-set -eu
-addr=$1
-shift
-ip link set lo up
-ifname=lo
-if [[ -n $addr ]]; then
-	if ip link add rdmafs0 type dummy 2>/dev/null || ip link add rdmafs0 type bridge 2>/dev/null; then
-		ifname=rdmafs0
-		ip addr add "$addr/32" dev $ifname
-		ip link set $ifname up
-	else # no software link type at all: ADDR is lo's first address
-		ip addr flush dev lo
-		ip addr add "$addr/32" dev lo
-		ip addr add 127.0.0.1/8 dev lo
-	fi
-fi
-mount -t tmpfs rdmafs-sysfs /sys/class
-mkdir -p /sys/class/infiniband/rdmafs0/device/net/$ifname
-exec "$@"
-EOF
-netns() { # ADDR CMD...
-	unshare -m -n --propagation private bash "$work/netns.sh" "$@"
-}
-
+# device's: the first name under /sys/class/infiniband/DEV/device/net/
+# (rdmafs exec's view: the interface carrying the mount's address) and the
+# first address of `ip -j addr show NAME`. A local mount's is lo
+# (127.0.0.1, which it answers for); the RoCE mount's address goes on a tap
+# interface of its own, as a RoCE device's address is on its Ethernet
+# interface (traffic to it still goes through lo).
 ADDR=${ADDR:-127.0.79.1}
+ifname=rdsuite$$
+ip tuntap add dev "$ifname" mode tap || die "cannot create a tap interface for $ADDR"
+at_exit 'ip link del "$ifname" 2>/dev/null'
+ip link set "$ifname" up
+ip addr add "$ADDR/32" dev "$ifname"
+
 MR=$work/mnt-roce
 mkdir -p "$MR"
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
 pp "$RDMAFS" mount --log "$work/daemon-roce.log" --addr "$ADDR" "$MR"
 at_exit '"$RDMAFS" umount "$MR" 2>/dev/null; [[ -z "${release_huge:-}" ]] || echo 0 >$hp'
 
-# run MOUNT LOG [ADDR]: every test file, each in its own python under a
-# timeout (a lost completion costs the suite's 10 s poll timeout; a hang
-# costs 120 s); test_rdmacm (and test_mlx5_rdmacm, which then skips for
-# the vendor) in netns.sh, where the device's address is ADDR (none:
-# 127.0.0.1).
+# run MOUNT LOG: every test file, each in its own python under a timeout
+# (a lost completion costs the suite's 10 s poll timeout; a hang costs
+# 120 s).
 run() {
-	local mnt=$1 log=$2 addr=${3:-}
+	local mnt=$1 log=$2
 	: >"$log"
 	for f in "$work"/tests/test_*.py; do
-		local mod ns=()
+		local mod
 		mod=$(basename "$f" .py)
-		[[ $mod == *rdmacm ]] && ns=(netns "$addr")
 		echo "== $mod" >>"$log"
 		local t0=$SECONDS rc=0
-		(cd "$work/tests" && "${ns[@]}" "$RDMAFS" exec --mount "$mnt" -- timeout 120 "$py" run_tests.py --dev rdmafs0 --gid 0 -v "tests.$mod") >>"$log" 2>&1 || rc=$?
+		(cd "$work/tests" && "$RDMAFS" exec --mount "$mnt" -- timeout 120 "$py" run_tests.py --dev rdmafs0 --gid 0 -v "tests.$mod") >>"$log" 2>&1 || rc=$?
 		echo "== $mod rc=$rc in $((SECONDS - t0)) s" >>"$log"
 		((rc == 124)) && echo "$mod timed out" >&2
 	done
@@ -108,7 +82,7 @@ run() {
 }
 
 echo "== RoCE mount ($ADDR)"
-run "$MR" "$work/roce.log" "$ADDR"
+run "$MR" "$work/roce.log"
 out=${1:-$work/table.md}
 rc=0
 "$py" "$here/suite-table.py" "$repo/libibverbs/testdata/rxe-suite-outcomes.txt" "$work/roce.log" \
@@ -126,14 +100,14 @@ grep -hE '^(Ran|OK|FAILED)' "$work/ib.log" | sort | uniq -c | sort -rn | head -5
 
 # The whole suite once more in one python, on the libraries built with
 # ASan and UBSan (make asan, libibverbs's and librdmacm's): the sanitizers
-# see every verb and CM call of 273 tests (in netns.sh, for test_rdmacm).
+# see every verb and CM call of 273 tests.
 echo
 echo "== local mount, the ASan/UBSan libraries"
 make -s -C "$repo/libibverbs" asan >/dev/null
 make -s -C "$repo/librdmacm" asan >/dev/null
 libs "$work/asanlib" "$repo/libibverbs/build-asan" "$repo/librdmacm/build-asan"
 san="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
-(cd "$work/tests" && netns "" env RDMAFS_LIBDIR="$work/asanlib" LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
+(cd "$work/tests" && env RDMAFS_LIBDIR="$work/asanlib" LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
 	"$RDMAFS" exec --mount "$M" -- timeout 600 "$py" run_tests.py --dev rdmafs0 --gid 0 -v) >"$work/asan.log" 2>&1 || rc=1
 grep -hE '^(Ran|OK|FAILED)' "$work/asan.log"
 if grep -E 'ERROR: AddressSanitizer|runtime error:|\.\.\. (FAIL|ERROR)' "$work/asan.log"; then

@@ -8,9 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"rdmafs/internal/execview"
 )
 
 // libName is the library exec puts first on the loader's path.
@@ -47,6 +50,15 @@ place of rdmafs with LD_LIBRARY_PATH=LIBDIR[:$LD_LIBRARY_PATH], so it loads
 rdmafs's libibverbs.so.1 instead of rdma-core's, and its signals and exit
 status are its own. The library finds the machine's rdmafs mounts itself;
 --mount sets RDMAFS_DEVICE_MOUNT so that it shows only that device.
+
+The program also sees its devices where programs look for a kernel's
+before they call libibverbs (ibstat, ibstatus, UCX, Open MPI, rdma-core's
+tests): /sys/class/infiniband/rdmafsN (the mount's sys/infiniband, served
+live by the daemon), /sys/class/infiniband_verbs/uverbsN and
+/dev/infiniband/uverbsN, in a mount namespace of its own (made with
+util-linux's unshare; for a user other than root inside a user namespace,
+where the program keeps its uid). Its network is the machine's.
+RDMAFS_EXEC_SYSFS=0 or --no-sysfs runs it without that view.
 
 ` + libdirRule + `
 Flags:
@@ -173,6 +185,7 @@ func cmdExec(args []string, stderr io.Writer) error {
 	fs := newFlags("exec", "exec [--mount MOUNTPOINT] -- PROGRAM [ARGS...]", stderr)
 	fs.SetInterspersed(false) // everything from PROGRAM on is the program's
 	mount := fs.String("mount", "", "show the program only this rdmafs mount's device (sets RDMAFS_DEVICE_MOUNT)")
+	noSysfs := fs.Bool("no-sysfs", false, "no /sys/class/infiniband and /dev/infiniband view (as RDMAFS_EXEC_SYSFS=0)")
 	fs.Usage = func() { fmt.Fprintf(stderr, "%s%s", execHelp, fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -207,8 +220,80 @@ func cmdExec(args []string, stderr io.Writer) error {
 	if err != nil {
 		return exitCode{127, err}
 	}
-	err = unix.Exec(path, argv, env)
+	if *noSysfs || os.Getenv("RDMAFS_EXEC_SYSFS") == "0" {
+		err = unix.Exec(path, argv, env)
+		return exitCode{126, fmt.Errorf("%s: %w", path, err)}
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return fmt.Errorf("the /sys/class/infiniband view needs util-linux's unshare (%v); RDMAFS_EXEC_SYSFS=0 runs the program without it", err)
+	}
+	if os.Getenv(execview.StageEnv) == "" {
+		// The first stage: into a mount namespace of the program's own,
+		// where this runs again.
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("rdmafs exec: its own executable: %w", err)
+		}
+		outer := setEnv(setEnv(setEnv(os.Environ(), execview.StageEnv, "1"),
+			execview.UIDEnv, strconv.Itoa(os.Getuid())), execview.GIDEnv, strconv.Itoa(os.Getgid()))
+		cmd := execview.Command(unshare, self, os.Getuid(), args)
+		err = unix.Exec(unshare, cmd, outer)
+		return exitCode{126, fmt.Errorf("%s: %w", unshare, err)}
+	}
+	// The second stage: make the view, then the program.
+	uid, _ := strconv.Atoi(os.Getenv(execview.UIDEnv))
+	gid, _ := strconv.Atoi(os.Getenv(execview.GIDEnv))
+	env = unsetEnv(env, execview.StageEnv, execview.UIDEnv, execview.GIDEnv)
+	mi, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	devs, err := execview.Devices(mi, envValue(env, "RDMAFS_DEVICE_MOUNT"), execview.Readable)
+	mi.Close()
+	if err == nil {
+		err = execview.Setup(devs)
+	}
+	if err != nil {
+		return fmt.Errorf("%w (RDMAFS_EXEC_SYSFS=0 runs the program without the /sys/class/infiniband view)", err)
+	}
+	final := execview.Final(unshare, uid, gid, append([]string{path}, argv[1:]...))
+	if uid == 0 {
+		final[0] = argv[0]
+	} else {
+		path = unshare
+	}
+	err = unix.Exec(path, final, env)
 	return exitCode{126, fmt.Errorf("%s: %w", path, err)}
+}
+
+// unsetEnv removes every k of keys from env.
+func unsetEnv(env []string, keys ...string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		keep := true
+		for _, x := range keys {
+			if k == x {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// envValue is k's value in env ("" when unset).
+func envValue(env []string, k string) string {
+	v := ""
+	for _, kv := range env {
+		if key, val, ok := strings.Cut(kv, "="); ok && key == k {
+			v = val
+		}
+	}
+	return v
 }
 
 // prependPath puts dir first on a colon-separated path, once.

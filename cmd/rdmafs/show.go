@@ -137,7 +137,7 @@ func findMount(mountinfo io.Reader) (string, error) {
 			continue
 		}
 		f := strings.Fields(pre)
-		if len(f) < 5 {
+		if len(f) < 5 || f[3] != "/" { // not a bind of a subtree (rdmafs exec's sys/ view)
 			continue
 		}
 		found = append(found, unescapeMountinfo(f[4]))

@@ -8,7 +8,11 @@
  * rdma_destroy_id waits for the id's unacked events; rdma_migrate_id
  * moves the records already on the old channel; UD's ESTABLISHED
  * names the peer's QPN and RDMA_UDP_QKEY; rdma_get_devices; an id bound to
- * a device (bind, ADDR_RESOLVED, a connect request) has the device's PD.
+ * a device (bind, ADDR_RESOLVED, a connect request) has the device's PD;
+ * a bind to port 0 has its ephemeral port at once, as the kernel's: a
+ * wildcard one (rdma_get_src_port and rdma_get_local_addr before
+ * rdma_listen, qperf's server), kept by listen and reached by a client,
+ * and by resolve_addr; two such binds get two ports.
  *
  *   cm_api PORT      (uses PORT and PORT+1)
  */
@@ -273,6 +277,84 @@ static void ud_tests(int port)
 	printf("cm_api: UD with 180 bytes: ESTABLISHED with the peer's QPN and qkey %#x, an AH from it\n", RDMA_UDP_QKEY);
 }
 
+static int in_range(__be16 p)
+{
+	return ntohs(p) >= 32768 && ntohs(p) <= 60999;
+}
+
+/* rdma_bind_addr to port 0: the port is chosen by the bind. */
+static void ephemeral_tests(void)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel(), *cch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *l2, *c, *b;
+	struct rdma_cm_event *e;
+	struct sockaddr_in any = {.sin_family = AF_INET};
+	__be16 port;
+
+	CHECK(sch && cch, "channels");
+	CHECK(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP) == 0, "listener");
+	CHECK(rdma_bind_addr(l, (struct sockaddr *)&any) == 0, "bind 0.0.0.0:0");
+	port = rdma_get_src_port(l);
+	CHECK(in_range(port), "after a bind to 0.0.0.0:0 the port is %u, want 32768-60999", ntohs(port));
+	struct sockaddr_in *la = (struct sockaddr_in *)rdma_get_local_addr(l);
+	CHECK(la->sin_family == AF_INET && la->sin_port == port && la->sin_addr.s_addr == INADDR_ANY,
+	      "rdma_get_local_addr after bind: family %d port %u", la->sin_family, ntohs(la->sin_port));
+	CHECK(!l->verbs, "a wildcard bind has a device");
+	CHECK(rdma_create_id(sch, &l2, NULL, RDMA_PS_TCP) == 0, "second id");
+	CHECK(rdma_bind_addr(l2, (struct sockaddr *)&any) == 0, "second bind 0.0.0.0:0");
+	CHECK(in_range(rdma_get_src_port(l2)) && rdma_get_src_port(l2) != port, "two wildcard binds: ports %u and %u",
+	      ntohs(port), ntohs(rdma_get_src_port(l2)));
+	/* the port is taken: an explicit bind to it fails as the kernel's */
+	struct sockaddr_in same = loopback(ntohs(port));
+	CHECK(rdma_create_id(sch, &b, NULL, RDMA_PS_TCP) == 0, "third id");
+	errno = 0;
+	CHECK(rdma_bind_addr(b, (struct sockaddr *)&same) == -1 && errno == EADDRINUSE,
+	      "a bind to 127.0.0.1 on the wildcard's port: errno %d, want EADDRINUSE", errno);
+	rdma_destroy_id(b);
+	rdma_destroy_id(l2);
+	CHECK(rdma_listen(l, 4) == 0, "listen");
+	CHECK(rdma_get_src_port(l) == port, "listen moved the port from %u to %u", ntohs(port),
+	      ntohs(rdma_get_src_port(l)));
+	c = resolved(cch, ntohs(port), RDMA_PS_TCP);
+	qp_for(c, IBV_QPT_RC, NULL);
+	struct rdma_conn_param cp = {.retry_count = 7, .rnr_retry_count = 7};
+	CHECK(rdma_connect(c, &cp) == 0, "connect");
+	e = next(sch, RDMA_CM_EVENT_CONNECT_REQUEST, NULL);
+	CHECK(e->listen_id == l, "listen_id");
+	CHECK(rdma_reject(e->id, NULL, 0) == 0, "reject");
+	struct rdma_cm_id *s = e->id;
+	rdma_ack_cm_event(e);
+	rdma_ack_cm_event(next(cch, RDMA_CM_EVENT_REJECTED, c));
+	rdma_destroy_id(s);
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+	rdma_destroy_id(l);
+
+	/* a client's wildcard bind to port 0, then resolve_addr: the port
+	 * stays, the id is on the device */
+	struct rdma_cm_id *l3;
+	struct sockaddr_in lo0 = loopback(0);
+	CHECK(rdma_create_id(sch, &l3, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(l3, (struct sockaddr *)&lo0) == 0,
+	      "bind 127.0.0.1:0");
+	CHECK(in_range(rdma_get_src_port(l3)), "after a bind to 127.0.0.1:0 the port is %u", ntohs(rdma_get_src_port(l3)));
+	CHECK(rdma_listen(l3, 1) == 0, "listen");
+	CHECK(rdma_create_id(cch, &c, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(c, (struct sockaddr *)&any) == 0,
+	      "client bind 0.0.0.0:0");
+	port = rdma_get_src_port(c);
+	CHECK(in_range(port), "client port %u", ntohs(port));
+	struct sockaddr_in dst = loopback(ntohs(rdma_get_src_port(l3)));
+	CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve_addr");
+	rdma_ack_cm_event(next(cch, RDMA_CM_EVENT_ADDR_RESOLVED, c));
+	CHECK(c->verbs && c->pd, "no device after resolve_addr");
+	CHECK(rdma_get_src_port(c) == port, "resolve_addr moved the port from %u to %u", ntohs(port),
+	      ntohs(rdma_get_src_port(c)));
+	rdma_destroy_id(c);
+	rdma_destroy_id(l3);
+	rdma_destroy_event_channel(sch);
+	rdma_destroy_event_channel(cch);
+	printf("cm_api: bind to port 0 (0.0.0.0, 127.0.0.1): the ephemeral port at bind, kept by listen and resolve_addr\n");
+}
+
 int main(int argc, char **argv)
 {
 	int port = argc > 1 ? atoi(argv[1]) : 19400, n = 0;
@@ -282,6 +364,7 @@ int main(int argc, char **argv)
 	rdma_free_devices(devs);
 	rc_tests(port);
 	ud_tests(port + 1);
+	ephemeral_tests();
 	printf("cm_api: ok\n");
 	return 0;
 }

@@ -1,0 +1,48 @@
+package execview
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestDevices: the library's names for the mounts of a mountinfo: the
+// fuse.rdmafs mounts whose root is the mount's own, in order, as selected;
+// the view's own binds of MOUNT/sys/infiniband are no devices.
+func TestDevices(t *testing.T) {
+	mi := strings.Join([]string{
+		"22 1 0:21 / /sys rw - sysfs sysfs rw",
+		"40 22 0:50 / /tmp/a rw,nosuid - fuse.rdmafs rdmafs rw",
+		"41 22 0:51 / /tmp/b\\040c rw,nosuid - fuse.rdmafs rdmafs rw",
+		"42 22 0:50 /sys/infiniband /sys/class/infiniband/rdmafs0 ro - fuse.rdmafs rdmafs rw",
+		"43 22 0:52 / /tmp/gone rw - fuse.rdmafs rdmafs rw",
+	}, "\n")
+	readable := func(m string) bool { return m != "/tmp/gone" }
+	got, err := Devices(strings.NewReader(mi), "", readable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Device{{"rdmafs0", "/tmp/a"}, {"rdmafs1", "/tmp/b c"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("all: %v, want %v", got, want)
+	}
+	got, _ = Devices(strings.NewReader(mi), "/tmp/b c", readable)
+	if want := []Device{{"rdmafs0", "/tmp/b c"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("selected: %v, want %v", got, want)
+	}
+}
+
+func TestStages(t *testing.T) {
+	if got := Command("/usr/bin/unshare", "/bin/rdmafs", 0, []string{"--", "ibstat"}); strings.Join(got, " ") !=
+		"/usr/bin/unshare --mount --propagation private -- /bin/rdmafs exec -- ibstat" {
+		t.Errorf("root: %v", got)
+	}
+	if got := Command("/usr/bin/unshare", "/bin/rdmafs", 1000, []string{"ibstat"}); strings.Join(got, " ") !=
+		"/usr/bin/unshare --mount --propagation private --user --map-root-user -- /bin/rdmafs exec ibstat" {
+		t.Errorf("user: %v", got)
+	}
+	if got := Final("/usr/bin/unshare", 1000, 100, []string{"/usr/sbin/ibstat"}); strings.Join(got, " ") !=
+		"/usr/bin/unshare --user --map-user=1000 --map-group=100 -- /usr/sbin/ibstat" {
+		t.Errorf("final: %v", got)
+	}
+}
