@@ -136,14 +136,13 @@ echo
 echo "== one mount: server and client on $M (InfiniBand port)"
 suite "$M" "$M"
 
-# UCX's own choice of transports with rdmafs0:1 its only network device.
-# ucx_perftest allocates its buffers with UCX's allocators, which prefer
-# SysV and POSIX shared memory, and ibv_reg_mr cannot register memory that
-# is already shared (libibverbs/mr.c): ALLOC_PRIO takes them out. UCX
-# then uses shared memory for small tag messages and rc_verbs for RMA and
+# UCX's own choice of transports with rdmafs0:1 its only network device,
+# and its own allocators, which put ucx_perftest's buffers in SysV and
+# POSIX shared memory (registered as they are: libibverbs/mem.c). UCX
+# uses shared memory for small tag messages and rc_verbs for RMA and
 # rendezvous; the check is that rc_verbs is in the endpoint's lanes.
 for t in "-t ucp_put_bw -s 65536" "-t tag_bw -s 65536"; do
-	UCX_ALLOC_PRIO=thp,mmap,heap UCX_LOG_LEVEL=info run default "$M" "$M" $t
+	UCX_LOG_LEVEL=info run default "$M" "$M" $t
 	grep -q "ep_cfg.*rc_verbs/rdmafs0:1" "$work/client.log" || die "UCX's own selection did not use rc_verbs"
 done
 
