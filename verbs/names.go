@@ -83,6 +83,7 @@ const (
 	AccessRemoteAtomic = qp.AccessRemoteAtomic
 	AccessMWBind       = qp.AccessMWBind
 	AccessZeroBased    = qp.AccessZeroBased
+	AccessOnDemand     = qp.AccessOnDemand
 )
 
 // Send flags (IBV_SEND_*).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"rdmafs/qp"
 	"rdmafs/ring"
@@ -66,6 +67,31 @@ func (pd *PD) RegMRIOVA(length int, iova uint64, access Access) (*MR, error) {
 	return pd.regMR(length, qp.CreateMR{IOVA: iova, HasIOVA: true, Access: access})
 }
 
+// RegMRMem is ibv_reg_mr on the program's own memory, with buf's address
+// as its iova: the device reads and writes buf itself, as a NIC would.
+// The rules are the C library's (docs/c-libraries.md): memory that is
+// already shared (unix.Mmap with MAP_SHARED, a memfd, SysV shm, a file) is
+// registered as it is; with AccessOnDemand any memory is, the Go heap
+// included, reached when the device moves its bytes. Private memory
+// without AccessOnDemand is EOPNOTSUPP: the C library re-backs such pages
+// into shared memory, which under the Go runtime's own heap would not be
+// safe. Access is checked against the mapping (EFAULT for memory the
+// program may not write when the access writes). Keep buf alive and in
+// place until Dereg: the device holds its address.
+func (pd *PD) RegMRMem(buf []byte, access Access) (*MR, error) {
+	const op = "reg_mr"
+	if len(buf) == 0 {
+		return nil, errorf(op, syscall.EINVAL, "buf: empty")
+	}
+	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	mr, err := pd.regMR(len(buf), qp.CreateMR{Addr: addr, HasAddr: true, Access: access})
+	if err != nil {
+		return nil, err
+	}
+	mr.Buf = buf
+	return mr, nil
+}
+
 func (pd *PD) regMR(length int, req qp.CreateMR) (*MR, error) {
 	const op = "reg_mr"
 	c := pd.ctx
@@ -99,16 +125,19 @@ func (pd *PD) regMR(length int, req qp.CreateMR) (*MR, error) {
 	if mr.Access, err = qp.ParseAccess(m["access"]); err != nil {
 		return fail(errorf(op, syscall.EIO, "access=%q: %v", m["access"], err))
 	}
-	reg, err := ring.MapFile(c.path("mr", name, "mem"))
-	if err != nil {
-		return fail(opError(op, err, ""))
+	if !req.HasAddr {
+		// device memory: the MR's mem file, mapped
+		reg, err := ring.MapFile(c.path("mr", name, "mem"))
+		if err != nil {
+			return fail(opError(op, err, ""))
+		}
+		if uint64(reg.Size()) < mr.Length {
+			reg.Close()
+			return fail(errorf(op, syscall.EIO, "mr %s: mem has %d bytes, length is %d", name, reg.Size(), mr.Length))
+		}
+		mr.region = reg
+		mr.Buf = reg.Bytes()[:mr.Length:mr.Length]
 	}
-	if uint64(reg.Size()) < mr.Length {
-		reg.Close()
-		return fail(errorf(op, syscall.EIO, "mr %s: mem has %d bytes, length is %d", name, reg.Size(), mr.Length))
-	}
-	mr.region = reg
-	mr.Buf = reg.Bytes()[:mr.Length:mr.Length]
 	c.mu.Lock()
 	c.mrs[mr.LKey] = mr
 	c.objs[mr] = struct{}{}
