@@ -555,6 +555,13 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 			if err != nil {
 				return err
 			}
+			if mask&qp.MaskQKey != 0 && a.QKey&device.ControlledQKey != 0 && !callerHasCap(ctx, capNetRaw) {
+				// As ib_uverbs' modify_qp: a controlled Q_Key (QP1's
+				// 0x80010000 among them) would let the QP send MADs the
+				// CM takes for the device's own.
+				return &device.Error{Op: "modify_qp", Errno: syscall.EPERM,
+					Err: fmt.Errorf("qkey 0x%08x has the high bit set (a controlled Q_Key): it needs CAP_NET_RAW", a.QKey)}
+			}
 			return q.Modify(&a, mask)
 		case "reset", "error", "probe":
 			if rest != "" {
