@@ -129,7 +129,10 @@ type Agent struct {
 	zombies    []*ID             // destroyed ids still answering for their comm ID
 	channels   map[uint32]*Channel
 	nextCh     uint32
-	tid        uint64
+	// queuedBytes is each owner's bytes of unread events, across its
+	// channels (shared with them; entries stay, an int64 per user).
+	queuedBytes map[uint32]*atomic.Int64
+	tid         uint64
 }
 
 type remoteKey struct {
@@ -168,7 +171,7 @@ func New(cfg Config, tr Transport) *Agent {
 		ids: map[uint32]*ID{}, nextID: 1, perUser: map[uint32]int{}, bySource: map[[16]byte]int{},
 		byComm: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
 		listeners: map[uint64][]*ID{}, ports: map[portKey][]*ID{},
-		channels: map[uint32]*Channel{}, nextCh: 1,
+		channels: map[uint32]*Channel{}, nextCh: 1, queuedBytes: map[uint32]*atomic.Int64{},
 		tid: binary.BigEndian.Uint64(b[:]) &^ (1 << 63)}
 }
 
@@ -291,7 +294,12 @@ func (a *Agent) NewChannel(owner uint32) (*Channel, error) {
 			return nil, cmErr("create_event_channel", syscall.ENOMEM, "uid %d has its share of %d channels", owner, share)
 		}
 	}
-	c := newChannel(a.nextCh, owner)
+	qb := a.queuedBytes[owner]
+	if qb == nil {
+		qb = new(atomic.Int64)
+		a.queuedBytes[owner] = qb
+	}
+	c := newChannel(a.nextCh, owner, qb)
 	a.nextCh++
 	a.channels[c.Num] = c
 	return c, nil

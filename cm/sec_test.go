@@ -3,6 +3,7 @@ package cm
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -279,4 +280,55 @@ func TestPeerTimeoutsBounded(t *testing.T) {
 	if got := id.timewait(); got != 2048*time.Millisecond {
 		t.Fatalf("timewait %v", got)
 	}
+}
+
+// TestFullChannelsBounded: uid 65534's 1,024 channels, none read, each
+// offered 4,096 connect-request-sized events: together they hold at most
+// MaxQueuedBytesPerUser (before: 4,096 events each, about 1.7 GiB), the
+// rest dropped and counted per channel; root's channel is not held by it.
+func TestFullChannelsBounded(t *testing.T) {
+	w := newWorld(t)
+	s := w.localSide()
+	before := heapNow()
+	var chans []*Channel
+	for range 1024 {
+		c, err := s.a.NewChannel(65534)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, c)
+	}
+	ev := Event{Name: EvConnectRequest, ID: 1, KV: []string{"listen_id=1", "private_data=" + strings.Repeat("ab", 56)}}
+	var dropped uint64
+	for _, c := range chans {
+		for range 4096 {
+			c.push(ev)
+		}
+		dropped += c.Dropped()
+	}
+	queued := chans[0].queued.Load()
+	after := heapNow()
+	t.Logf("1,024 channels x 4,096 events: %d bytes queued, %d events dropped, heap +%.1f MiB",
+		queued, dropped, float64(after-min(after, before))/(1<<20))
+	if queued > MaxQueuedBytesPerUser || dropped == 0 || after > before+3*MaxQueuedBytesPerUser {
+		t.Fatalf("queued %d bytes, dropped %d, heap %d -> %d", queued, dropped, before, after)
+	}
+	root, _ := s.a.NewChannel(0)
+	if !root.push(ev) {
+		t.Fatal("root's channel is full of uid 65534's events")
+	}
+	// Reading gives the share back.
+	for chans[0].Pending() > 0 {
+		chans[0].Next(closedDone())
+	}
+	if !chans[len(chans)-1].push(ev) {
+		t.Fatal("no room after a channel was read")
+	}
+}
+
+func heapNow() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }

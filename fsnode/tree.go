@@ -152,6 +152,9 @@ func (t *tree) deviceText() string {
 	kv("max_ah_per_user", sh.AH)
 	kv("max_srq_per_user", sh.SRQ)
 	kv("max_total_mr_bytes_per_user", sh.MRBytes)
+	// Opens of events and capture one user may hold (EMFILE beyond).
+	kv("max_event_readers_per_user", device.MaxEventReaders)
+	kv("max_captures_per_user", device.MaxCaptureReaders)
 	return b.String()
 }
 
@@ -213,7 +216,10 @@ func countersText(cs []device.Counter) string {
 // batch per open). Each read returns whole lines.
 func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	uid, _ := caller(ctx)
-	r := t.dev.OpenEvents(device.Owner(uid))
+	r, err := t.dev.OpenEventsLimited(device.Owner(uid))
+	if err != nil {
+		return nil, 0, errnoOf(err) // EMFILE: the user holds its most readers
+	}
 	h := &eventsHandle{r: r}
 	done := false
 	h.fill = func(ctx context.Context, n int) ([]byte, error) {
