@@ -92,6 +92,7 @@ type Counters struct {
 	DroppedDuplicate, DroppedState      atomic.Uint64
 	RejectedNoListener, RejectedBacklog atomic.Uint64
 	RejectedStale, RejectedNoResources  atomic.Uint64
+	RejectedSource                      atomic.Uint64
 }
 
 var counterAttrs = []uint16{AttrREQ, AttrREP, AttrRTU, AttrREJ, AttrMRA, AttrDREQ, AttrDREP, AttrSIDRReq, AttrSIDRRep}
@@ -112,19 +113,26 @@ type Agent struct {
 
 	Counters Counters
 
-	mu        sync.Mutex
-	closed    bool
-	ids       map[uint32]*ID
-	nextID    uint32
-	perUser   map[uint32]int
-	byComm    map[uint32]*ID    // local comm ID → id (zombies included)
-	byRemote  map[remoteKey]*ID // the peer's comm ID and CA GUID (or GID) → id
-	listeners map[uint64][]*ID  // service ID → listening ids
-	ports     map[portKey][]*ID // bound ids by port space and port
-	zombies   []*ID             // destroyed ids still answering for their comm ID
-	channels  map[uint32]*Channel
-	nextCh    uint32
-	tid       uint64
+	mu      sync.Mutex
+	closed  bool
+	ids     map[uint32]*ID
+	nextID  uint32
+	perUser map[uint32]int
+	// requestIDs are the live ids connect requests made; bySource counts
+	// them by the remote port that sent the request.
+	requestIDs int
+	bySource   map[[16]byte]int
+	byComm     map[uint32]*ID    // local comm ID → id (zombies included)
+	byRemote   map[remoteKey]*ID // the peer's comm ID and CA GUID (or GID) → id
+	listeners  map[uint64][]*ID  // service ID → listening ids
+	ports      map[portKey][]*ID // bound ids by port space and port
+	zombies    []*ID             // destroyed ids still answering for their comm ID
+	channels   map[uint32]*Channel
+	nextCh     uint32
+	// queuedBytes is each owner's bytes of unread events, across its
+	// channels (shared with them; entries stay, an int64 per user).
+	queuedBytes map[uint32]*atomic.Int64
+	tid         uint64
 }
 
 type remoteKey struct {
@@ -160,10 +168,10 @@ func New(cfg Config, tr Transport) *Agent {
 	var b [8]byte
 	rand.Read(b[:])
 	return &Agent{cfg: cfg, tr: tr, clock: cfg.Clock,
-		ids: map[uint32]*ID{}, nextID: 1, perUser: map[uint32]int{},
+		ids: map[uint32]*ID{}, nextID: 1, perUser: map[uint32]int{}, bySource: map[[16]byte]int{},
 		byComm: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
 		listeners: map[uint64][]*ID{}, ports: map[portKey][]*ID{},
-		channels: map[uint32]*Channel{}, nextCh: 1,
+		channels: map[uint32]*Channel{}, nextCh: 1, queuedBytes: map[uint32]*atomic.Int64{},
 		tid: binary.BigEndian.Uint64(b[:]) &^ (1 << 63)}
 }
 
@@ -174,6 +182,11 @@ func Attach(dev *device.Device, cfg Config) *Agent {
 	cfg.GID = dev.Port().GID
 	cfg.NodeGUID = c.NodeGUID
 	cfg.ActiveMTU = c.ActiveMTU
+	if cfg.UserShare == 0 {
+		// --user-share bounds the CM's ids and channels as it bounds
+		// every verbs object.
+		cfg.UserShare = int(c.UserShare)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = c.Clock
 	}
@@ -271,7 +284,7 @@ func (a *Agent) NewChannel(owner uint32) (*Channel, error) {
 		return nil, cmErr("create_event_channel", syscall.ENOMEM, "the device has its %d channels", a.cfg.MaxChannels)
 	}
 	if owner != 0 {
-		share, n := max(1, a.cfg.MaxChannels*a.cfg.UserShare/100), 0
+		share, n := a.userShare(a.cfg.MaxChannels), 0
 		for _, c := range a.channels {
 			if c.Owner == owner {
 				n++
@@ -281,7 +294,12 @@ func (a *Agent) NewChannel(owner uint32) (*Channel, error) {
 			return nil, cmErr("create_event_channel", syscall.ENOMEM, "uid %d has its share of %d channels", owner, share)
 		}
 	}
-	c := newChannel(a.nextCh, owner)
+	qb := a.queuedBytes[owner]
+	if qb == nil {
+		qb = new(atomic.Int64)
+		a.queuedBytes[owner] = qb
+	}
+	c := newChannel(a.nextCh, owner, qb)
 	a.nextCh++
 	a.channels[c.Num] = c
 	return c, nil
@@ -353,13 +371,17 @@ func (a *Agent) Create(owner uint32, ch *Channel, ps PortSpace, t QPType) (*ID, 
 	return id, nil
 }
 
+// userShare is what one user other than root (or one remote port) may
+// take of limit: UserShare percent, at least one.
+func (a *Agent) userShare(limit int) int { return max(1, limit*a.cfg.UserShare/100) }
+
 // admitLocked checks the device's and the user's share of ids.
 func (a *Agent) admitLocked(op string, owner uint32) error {
 	if len(a.ids) >= a.cfg.MaxIDs {
 		return cmErr(op, syscall.ENOMEM, "the device has its %d CM ids", a.cfg.MaxIDs)
 	}
 	if owner != 0 {
-		share := max(1, a.cfg.MaxIDs*a.cfg.UserShare/100)
+		share := a.userShare(a.cfg.MaxIDs)
 		if a.perUser[owner] >= share {
 			return cmErr(op, syscall.ENOMEM, "uid %d has its share of %d CM ids", owner, share)
 		}
@@ -409,6 +431,7 @@ func (a *Agent) CountersText() string {
 		{"dropped_duplicate", c.DroppedDuplicate.Load()}, {"dropped_state", c.DroppedState.Load()},
 		{"rejected_no_listener", c.RejectedNoListener.Load()}, {"rejected_backlog", c.RejectedBacklog.Load()},
 		{"rejected_stale", c.RejectedStale.Load()}, {"rejected_no_resources", c.RejectedNoResources.Load()},
+		{"rejected_source", c.RejectedSource.Load()},
 		{"ids", uint64(ids)}, {"listeners", uint64(listeners)}, {"timewait_ids", uint64(zombies)},
 		{"channels", uint64(channels)},
 	} {
@@ -525,6 +548,38 @@ func (a *Agent) bindLocked(id *ID, addr netip.Addr, port uint16) error {
 	id.src = netip.AddrPortFrom(addr, port)
 	id.bound = true
 	return nil
+}
+
+// listenCheckLocked refuses a listen on a port and address another id
+// already listens on, whatever reuseaddr said at bind: a listening id is
+// unique in its port's bind list, as the kernel's rdma_listen has it, so
+// an id bound beside a server's (both with reuseaddr) cannot listen too
+// and take the server's connect requests. (The kernel answers a wildcard
+// overlap EADDRNOTAVAIL; here every overlap is EADDRINUSE.)
+func (a *Agent) listenCheckLocked(id *ID) error {
+	for _, o := range a.ports[portKey{id.ps, id.src.Port()}] {
+		if o != id && o.state == StateListen && addrsOverlap(id.src.Addr(), id.afonly, o.src.Addr(), o.afonly) {
+			return cmErr("listen", syscall.EADDRINUSE, "id %d already listens on %s port %d", o.Num, id.ps, id.src.Port())
+		}
+	}
+	return nil
+}
+
+// addrsOverlap reports whether two bound addresses share requests: the
+// same address, or a wildcard that takes the other's (an IPv6 wildcard
+// takes IPv4 unless afonly).
+func addrsOverlap(x netip.Addr, xAFOnly bool, y netip.Addr, yAFOnly bool) bool {
+	switch {
+	case x == y:
+		return true
+	case x.IsUnspecified() && y.IsUnspecified():
+		return (x.Is4() && !yAFOnly) || (y.Is4() && !xAFOnly)
+	case x.IsUnspecified():
+		return wildcardTakes(x, xAFOnly, y)
+	case y.IsUnspecified():
+		return wildcardTakes(y, yAFOnly, x)
+	}
+	return false
 }
 
 func (a *Agent) unbindLocked(id *ID) {

@@ -99,8 +99,18 @@ func clip(s string) string {
 	return s
 }
 
-// Do runs one ctl command.
-func (id *ID) Do(text string) error {
+// Caps are the capabilities of the process behind a command that the
+// kernel's rdma_cm checks: CAP_NET_BIND_SERVICE for a port below 1024.
+type Caps struct {
+	NetBindService bool
+}
+
+// Do runs one ctl command with every capability (the daemon's own
+// callers and tests; fsnode passes the writer's with DoAs).
+func (id *ID) Do(text string) error { return id.DoAs(text, Caps{NetBindService: true}) }
+
+// DoAs runs one ctl command for a process with capabilities caps.
+func (id *ID) DoAs(text string, caps Caps) error {
 	cmd, rest, _ := strings.Cut(strings.TrimSpace(text), " ")
 	rest = strings.TrimSpace(rest)
 	a := id.a
@@ -111,7 +121,7 @@ func (id *ID) Do(text string) error {
 	}
 	switch cmd {
 	case "bind":
-		return id.bindCmd(rest)
+		return id.bindCmd(rest, caps)
 	case "resolve_addr":
 		return id.resolveAddrCmd(rest)
 	case "resolve_route":
@@ -144,7 +154,11 @@ func (id *ID) wrongState(op string, errno syscall.Errno, want string) error {
 	return opError(op, errno, "id %d is %s (want %s)", id.Num, id.state, want)
 }
 
-func (id *ID) bindCmd(rest string) error {
+// privilegedPorts are the ports below 1024 (the kernel's PROT_SOCK):
+// binding one needs CAP_NET_BIND_SERVICE, in rdma_cm as for sockets.
+const privilegedPorts = 1024
+
+func (id *ID) bindCmd(rest string, caps Caps) error {
 	const op = "bind_addr"
 	ar, err := parseArgs(op, rest, "addr", "port")
 	if err != nil {
@@ -163,6 +177,9 @@ func (id *ID) bindCmd(rest string) error {
 	port, err := ar.num("port", 65535, 0)
 	if err != nil {
 		return err
+	}
+	if port != 0 && port < privilegedPorts && !caps.NetBindService {
+		return opError(op, syscall.EACCES, "port %d is below %d: binding it needs CAP_NET_BIND_SERVICE", port, privilegedPorts)
 	}
 	if err := id.a.bindLocked(id, x, uint16(port)); err != nil {
 		return err
@@ -322,11 +339,18 @@ func (id *ID) listenCmd(rest string) error {
 			return err
 		}
 	case StateAddrBound:
+		if err := a.listenCheckLocked(id); err != nil {
+			return err
+		}
 	default:
 		return id.wrongState(op, syscall.EINVAL, "idle or addr_bound")
 	}
+	// As the kernel's rdma_listen: a listening id is no longer shared
+	// (a later bind with reuseaddr does not join it).
+	id.reuseaddr = false
 	id.serviceID = ServiceID(id.ps, id.src.Port())
 	id.backlog = int(n)
+	id.pendingBy = map[[16]byte]int{}
 	a.listeners[id.serviceID] = append(a.listeners[id.serviceID], id)
 	id.state = StateListen
 	return nil
@@ -596,7 +620,7 @@ func (id *ID) notifyCmd(rest string) error {
 		return id.wrongState(op, syscall.EINVAL, "rep_sent")
 	}
 	id.stopTimerLocked()
-	id.state = StateEstablished
+	id.setStateLocked(StateEstablished)
 	id.emitLocked(id.event(EvEstablished, 0))
 	return nil
 }

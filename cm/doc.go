@@ -81,12 +81,23 @@
 // # Bounds
 //
 // Ids are bounded by Config.MaxIDs (default 4096) and a user other than
-// root by UserShare percent of it; the ids a connect request makes count
-// against the listener's owner. A listener has at most backlog (1024)
-// unanswered requests; a channel keeps at most MaxBacklog (4096) events
-// for a reader that does not drain it; lingering ids are at most MaxIDs
-// (the oldest goes first). No received MAD makes state without a
+// root by UserShare percent of it (Attach takes --user-share from the
+// device), channels likewise; the ids a connect request makes count
+// against the listener's owner. What a connect request makes is bounded
+// where its sender cannot reach (issue #26): a listener has at most
+// backlog (1024) requests unanswered or answered and waiting for the RTU;
+// one remote port at most three quarters of a backlog and UserShare
+// percent of the ids; requests never take the last eighth of the ids; the
+// REP's tries and the timewait use the REQ's times only up to the device's
+// bounds (id.go: 25.2 s a try, 8.4 s of timewait). A channel keeps at most
+// MaxBacklog (4096) events for a reader that does not drain it, and all of
+// an owner's channels MaxQueuedBytesPerUser; lingering ids are at most
+// MaxIDs (the oldest goes first). No received MAD makes state without a
 // listener, so a flood of REQs costs a REJ each.
+//
+// A listening id is unique on its port and address (listen is EADDRINUSE
+// beside another listener, whatever reuseaddr said), and binding a port
+// below 1024 needs CAP_NET_BIND_SERVICE (DoAs with the writer's Caps).
 //
 // # Goroutines and locks
 //

@@ -17,6 +17,22 @@ const RecordSize = 1024
 // resources, counted in the channel's dropped) rather than reported.
 const MaxBacklog = 4096
 
+// MaxQueuedBytesPerUser bounds the events all the channels of one owner
+// keep for readers that do not drain them (each event counted at its
+// size in the daemon, about 200 bytes to 1 KiB): a user's 1,024 channels
+// hold no more than one full channel's worth, not 1,024 of them. Beyond,
+// events are lost and counted as on a full channel.
+const MaxQueuedBytesPerUser = 4 << 20
+
+// size is what an event costs queued: the struct, its slice and strings.
+func (e *Event) size() int64 {
+	n := 96 + len(e.Name)
+	for _, kv := range e.KV {
+		n += 16 + len(kv)
+	}
+	return int64(n)
+}
+
 // Event names: rdma_cm's RDMA_CM_EVENT_* lower-cased without the prefix.
 const (
 	EvAddrResolved    = "addr_resolved"
@@ -108,19 +124,22 @@ type Channel struct {
 	q      []Event    // guarded by mu
 	closed bool       // guarded by mu
 	wake   chan struct{}
+	// queued is the owner's bytes of queued events, shared by all its
+	// channels (MaxQueuedBytesPerUser).
+	queued *atomic.Int64
 
 	dropped atomic.Uint64
 }
 
-func newChannel(num, owner uint32) *Channel {
-	return &Channel{Num: num, Owner: owner, wake: make(chan struct{}, 1)}
+func newChannel(num, owner uint32, queued *atomic.Int64) *Channel {
+	return &Channel{Num: num, Owner: owner, wake: make(chan struct{}, 1), queued: queued}
 }
 
-// roomLocked reports whether one more event fits (under Agent.mu).
+// room reports whether one more event (of the largest size) fits.
 func (c *Channel) room() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.q) < MaxBacklog
+	return len(c.q) < MaxBacklog && c.queued.Load()+RecordSize <= MaxQueuedBytesPerUser
 }
 
 // push appends e and reports whether it did; a full backlog drops it and
@@ -132,11 +151,12 @@ func (c *Channel) push(e Event) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if len(c.q) >= MaxBacklog {
+	if len(c.q) >= MaxBacklog || c.queued.Load()+e.size() > MaxQueuedBytesPerUser {
 		c.mu.Unlock()
 		c.dropped.Add(1)
 		return false
 	}
+	c.queued.Add(e.size())
 	c.q = append(c.q, e)
 	c.mu.Unlock()
 	select {
@@ -157,6 +177,7 @@ func (c *Channel) Next(done <-chan struct{}) (Event, bool) {
 		}
 		if len(c.q) > 0 {
 			e := c.q[0]
+			c.queued.Add(-e.size())
 			c.q[0] = Event{}
 			c.q = c.q[1:]
 			if len(c.q) == 0 {
@@ -187,6 +208,11 @@ func (c *Channel) Dropped() uint64 { return c.dropped.Load() }
 
 func (c *Channel) close() {
 	c.mu.Lock()
+	if !c.closed {
+		for i := range c.q {
+			c.queued.Add(-c.q[i].size())
+		}
+	}
 	c.closed = true
 	c.q = nil
 	c.mu.Unlock()

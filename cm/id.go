@@ -120,13 +120,19 @@ type ID struct {
 	ackTimeout   uint8
 	ackTimeoutOK bool
 
-	// listening
+	// listening: the backlog, the half-open requests it holds (pending)
+	// and how many of them each remote port sent
 	backlog, pending int
+	pendingBy        map[[16]byte]int
 	// made by a connect request
 	listener *ID
 	// ListenID is the listener a connect request's id came from (0 for
 	// others); it never changes.
 	ListenID uint32
+	// source is the port GID a connect request came from, when another
+	// device's (Agent.bySource counts them).
+	source       [16]byte
+	remoteSource bool
 
 	// the connection
 	localComm, remoteComm uint32
@@ -172,11 +178,22 @@ func (id *ID) ChannelNum() uint32 {
 	return id.ch.Num
 }
 
+// halfOpen are the states in which an id a connect request made holds
+// a place in its listener's backlog: not answered yet, or answered and
+// waiting for the peer's RTU (what a peer that forges its requests can
+// keep an id in).
+func halfOpen(s State) bool { return s == StateReqRcvd || s == StateRepSent }
+
 // setStateLocked moves id to s, keeping its listener's count of
-// unanswered requests.
+// half-open requests (pending).
 func (id *ID) setStateLocked(s State) {
-	if id.state == StateReqRcvd && s != StateReqRcvd && id.listener != nil {
-		id.listener.pending--
+	if l := id.listener; l != nil && halfOpen(id.state) && !halfOpen(s) {
+		l.pending--
+		if id.remoteSource {
+			if l.pendingBy[id.source]--; l.pendingBy[id.source] <= 0 {
+				delete(l.pendingBy, id.source)
+			}
+		}
 	}
 	id.state = s
 }
@@ -229,15 +246,32 @@ func (id *ID) stopTimerLocked() {
 	}
 }
 
+// The device's bounds on the times a peer's REQ (or an application's
+// ack_timeout) asks for: the kernel's cm.c takes the REQ's packet life
+// time and CM response timeout as they come, up to 2^23 ms (2.3 h) each,
+// so one forged REQ kept an accepted id retrying its REP for about 75
+// hours. Here a try waits at most 2 * 2^(20-8) ms + 2^(22-8) ms, about
+// 25 s, the 16 sends about 6.7 minutes; the timewait at most 2^(21-8) ms
+// (8.4 s); an MRA's service timeout at most the 67 s rdma_cm asks for
+// itself. Real peers ask 18 and 20 (rdma_cm on RoCE): 6.1 s a try, as before.
+const (
+	maxLifeTime       = 20
+	maxPeerCMTimeout  = 22
+	maxServiceTimeout = mraServiceTimeout
+)
+
+// lifeTime is the route's packet life time within the device's bound.
+func (id *ID) lifeTime() uint8 { return min(id.route.PacketLifeTime, maxLifeTime) }
+
 // requestTimeout is how long a REQ, REP or DREQ waits for its answer:
 // twice the packet life time plus the peer's CM response time.
 func (id *ID) requestTimeout() time.Duration {
-	return 2*ibTime(id.route.PacketLifeTime) + ibTime(id.peerCMTimeout)
+	return 2*ibTime(id.lifeTime()) + ibTime(min(id.peerCMTimeout, maxPeerCMTimeout))
 }
 
 // timewait is how long a closed connection's comm IDs stay reserved
 // (stray packets of the old connection die out).
-func (id *ID) timewait() time.Duration { return ibTime(id.route.PacketLifeTime + 1) }
+func (id *ID) timewait() time.Duration { return ibTime(id.lifeTime() + 1) }
 
 // sendRequestLocked sends a request MAD and retries it until answered,
 // maxCMRetries times; then expire runs.
@@ -323,6 +357,14 @@ func (a *Agent) destroyLocked(id *ID) {
 		delete(a.perUser, id.Owner)
 	}
 	id.ch.ids--
+	if id.listener != nil {
+		a.requestIDs--
+	}
+	if id.remoteSource {
+		if a.bySource[id.source]--; a.bySource[id.source] <= 0 {
+			delete(a.bySource, id.source)
+		}
+	}
 	a.unbindLocked(id)
 	if id.state == StateListen {
 		a.unlistenLocked(id)
@@ -364,11 +406,8 @@ func (a *Agent) destroyLocked(id *ID) {
 		linger = true
 	}
 	id.stopTimerLocked()
-	if id.state == StateReqRcvd {
-		id.setStateLocked(StateClosed) // the listener's pending count
-	}
 	if !linger {
-		id.state = StateClosed
+		id.setStateLocked(StateClosed) // keeps the listener's pending count
 		a.forgetCommLocked(id)
 		return
 	}

@@ -92,7 +92,7 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 		a.rejectLocked(sgid, tid, m.LocalCommID, MsgREQ, RejInvalidTransport)
 		return
 	}
-	if !a.admitRequestLocked(l) {
+	if !a.admitRequestLocked(l, sgid) {
 		a.rejectLocked(sgid, tid, m.LocalCommID, MsgREQ, RejNoResources)
 		return
 	}
@@ -120,8 +120,6 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 		PacketLifeTime: plt, PKey: m.PKey, SL: m.Primary.SL,
 		SLID: m.Primary.RemoteLID, DLID: m.Primary.LocalLID}
 	id.routeOK = true
-	id.state = StateReqRcvd
-	l.pending++
 	if a.cfg.NewID != nil {
 		a.cfg.NewID(id)
 	}
@@ -138,14 +136,28 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 	id.emitLocked(e)
 }
 
-// admitRequestLocked reports whether listener l may take one more request:
-// its backlog, its owner's share of ids and its channel's backlog; a
-// refusal is counted.
-func (a *Agent) admitRequestLocked(l *ID) bool {
+// admitRequestLocked reports whether listener l may take one more request
+// from the port at sgid: its backlog (requests not answered, or answered
+// and not yet confirmed by the peer's RTU), its owner's share of ids, the
+// sender's share (a remote port may hold UserShare percent of the ids, as
+// a user may), the device's room for requests (they never take the last
+// eighth of the ids, which stays for ids the users make), and its
+// channel's backlog; a refusal is counted.
+func (a *Agent) admitRequestLocked(l *ID, sgid [16]byte) bool {
+	remote := sgid != a.cfg.GID
 	switch {
 	case l.pending >= l.backlog:
 		a.Counters.RejectedBacklog.Add(1)
 	case a.admitLocked("connect_request", l.Owner) != nil:
+		a.Counters.RejectedNoResources.Add(1)
+	case remote && (a.bySource[sgid] >= a.userShare(a.cfg.MaxIDs) || l.pendingBy[sgid] >= l.backlog-l.backlog/4):
+		// One remote port may not fill the device, nor more than
+		// three quarters of a listener's backlog, so others still get
+		// through while it floods. Requests from this device itself are its users'
+		// connects, each bounded by its user's own share.
+		a.Counters.RejectedSource.Add(1)
+		a.Counters.RejectedNoResources.Add(1)
+	case a.requestIDs >= a.cfg.MaxIDs-a.cfg.MaxIDs/8:
 		a.Counters.RejectedNoResources.Add(1)
 	case !l.ch.room():
 		a.Counters.RejectedNoResources.Add(1)
@@ -169,6 +181,14 @@ func (a *Agent) requestIDLocked(l *ID, t QPType, ps PortSpace, port uint16, hdr 
 	id.remoteComm = key.commID
 	id.remoteKey, id.hasRemoteKey = key, true
 	a.byRemote[key] = id
+	a.requestIDs++
+	if sgid != a.cfg.GID {
+		id.source, id.remoteSource = sgid, true
+		a.bySource[sgid]++
+		l.pendingBy[sgid]++
+	}
+	id.state = StateReqRcvd
+	l.pending++
 	return id
 }
 
@@ -210,7 +230,7 @@ func (a *Agent) onMRA(m *MRA) {
 		}
 		// The peer is alive and busy: wait its service time before the
 		// next retry (the retries left stay as they were).
-		id.retryWait = 2*ibTime(id.route.PacketLifeTime) + ibTime(m.ServiceTimeout)
+		id.retryWait = 2*ibTime(id.lifeTime()) + ibTime(min(m.ServiceTimeout, maxServiceTimeout))
 		expire := func() {
 			id.closeLocked()
 			id.emitLocked(id.event(EvUnreachable, StatusTimedOut))
@@ -309,7 +329,7 @@ func (a *Agent) onRTU(m *RTU) {
 		return
 	}
 	id.stopTimerLocked()
-	id.state = StateEstablished
+	id.setStateLocked(StateEstablished)
 	id.emitLocked(id.event(EvEstablished, 0))
 }
 
@@ -331,7 +351,7 @@ func (a *Agent) onDREQ(sgid [16]byte, tid uint64, m *DREQ) {
 	case StateEstablished, StateRepSent, StateRepRcvd:
 		id.stopTimerLocked()
 		id.lastDREP = tid
-		id.state = StateDreqRcvd
+		id.setStateLocked(StateDreqRcvd)
 		if id.destroyed {
 			a.sendLocked(id.peerGID, tid, &DREP{LocalCommID: id.localComm, RemoteCommID: id.remoteComm})
 			id.enterTimewaitLocked()
@@ -381,7 +401,7 @@ func (a *Agent) onSIDRReq(sgid [16]byte, tid uint64, m *SIDRReq) {
 		a.sendLocked(sgid, tid, &SIDRRep{RequestID: m.RequestID, Status: SIDRUnsupported, ServiceID: m.ServiceID})
 		return
 	}
-	if !a.admitRequestLocked(l) {
+	if !a.admitRequestLocked(l, sgid) {
 		a.sendLocked(sgid, tid, &SIDRRep{RequestID: m.RequestID, Status: SIDRReject, ServiceID: m.ServiceID})
 		return
 	}
@@ -392,8 +412,6 @@ func (a *Agent) onSIDRReq(sgid [16]byte, tid uint64, m *SIDRReq) {
 		id.route.HopLimit = 64
 	}
 	id.routeOK = true
-	id.state = StateReqRcvd
-	l.pending++
 	if a.cfg.NewID != nil {
 		a.cfg.NewID(id)
 	}

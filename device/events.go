@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 )
 
 // Async events, per reader.
@@ -26,10 +27,19 @@ import (
 // start with root's own pending ones only.
 //
 // Every queue (each reader's, each owner's pending one) holds at most
-// maxQueuedEvents; on overflow the oldest event is dropped and counted
-// (EventDrops), so a reader that never reads costs constant memory.
+// maxQueuedEvents, and all the queues of one viewer together (its
+// readers' and its pending one) as many: one user's unread events cost
+// at most maxQueuedEvents * about 64 bytes, however often it opens the
+// file. On overflow the reader's oldest event is dropped (its newest when
+// it holds none: the viewer's other readers hold its share), counted for
+// the reader (Dropped) and the device (EventDrops). A viewer other than
+// root may hold at most MaxEventReaders readers (OpenEventsLimited).
 
 const maxQueuedEvents = 4096
+
+// MaxEventReaders is how many event readers one user other than root may
+// have open.
+const MaxEventReaders = 256
 
 // eventQueue is the device's event hub.
 type eventQueue struct {
@@ -37,6 +47,8 @@ type eventQueue struct {
 	seq     uint64
 	subs    map[*EventReader]struct{}
 	pending map[Owner][]Event // per owner: raised while none of its readers was open
+	queued  map[Owner]int     // events held per viewer: its readers' and its pending ones
+	open    map[Owner]int     // readers open per viewer
 	dropped uint64
 	closed  bool
 	done    chan struct{} // closed with the device
@@ -45,16 +57,30 @@ type eventQueue struct {
 func (e *eventQueue) init() {
 	e.subs = map[*EventReader]struct{}{}
 	e.pending = map[Owner][]Event{}
+	e.queued = map[Owner]int{}
+	e.open = map[Owner]int{}
 	e.done = make(chan struct{})
 }
 
-// appendLocked appends ev to q, dropping the oldest beyond the bound.
-func (e *eventQueue) appendLocked(q []Event, ev Event) []Event {
-	if len(q) >= maxQueuedEvents {
-		q = q[len(q)-maxQueuedEvents+1:]
+// appendLocked appends ev to q, a queue of viewer v's, within the
+// queue's bound and v's share; it reports whether it dropped an event.
+func (e *eventQueue) appendLocked(v Owner, q []Event, ev Event) ([]Event, bool) {
+	if len(q) >= maxQueuedEvents || e.queued[v] >= maxQueuedEvents {
 		e.dropped++
+		if len(q) == 0 {
+			return q, true // v's other queues hold its share
+		}
+		return append(q[1:], ev), true // the oldest for the newest: v's count stays
 	}
-	return append(q, ev)
+	e.queued[v]++
+	return append(q, ev), false
+}
+
+// forgetLocked takes n events of viewer v out of its count.
+func (e *eventQueue) forgetLocked(v Owner, n int) {
+	if e.queued[v] -= n; e.queued[v] <= 0 {
+		delete(e.queued, v)
+	}
 }
 
 func (e *eventQueue) push(ev Event) {
@@ -70,7 +96,10 @@ func (e *eventQueue) push(ev Event) {
 		if !r.sees(ev) {
 			continue
 		}
-		r.q = e.appendLocked(r.q, ev)
+		var lost bool
+		if r.q, lost = e.appendLocked(r.viewer, r.q, ev); lost {
+			r.dropped++
+		}
 		received = received || r.viewer == ev.Owner
 		select {
 		case r.wake <- struct{}{}:
@@ -78,7 +107,7 @@ func (e *eventQueue) push(ev Event) {
 		}
 	}
 	if !received {
-		e.pending[ev.Owner] = e.appendLocked(e.pending[ev.Owner], ev)
+		e.pending[ev.Owner], _ = e.appendLocked(ev.Owner, e.pending[ev.Owner], ev)
 	}
 }
 
@@ -123,11 +152,19 @@ var ErrClosed = &Error{Op: "device", Errno: 19, Err: fmt.Errorf("device is close
 
 // EventReader is one reader of async events (see above).
 type EventReader struct {
-	e      *eventQueue
-	viewer Owner
-	q      []Event       // guarded by e.mu
-	wake   chan struct{} // a push for this reader happened
-	closed bool          // guarded by e.mu
+	e       *eventQueue
+	viewer  Owner
+	q       []Event       // guarded by e.mu
+	wake    chan struct{} // a push for this reader happened
+	closed  bool          // guarded by e.mu
+	dropped uint64        // events this reader lost to the bounds; guarded by e.mu
+}
+
+// Dropped is how many events this reader lost to its bounds.
+func (r *EventReader) Dropped() uint64 {
+	r.e.mu.Lock()
+	defer r.e.mu.Unlock()
+	return r.dropped
 }
 
 func (r *EventReader) sees(ev Event) bool {
@@ -137,16 +174,31 @@ func (r *EventReader) sees(ev Event) bool {
 // OpenEvents starts a reader of the events viewer may see (0: root, all);
 // it starts with the events pending for viewer. Close it.
 func (d *Device) OpenEvents(viewer Owner) *EventReader {
+	r, _ := d.openEvents(viewer, false)
+	return r
+}
+
+// OpenEventsLimited is OpenEvents for a user's open of the events file: a
+// viewer other than root may hold at most MaxEventReaders (EMFILE).
+func (d *Device) OpenEventsLimited(viewer Owner) (*EventReader, error) {
+	return d.openEvents(viewer, viewer != 0)
+}
+
+func (d *Device) openEvents(viewer Owner, limit bool) (*EventReader, error) {
 	e := &d.events
-	r := &EventReader{e: e, viewer: viewer, wake: make(chan struct{}, 1)}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if limit && e.open[viewer] >= MaxEventReaders {
+		return nil, errf("open_events", syscall.EMFILE, "uid %d has %d event readers open, the most one user may hold", viewer, MaxEventReaders)
+	}
+	r := &EventReader{e: e, viewer: viewer, wake: make(chan struct{}, 1)}
 	r.q = e.pending[viewer]
 	delete(e.pending, viewer)
 	if !e.closed {
 		e.subs[r] = struct{}{}
+		e.open[viewer]++
 	}
-	return r
+	return r, nil
 }
 
 // takeLocked removes up to max (0: all) events from r's queue.
@@ -156,6 +208,7 @@ func (r *EventReader) takeLocked(max int) []Event {
 		n = max
 	}
 	out := slices.Clone(r.q[:n])
+	r.e.forgetLocked(r.viewer, n)
 	r.q = r.q[n:]
 	if len(r.q) == 0 {
 		r.q = nil
@@ -209,6 +262,11 @@ func (r *EventReader) Close() {
 		return
 	}
 	r.closed = true
+	if _, ok := e.subs[r]; ok {
+		if e.open[r.viewer]--; e.open[r.viewer] <= 0 {
+			delete(e.open, r.viewer)
+		}
+	}
 	delete(e.subs, r)
 	select {
 	case r.wake <- struct{}{}: // a Read in progress ends
@@ -220,6 +278,7 @@ func (r *EventReader) Close() {
 			back = append(back, ev)
 		}
 	}
+	e.forgetLocked(r.viewer, len(r.q))
 	r.q = nil
 	if len(back) == 0 {
 		return
@@ -229,10 +288,17 @@ func (r *EventReader) Close() {
 			return
 		}
 	}
+	// Back to the pending queue, within the viewer's share.
 	q := append(back, e.pending[r.viewer]...)
-	if n := len(q) - maxQueuedEvents; n > 0 {
+	e.forgetLocked(r.viewer, len(e.pending[r.viewer]))
+	if n := min(len(q), len(q)-(maxQueuedEvents-e.queued[r.viewer])); n > 0 {
 		q = q[n:]
 		e.dropped += uint64(n)
+	}
+	e.queued[r.viewer] += len(q)
+	if len(q) == 0 {
+		delete(e.pending, r.viewer)
+		return
 	}
 	e.pending[r.viewer] = q
 }

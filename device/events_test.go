@@ -125,3 +125,52 @@ func TestEventsBounded(t *testing.T) {
 		t.Errorf("uid 5's pending: %d events", len(p))
 	}
 }
+
+// TestEventReadersBoundedPerUser: uid 65534 may hold 256 readers (EMFILE
+// past them, root not held), and its readers together keep at most
+// maxQueuedEvents of its events whatever it raises, each reader counting
+// what it lost; its reads give the share back.
+func TestEventReadersBoundedPerUser(t *testing.T) {
+	e := newEnv(t)
+	d := e.d
+	cq := e.cq(4)
+	q := e.qp(qpOpts{scq: cq, rcq: cq})
+	setOwner(d, 65534, q)
+	var rs []*EventReader
+	for range 2000 {
+		r, err := d.OpenEventsLimited(65534)
+		if err != nil {
+			if Errno(err) != 24 { // EMFILE
+				t.Fatal(err)
+			}
+			continue
+		}
+		rs = append(rs, r)
+	}
+	if len(rs) != MaxEventReaders {
+		t.Fatalf("%d readers open", len(rs))
+	}
+	if _, err := d.OpenEventsLimited(0); err != nil {
+		t.Fatalf("root: %v", err)
+	}
+	for range 20000 {
+		raiseFor(d, q)
+	}
+	d.events.mu.Lock()
+	held, total := d.events.queued[65534], 0
+	for _, r := range rs {
+		total += len(r.q)
+	}
+	d.events.mu.Unlock()
+	if held != total || held > maxQueuedEvents || rs[0].Dropped() == 0 {
+		t.Fatalf("uid 65534 holds %d events (%d counted), reader 0 dropped %d", total, held, rs[0].Dropped())
+	}
+	t.Logf("256 readers, 20,000 events: %d held (at most %d), %d dropped", total, maxQueuedEvents, d.EventDrops())
+	rs[0].TryRead(0)
+	for _, r := range rs {
+		r.Close()
+	}
+	if _, err := d.OpenEventsLimited(65534); err != nil {
+		t.Fatalf("after closing: %v", err)
+	}
+}

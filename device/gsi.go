@@ -31,6 +31,12 @@ const (
 	MADBytes = 256
 )
 
+// ControlledQKey is the Q_Key bit that marks a controlled Q_Key (IBA
+// 10.2.4): only a privileged consumer may give a QP one (fsnode checks
+// CAP_NET_RAW, as ib_uverbs does), and a send WR's remote Q_Key with it
+// means "the QP's own" (requester.go), so no unprivileged QP sends one.
+const ControlledQKey = 0x80000000
+
 // gsiQueueLen bounds the MADs waiting for the handler.
 const gsiQueueLen = 1024
 
@@ -57,7 +63,7 @@ type gsi struct {
 	stopped chan struct{}
 	psn     uint32 // guarded by Device.mu
 
-	recv, sent, droppedSize, droppedQKey, droppedOpcode, droppedFull, droppedNoHandler atomic.Uint64
+	recv, sent, droppedSize, droppedQKey, droppedOpcode, droppedFull, droppedNoHandler, droppedSource atomic.Uint64
 }
 
 // SetGSI registers the handler of MADs received on QP1 (replacing the
@@ -135,6 +141,13 @@ func (d *Device) gsiReceiveLocked(p *packet, cur *engine) {
 		d.Counters.QKeyViolations.Add(1)
 		d.Counters.DroppedPackets.Add(1)
 		return
+	case p.local && p.srcQPN != GSIQPN:
+		// On this device only the CM agent speaks for QP1: a local QP
+		// that reached it (a privileged one with the GSI's Q_Key) would
+		// be taken for the agent of another port.
+		g.droppedSource.Add(1)
+		d.Counters.DroppedPackets.Add(1)
+		return
 	case len(p.Payload) != MADBytes:
 		g.droppedSize.Add(1)
 		d.Counters.DroppedPackets.Add(1)
@@ -200,5 +213,6 @@ func (d *Device) GSICounters() []Counter {
 		{"gsi_dropped_opcode", g.droppedOpcode.Load()},
 		{"gsi_dropped_full", g.droppedFull.Load()},
 		{"gsi_dropped_no_handler", g.droppedNoHandler.Load()},
+		{"gsi_dropped_source", g.droppedSource.Load()},
 	}
 }

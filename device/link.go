@@ -2,8 +2,10 @@ package device
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"rdmafs/link"
@@ -302,6 +304,21 @@ func (d *Device) OpenCapture() *CaptureReader { return d.OpenCaptureAs(0) }
 // packet for root (0), else those of the QPs viewer owns (link.Capture).
 func (d *Device) OpenCaptureAs(viewer Owner) *CaptureReader {
 	return d.chain.Capture.Open(uint32(viewer))
+}
+
+// MaxCaptureReaders is how many captures one user other than root may
+// have open.
+const MaxCaptureReaders = link.MaxReadersPerViewer
+
+// OpenCaptureLimited is OpenCaptureAs for a user's open of the capture
+// file: a viewer other than root may hold at most
+// link.MaxReadersPerViewer captures (EMFILE beyond).
+func (d *Device) OpenCaptureLimited(viewer Owner) (*CaptureReader, error) {
+	c, err := d.chain.Capture.OpenLimited(uint32(viewer))
+	if err != nil {
+		return nil, &Error{Op: "open_capture", Errno: syscall.EMFILE, Err: fmt.Errorf("uid %d: %w", viewer, err)}
+	}
+	return c, nil
 }
 
 // Capture writes a pcap stream of the device's packets to w until ctx

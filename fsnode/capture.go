@@ -20,7 +20,9 @@ import (
 // Everyone may open it (0444), and each open shows its opener only the
 // packets of the QPs the opener owns (sent by one of them or delivered to
 // one); root, the mount's owner, sees every packet. Another user's payload
-// never reaches the file.
+// never reaches the file. One user other than root may hold 256 opens
+// (EMFILE beyond), and what its opens have not read is bounded together
+// (link.Capture): opening the file many times costs the daemon little.
 
 // captureHandle is a stream whose bytes come from one capture.
 type captureHandle struct {
@@ -32,7 +34,10 @@ var _ = (fs.FileReleaser)((*captureHandle)(nil))
 
 func (t *tree) openCapture(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	uid, _ := caller(ctx)
-	c := t.dev.OpenCaptureAs(device.Owner(uid))
+	c, err := t.dev.OpenCaptureLimited(device.Owner(uid))
+	if err != nil {
+		return nil, 0, errnoOf(err) // EMFILE: the user holds its most captures
+	}
 	h := &captureHandle{c: c}
 	h.fill = func(ctx context.Context, n int) ([]byte, error) { return c.Next(ctx) }
 	return h, openStream, 0

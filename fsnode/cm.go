@@ -165,10 +165,7 @@ func (t *tree) publishID(ctx context.Context, id *cm.ID, uid, gid uint32) {
 		name: strconv.FormatUint(uint64(id.Num), 10)}
 	o.destroy = id.Destroy
 	ctl := o.cmdFile("cm", func(ctx context.Context, text string) error {
-		if err := id.Do(text); err != nil {
-			return err
-		}
-		return nil
+		return id.DoAs(text, cm.Caps{NetBindService: callerHasCap(ctx, capNetBindService)})
 	})
 	t.publish(ctx, o, id.Attr,
 		named("ctl", ctl),

@@ -21,13 +21,16 @@ lower-case, without the IBV_ prefix.
                     "event=comm_est qp=17". Every open has its own copy of the
                     events of its user's objects (root: of all), starting with
                     those raised while none of its user's opens was there
-                    (at most 4096 a queue; the oldest are dropped, counted as
-                    event_drops). The first read blocks until there are events
+                    (at most 4096 for all of a user's opens; the oldest are
+                    dropped, counted as event_drops). A user other than
+                    root holds at most 256 opens (EMFILE beyond). The first read blocks until there are events
                     and takes them; after they are read the file is at end of
                     file, so "cat events" prints one batch.
   capture           a live pcap of the packets the device sends and receives
                     (loopback too): "cat capture | tshark -r -". Each open is
                     one capture; a slow reader loses packets (capture_drops).
+                    A user other than root holds at most 256 opens (EMFILE
+                    beyond) and 16 MiB of unread packets across them.
                     A user sees the packets of the QPs it owns (sent by or
                     delivered to one of them); root sees every packet.
   lease             ties objects to a program's life: write "KIND NAME" lines

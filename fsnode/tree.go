@@ -153,6 +153,9 @@ func (t *tree) deviceText() string {
 	kv("max_ah_per_user", sh.AH)
 	kv("max_srq_per_user", sh.SRQ)
 	kv("max_total_mr_bytes_per_user", sh.MRBytes)
+	// Opens of events and capture one user may hold (EMFILE beyond).
+	kv("max_event_readers_per_user", device.MaxEventReaders)
+	kv("max_captures_per_user", device.MaxCaptureReaders)
 	return b.String()
 }
 
@@ -214,7 +217,10 @@ func countersText(cs []device.Counter) string {
 // batch per open). Each read returns whole lines.
 func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	uid, _ := caller(ctx)
-	r := t.dev.OpenEvents(device.Owner(uid))
+	r, err := t.dev.OpenEventsLimited(device.Owner(uid))
+	if err != nil {
+		return nil, 0, errnoOf(err) // EMFILE: the user holds its most readers
+	}
 	h := &eventsHandle{r: r}
 	done := false
 	h.fill = func(ctx context.Context, n int) ([]byte, error) {
@@ -563,6 +569,13 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 			a, mask, err := qp.ParseModify(rest)
 			if err != nil {
 				return err
+			}
+			if mask&qp.MaskQKey != 0 && a.QKey&device.ControlledQKey != 0 && !callerHasCap(ctx, capNetRaw) {
+				// As ib_uverbs' modify_qp: a controlled Q_Key (QP1's
+				// 0x80010000 among them) would let the QP send MADs the
+				// CM takes for the device's own.
+				return &device.Error{Op: "modify_qp", Errno: syscall.EPERM,
+					Err: fmt.Errorf("qkey 0x%08x has the high bit set (a controlled Q_Key): it needs CAP_NET_RAW", a.QKey)}
 			}
 			return q.Modify(&a, mask)
 		case "reset", "error", "probe":

@@ -3,6 +3,7 @@ package link
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,15 @@ import (
 // it likewise.
 //
 // When nobody captures, the cost is one atomic load per batch. Each capture
-// has a bounded queue; when its reader falls behind, packets are dropped
-// for that capture and counted (CaptureDrops), never stalling the engine.
+// queues what its reader has not read yet, allocated as packets come (an
+// open costs a few hundred bytes, not a queue): at most CaptureQueue
+// packets and CaptureBytes bytes for one reader, and at most
+// CaptureBytesPerViewer for all the open captures of one viewer together,
+// so a user who opens the file many times and never reads holds a few
+// MiB of the daemon, not a queue per open. Beyond, packets are dropped for
+// that capture and counted (the reader's Dropped, and CaptureDrops),
+// never stalling the engine. OpenLimited bounds the captures a viewer
+// other than root may hold open (MaxReadersPerViewer).
 type Capture struct {
 	next  Endpoint
 	disp  Dispatcher
@@ -44,14 +52,31 @@ type Capture struct {
 	rp    roce.Packet // scratch; under the chain's lock
 
 	on     atomic.Bool // some capture is open
-	mu     sync.Mutex  // guards subs; taken under the chain's lock, never the other way
+	mu     sync.Mutex  // guards subs, open, queued and every reader's queue; taken under the chain's lock, never the other way
 	subs   map[*CaptureReader]struct{}
-	closed chan struct{} // closed with the chain
+	open   map[uint32]int // open captures per viewer
+	queued map[uint32]int // bytes queued per viewer, all its captures
+	closed chan struct{}  // closed with the chain
 	once   sync.Once
 }
 
-// CaptureQueue is how many packets one capture holds for its reader.
-const CaptureQueue = 4096
+// Bounds of what captures hold for readers that do not read.
+const (
+	// CaptureQueue is how many packets one capture holds for its reader.
+	CaptureQueue = 4096
+	// CaptureBytes is how many bytes of packets one capture holds.
+	CaptureBytes = 8 << 20
+	// CaptureBytesPerViewer is how many bytes all the captures of one
+	// viewer hold together.
+	CaptureBytesPerViewer = 16 << 20
+	// MaxReadersPerViewer is how many captures a viewer other than root
+	// may have open at once (OpenLimited).
+	MaxReadersPerViewer = 256
+)
+
+// recOverhead is what a queued packet costs beyond its bytes (the record
+// and its slot), counted against the byte bounds.
+const recOverhead = 64
 
 type captureRec struct {
 	ts   time.Time
@@ -64,8 +89,8 @@ type captureRec struct {
 // NewCapture returns a capture decorator in front of next; owner names
 // the owner of a local QP (0: none).
 func NewCapture(next Endpoint, owner func(qpn uint32) uint32, c *Counters) *Capture {
-	return &Capture{next: next, owner: owner, c: c,
-		subs: map[*CaptureReader]struct{}{}, closed: make(chan struct{})}
+	return &Capture{next: next, owner: owner, c: c, subs: map[*CaptureReader]struct{}{},
+		open: map[uint32]int{}, queued: map[uint32]int{}, closed: make(chan struct{})}
 }
 
 // On reports whether some capture is open.
@@ -130,18 +155,27 @@ func (h *Capture) DeliverDatagrams(dgs []Datagram) func() bool {
 
 // publish hands one datagram (not kept by the caller) to every open
 // capture whose viewer may see it: root, and the owners a and b of the
-// local QPs it belongs to.
+// local QPs it belongs to. Each capture gets its own copy, within its
+// bounds and its viewer's.
 func (h *Capture) publish(data []byte, a, b uint32) {
-	rec := captureRec{ts: time.Now(), data: data, a: a, b: b}
+	ts := time.Now()
+	cost := len(data) + recOverhead
 	h.mu.Lock()
 	for c := range h.subs {
 		if c.viewer != 0 && c.viewer != a && c.viewer != b {
 			continue
 		}
-		select {
-		case c.ch <- rec:
-		default:
+		if len(c.q) >= CaptureQueue || c.bytes+cost > CaptureBytes || h.queued[c.viewer]+cost > CaptureBytesPerViewer {
+			c.dropped++
 			h.c.CaptureDrops.Add(1)
+			continue
+		}
+		c.q = append(c.q, captureRec{ts: ts, data: data, a: a, b: b}) // shared by the captures, never written
+		c.bytes += cost
+		h.queued[c.viewer] += cost
+		select {
+		case c.wake <- struct{}{}:
+		default:
 		}
 	}
 	h.mu.Unlock()
@@ -151,24 +185,46 @@ func (h *Capture) publish(data []byte, a, b uint32) {
 // stream (the file header first, then records) in chunks.
 type CaptureReader struct {
 	h       *Capture
-	viewer  uint32 // 0: every packet
-	ch      chan captureRec
+	viewer  uint32        // 0: every packet
+	q       []captureRec  // guarded by h.mu
+	bytes   int           // what q costs; guarded by h.mu
+	dropped uint64        // guarded by h.mu
+	wake    chan struct{} // a packet was queued
 	started bool
 	buf     bytes.Buffer
 	pw      *roce.PcapWriter
 	once    sync.Once
 }
 
+// ErrTooManyReaders is OpenLimited's refusal.
+var ErrTooManyReaders = fmt.Errorf("uid has %d captures open (the most one user may hold; close some)", MaxReadersPerViewer)
+
 // Open starts a capture of the packets viewer may see: every packet for
 // root (0), else those of the QPs viewer owns. Close it to stop. It takes
 // no lock but the capture's own.
 func (h *Capture) Open(viewer uint32) *CaptureReader {
-	c := &CaptureReader{h: h, viewer: viewer, ch: make(chan captureRec, CaptureQueue)}
+	c, _ := h.open1(viewer, false)
+	return c
+}
+
+// OpenLimited is Open for a user's open of the capture file: a viewer
+// other than root may hold at most MaxReadersPerViewer captures
+// (ErrTooManyReaders beyond).
+func (h *Capture) OpenLimited(viewer uint32) (*CaptureReader, error) {
+	return h.open1(viewer, viewer != 0)
+}
+
+func (h *Capture) open1(viewer uint32, limit bool) (*CaptureReader, error) {
+	c := &CaptureReader{h: h, viewer: viewer, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if limit && h.open[viewer] >= MaxReadersPerViewer {
+		return nil, ErrTooManyReaders
+	}
+	h.open[viewer]++
 	h.subs[c] = struct{}{}
 	h.on.Store(true)
-	h.mu.Unlock()
-	return c
+	return c, nil
 }
 
 // Close stops the capture; packets queued for it are discarded.
@@ -177,16 +233,59 @@ func (c *CaptureReader) Close() error {
 		h := c.h
 		h.mu.Lock()
 		delete(h.subs, c)
+		if h.open[c.viewer]--; h.open[c.viewer] <= 0 {
+			delete(h.open, c.viewer)
+		}
+		h.unqueueLocked(c, len(c.q))
 		h.on.Store(len(h.subs) > 0)
 		h.mu.Unlock()
 	})
 	return nil
 }
 
+// unqueueLocked drops the first n records of c's queue from the
+// accounting and the queue.
+func (h *Capture) unqueueLocked(c *CaptureReader, n int) []captureRec {
+	out := c.q[:n:n]
+	for _, r := range out {
+		cost := len(r.data) + recOverhead
+		c.bytes -= cost
+		if h.queued[c.viewer] -= cost; h.queued[c.viewer] <= 0 {
+			delete(h.queued, c.viewer)
+		}
+	}
+	c.q = c.q[n:]
+	if len(c.q) == 0 {
+		c.q = nil // let a burst's array go
+	}
+	return out
+}
+
+// Dropped is how many packets this capture lost to its bounds.
+func (c *CaptureReader) Dropped() uint64 {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	return c.dropped
+}
+
+// take removes what is queued, up to about max bytes (at least one
+// record).
+func (c *CaptureReader) take(max int) []captureRec {
+	h := c.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, size := 0, 0
+	for n < len(c.q) && (n == 0 || size+len(c.q[n].data) <= max) {
+		size += len(c.q[n].data)
+		n++
+	}
+	return h.unqueueLocked(c, n)
+}
+
 // Next returns the next chunk of the pcap stream: the file header on the
-// first call, then every record queued, blocking until there is one. It
-// returns nothing (and no error) once the chain is closed, and ctx's error
-// when ctx ends first. One goroutine at a time.
+// first call, then every record queued (up to about 1 MiB), blocking until
+// there is one. It returns nothing (and no error) once the chain is
+// closed, and ctx's error when ctx ends first. One goroutine at a time.
 func (c *CaptureReader) Next(ctx context.Context) ([]byte, error) {
 	c.buf.Reset()
 	if !c.started {
@@ -194,22 +293,19 @@ func (c *CaptureReader) Next(ctx context.Context) ([]byte, error) {
 		c.pw, _ = roce.NewPcapWriter(&c.buf, roce.LinkTypeRaw)
 		return bytes.Clone(c.buf.Bytes()), nil
 	}
-	select {
-	case r := <-c.ch:
-		c.pw.WritePacket(r.ts, r.data)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.h.closed:
-		return nil, nil
-	}
-	for c.buf.Len() < 1<<20 {
-		select {
-		case r := <-c.ch:
-			c.pw.WritePacket(r.ts, r.data)
-			continue
-		default:
+	for {
+		if recs := c.take(1 << 20); len(recs) > 0 {
+			for _, r := range recs {
+				c.pw.WritePacket(r.ts, r.data)
+			}
+			return bytes.Clone(c.buf.Bytes()), nil
 		}
-		break
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.h.closed:
+			return nil, nil
+		}
 	}
-	return bytes.Clone(c.buf.Bytes()), nil
 }

@@ -305,3 +305,40 @@ func TestExitedZombie(t *testing.T) {
 		t.Error("wait reports a running process as exited")
 	}
 }
+
+// TestMountOverDeadMount: the daemon of a mount is killed (SIGKILL: the
+// mount point is left ENOTCONN); `rdmafs mount` on it clears the dead
+// connection and mounts, where it said "not a directory" before.
+func TestMountOverDeadMount(t *testing.T) {
+	needRoot(t)
+	bin := buildBinary(t)
+	mnt := t.TempDir()
+	cmd := exec.Command(bin, "mount", "--foreground", mnt)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMounted := func() {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(mnt, "device")); err == nil {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatal("the mount never appeared")
+			}
+		}
+	}
+	waitMounted()
+	cmd.Process.Kill()
+	cmd.Wait()
+	var st unix.Statfs_t
+	if err := unix.Statfs(mnt, &st); err != unix.ENOTCONN {
+		t.Fatalf("statfs after SIGKILL: %v, want ENOTCONN", err)
+	}
+	out, err := exec.Command(bin, "mount", mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("mount over the dead mount: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(bin, "umount", mnt).Run() })
+	waitMounted()
+}

@@ -106,6 +106,9 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := clearDeadMount(mnt); err != nil {
+		return err
+	}
 	if st, err := os.Stat(mnt); err != nil || !st.IsDir() {
 		return fmt.Errorf("%s: not a directory", mnt)
 	}
@@ -384,6 +387,31 @@ func exited(pid int) bool {
 		return true
 	}
 	return b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// clearDeadMount recovers a mount point whose daemon died: statfs says
+// ENOTCONN (the FUSE connection has nobody behind it), so the mount is
+// lazily detached (root: umount2 MNT_DETACH; others: fusermount -uz),
+// and the new mount goes where it was. When that fails, the error says
+// what to run.
+func clearDeadMount(mnt string) error {
+	// statfs always reaches the daemon (stat may be answered from the
+	// kernel's attribute cache for a while).
+	var st unix.Statfs_t
+	if err := unix.Statfs(mnt, &st); err != unix.ENOTCONN {
+		return nil
+	}
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err == nil {
+		return nil
+	}
+	for _, fm := range []string{"fusermount3", "fusermount"} {
+		if exec.Command(fm, "-uz", mnt).Run() == nil {
+			if err := unix.Statfs(mnt, &st); err != unix.ENOTCONN {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s: the rdmafs daemon that served it is gone (ENOTCONN) and the dead mount could not be cleared; run `fusermount3 -uz %s` (or, as root, `umount -l %s`), then mount again", mnt, mnt, mnt)
 }
 
 // detach unmounts mnt, falling back to a lazy unmount when live mappings
