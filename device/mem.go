@@ -110,7 +110,7 @@ func (d *Device) lkeyMRLocked(pd *PD, hint **MR, lkey uint32, addr, n uint64, ac
 	if !ok {
 		return nil, nil, faultRange
 	}
-	b, f := mr.bytesLocked(off, n)
+	b, f := mr.bytesLocked(off, n, acc)
 	return b, mr, f
 }
 
@@ -128,7 +128,7 @@ func (d *Device) rkeyMRLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) (
 	if f != faultNone {
 		return nil, nil, f
 	}
-	b, f := mr.bytesLocked(off, n)
+	b, f := mr.bytesLocked(off, n, acc)
 	return b, mr, f
 }
 
@@ -289,11 +289,16 @@ func copyOrdered(dst, src []byte) {
 	copy(dst[k:], src[k:])
 }
 
-// bytesLocked is n bytes of mr at offset off: its mapping, or for an
-// on-demand MR a copy read from the program now (faultPage where the
-// program maps nothing), which a writer hands back with wroteLocked.
-func (mr *MR) bytesLocked(off, n uint64) ([]byte, keyFault) {
+// bytesLocked is n bytes of mr at offset off for access acc: its mapping,
+// or for an on-demand MR a copy read from the program now (faultPage where
+// the program maps nothing), which a writer hands back with wroteLocked.
+// A plain write (local or remote) overwrites all n bytes, so its copy
+// starts empty instead of read.
+func (mr *MR) bytesLocked(off, n uint64, acc qp.Access) ([]byte, keyFault) {
 	if o := mr.backing.odp; o != nil {
+		if acc == qp.AccessLocalWrite || acc == qp.AccessRemoteWrite {
+			return make([]byte, n), faultNone
+		}
 		b, ok := o.Read(mr.odpVA+off, n)
 		if !ok {
 			return nil, faultPage

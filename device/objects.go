@@ -336,14 +336,27 @@ type MRAttr struct {
 	Access                  qp.Access
 	LKey, RKey              uint32
 	Valid                   bool
+	// Memory is how the device reaches the bytes: "device" (the daemon's
+	// memfd), "mapped" (the program's pages, mapped), or
+	// "address_space" (read and written through the program's address
+	// space: on demand, or a file that could shrink under the daemon).
+	Memory string
 }
 
 // Attr returns the MR's current attributes.
 func (mr *MR) Attr() MRAttr {
 	mr.dev.mu.Lock()
 	defer mr.dev.mu.Unlock()
-	return MRAttr{PD: mr.PD.Handle, Length: mr.Length, IOVA: mr.IOVA, MemOffset: mr.MemOffset,
-		Access: mr.Access, LKey: mr.LKey, RKey: mr.RKey, Valid: mr.valid}
+	a := MRAttr{PD: mr.PD.Handle, Length: mr.Length, IOVA: mr.IOVA, MemOffset: mr.MemOffset,
+		Access: mr.Access, LKey: mr.LKey, RKey: mr.RKey, Valid: mr.valid, Memory: "device"}
+	switch b := mr.backing; {
+	case b == nil:
+	case b.odp != nil:
+		a.Memory = "address_space"
+	case b.proc != nil:
+		a.Memory = "mapped"
+	}
+	return a
 }
 
 // MR looks an MR up by handle.

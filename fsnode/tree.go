@@ -448,7 +448,7 @@ func (t *tree) createMR(ctx context.Context, text string) (string, error) {
 		a := mr.Attr()
 		return lines("pd", a.PD, "length", a.Length, "iova", a.IOVA,
 			"access", a.Access, "lkey", a.LKey, "rkey", a.RKey, "valid", boolNum(a.Valid),
-			"mem_offset", a.MemOffset)
+			"mem_offset", a.MemOffset, "memory", a.Memory)
 	}, entries...)
 	return o.name, nil
 }

@@ -57,7 +57,7 @@ static int access_of(enum kind k)
 static int reg_bench(struct ibv_pd *pd, size_t max)
 {
 	printf("%-10s %12s %12s %12s %12s\n", "size", "private_us", "shared_us", "odp_us", "memcpy_us");
-	for (size_t n = 4096; n <= max; n *= 16) {
+	for (size_t n = 4096; n <= max; n = n < (256u << 20) ? n * 16 : n * 4) {
 		int reps = n >= (64u << 20) ? 3 : n >= (1u << 20) ? 9 : 51;
 		double med[4];
 		for (int k = 0; k <= ODP; k++) {
