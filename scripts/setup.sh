@@ -7,7 +7,8 @@
 # the scripts that run C programs.
 set -euo pipefail
 pkgs=(gcc make binutils libibverbs-dev ibverbs-utils perftest python3-pyverbs
-	rdma-core librdmacm-dev rdmacm-utils ucx-utils libfabric-bin iproute2)
+	rdma-core librdmacm-dev rdmacm-utils ucx-utils libfabric-bin iproute2
+	openmpi-bin libopenmpi-dev mpich libmpich-dev)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||

@@ -2,7 +2,8 @@
  * from 1 B to 4 MiB (and a few odd sizes), each iteration with its own
  * data; every byte is checked at both ends, and the bytes just past the
  * message must stay as they were. Every 8th iteration the buffers are
- * malloc'd anew (so a registration cache cannot hide a registration).
+ * malloc'd anew (so a registration cache cannot hide a registration), and
+ * at each new size they grow by realloc.
  *
  *   pingpong          the check
  *   pingpong -b       bandwidth only: 256 KiB to 4 MiB, MB/s (round trip
@@ -44,8 +45,10 @@ int main(int argc, char **argv)
 		size_t n = sizes[si];
 		int iters = bench ? 40 : n >= (1 << 20) ? 10 : 20;
 		if (bench) {
-			sbuf = realloc(sbuf, n);
-			rbuf = realloc(rbuf, n);
+			free(sbuf);
+			free(rbuf);
+			sbuf = malloc(n);
+			rbuf = malloc(n);
 			memset(sbuf, 1, n);
 			MPI_Barrier(MPI_COMM_WORLD);
 			/* two warm-up round trips */
@@ -68,8 +71,15 @@ int main(int argc, char **argv)
 			}
 			continue;
 		}
+		/* grown by realloc at each new size (the old buffers were
+		 * sent from and received into), malloc'd anew every 8th
+		 * iteration */
+		sbuf = realloc(sbuf, n + GUARD);
+		rbuf = realloc(rbuf, n + GUARD);
+		if (!sbuf || !rbuf)
+			MPI_Abort(MPI_COMM_WORLD, 2);
 		for (int it = 0; it < iters; it++) {
-			if (it % 8 == 0) {
+			if (it % 8 == 7) {
 				free(sbuf);
 				free(rbuf);
 				sbuf = malloc(n + GUARD);
