@@ -76,7 +76,7 @@ run() {
 			true; } | sed 's/^/    client: /'
 		{ grep -vE '^\s*$|^-{5,}' "$work/server.log" | grep -iE "fail|error|couldn|unable|not supported" | head -n 4 ||
 			true; } | sed 's/^/    server: /'
-		failed+=("$prog $* $where")
+		failed+=("$prog ${*//@SIDE@/SIDE} $where")
 	else
 		echo "$label ok   $(tr -s ' \t' ' ' <<<"$line")"
 	fi

@@ -21,7 +21,8 @@ func TestScripts(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	// verbs-tools.sh, c-programs.sh and rdma-core-suite.sh run unmodified
+	// verbs-tools.sh, c-programs.sh, rdma-core-suite.sh, memkinds.sh and
+	// mpi.sh (Open MPI and MPICH) run unmodified
 	// programs on the drop-in libibverbs (RDMAFS_LIBDIR, or built by lib.sh).
 	for _, s := range []string{"demo.sh", "ud.sh", "flush.sh", "wire.sh", "c-programs.sh", "rdma-core-suite.sh", "verbs-tools.sh", "ucx.sh", "rdmacm-tools.sh", "libfabric.sh", "memkinds.sh", "mpi.sh"} {
 		t.Run(s, func(t *testing.T) {
