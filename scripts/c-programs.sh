@@ -4,14 +4,26 @@
 # libibverbs/build-asan): examples/c/rdma_rw at sizes that share and cross
 # pages, libibverbs/tests/events (completion channels and async events as
 # pollable descriptors), libibverbs/tests/threads (posting and polling from
-# several threads at once), libibverbs/tests/memkinds (ibv_reg_mr on every kind of memory, with
-# two huge pages reserved for the run when the machine has none),
+# several threads at once), libibverbs/tests/memkinds (every kind of memory
+# registered and used as target and source of WRITE, READ, SEND/RECV and
+# atomics, shared memory seen by a second process, the same memory in two
+# contexts, registration checked against the mapping; with four huge pages
+# reserved for the run when the machine has fewer), libibverbs/tests/mrrace
+# (no byte the device moves into a buffer is lost while its page neighbour
+# is registered: WRITE and READ, 4 MiB and 32 MiB, and a thread storing
+# into the shared page), libibverbs/tests/heaptrim (registrations on a heap
+# glibc trims and regrows, and on sbrk memory),
 # libibverbs/tests/atomic_write (IBV_WR_ATOMIC_WRITE by ibv_post_send and by
 # ibv_wr_atomic_write), libibverbs/tests/ucx_verbs (what UCX's verbs
 # transports need: the accessibility check, 32-bit flow labels, inline and
 # SGE sends in one SQ slot), and libibverbs/tests/hostile, a program that misuses
-# the verbs and scribbles its rings. Every run must pass; the sanitizers must stay quiet. Also: the
-# library loads with LD_PRELOAD as well, and the system's is never mapped.
+# the verbs and scribbles its rings. memkinds, mrrace and heaptrim run on
+# one mount and across two that speak RoCEv2 on two loopback addresses
+# (RDMAFS_DEVICE_MOUNT=A:B: the program's memory on A, the peer on B).
+# mrrace runs MRRACE_ITERS (200) iterations at 4 MiB and MRRACE_ITERS_32
+# (25: each takes about 0.25 s) at 32 MiB. Every run must pass; the
+# sanitizers must stay quiet. Also: the library loads with LD_PRELOAD as
+# well, and the system's is never mapped.
 NEED_LIBIBVERBS=1
 source "$(dirname "$0")/lib.sh"
 
@@ -23,6 +35,8 @@ for v in plain asan; do
 	cc $flags -o "$work/rdma_rw-$v" "$repo/examples/c/rdma_rw.c" -libverbs
 	cc $flags -o "$work/hostile-$v" "$repo/libibverbs/tests/hostile.c" -libverbs
 	cc $flags -o "$work/memkinds-$v" "$repo/libibverbs/tests/memkinds.c" -libverbs
+	cc $flags -pthread -o "$work/mrrace-$v" "$repo/libibverbs/tests/mrrace.c" -libverbs
+	cc $flags -o "$work/heaptrim-$v" "$repo/libibverbs/tests/heaptrim.c" -libverbs
 	cc $flags -o "$work/events-$v" "$repo/libibverbs/tests/events.c" -libverbs
 	cc $flags -pthread -o "$work/threads-$v" "$repo/libibverbs/tests/threads.c" -libverbs
 	cc $flags -o "$work/atomic_write-$v" "$repo/libibverbs/tests/atomic_write.c" -libverbs
@@ -30,12 +44,24 @@ for v in plain asan; do
 done
 hp=/proc/sys/vm/nr_hugepages
 hp_was=$(cat $hp 2>/dev/null || echo 0)
-if ((hp_was == 0)) && [[ -w $hp ]]; then
-	echo 2 >$hp
-	at_exit "echo 0 >$hp"
+if ((hp_was < 4)) && [[ -w $hp ]]; then
+	echo 4 >$hp
+	at_exit "echo $hp_was >$hp"
 fi
+# memkinds fails rather than skips the huge page kinds when there are some
+(($(cat $hp 2>/dev/null || echo 0) >= 2)) && export MEMKINDS_NEED_HUGE=1
+A_ADDR=${A_ADDR:-127.0.88.1}
+B_ADDR=${B_ADDR:-127.0.88.2}
+MA=$work/mnta
+MB=$work/mntb
+mkdir -p "$MA" "$MB"
+ITERS=${MRRACE_ITERS:-200}
+ITERS32=${MRRACE_ITERS_32:-25}
 
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
+pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
+pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
+at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null'
 for v in plain asan; do
 	lib=$RDMAFS_LIBDIR
 	[[ $v == asan ]] && lib=$repo/libibverbs/build-asan
@@ -43,7 +69,19 @@ for v in plain asan; do
 		RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- "$work/rdma_rw-$v" -s $s ||
 			die "rdma_rw -s $s ($v) failed"
 	done
-	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- "$work/memkinds-$v" || die "memkinds ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 120 "$work/memkinds-$v" || die "memkinds ($v) failed"
+	RDMAFS_DEVICE_MOUNT=$MA:$MB RDMAFS_LIBDIR=$lib "$RDMAFS" exec -- timeout 120 "$work/memkinds-$v" ||
+		die "memkinds across two mounts ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 120 "$work/heaptrim-$v" || die "heaptrim ($v) failed"
+	RDMAFS_DEVICE_MOUNT=$MA:$MB RDMAFS_LIBDIR=$lib "$RDMAFS" exec -- timeout 120 "$work/heaptrim-$v" ||
+		die "heaptrim across two mounts ($v) failed"
+	for race in "-n $ITERS" "-n $ITERS -r" "-n $ITERS -t" "-s 32 -n $ITERS32" "-s 32 -n $ITERS32 -r"; do
+		RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 300 "$work/mrrace-$v" $race ||
+			die "mrrace $race ($v) failed"
+		[[ $race == *-t* ]] && continue
+		RDMAFS_DEVICE_MOUNT=$MA:$MB RDMAFS_LIBDIR=$lib "$RDMAFS" exec -- timeout 300 "$work/mrrace-$v" $race ||
+			die "mrrace $race across two mounts ($v) failed"
+	done
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/events-$v" || die "events ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 120 "$work/threads-$v" || die "threads ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/atomic_write-$v" || die "atomic_write ($v) failed"
@@ -63,4 +101,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, threads, memkinds, atomic_write, ucx_verbs and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, atomic_write, ucx_verbs and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
