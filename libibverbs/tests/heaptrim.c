@@ -256,8 +256,12 @@ int main(int argc, char **argv)
 	free(fence);
 #if !defined(__SANITIZE_ADDRESS__)
 	CHECK(trimmed > 0, "malloc_trim never shrank the heap (without registrations it shrinks every round)");
-	CHECK(same_addr > 0, "no buffer came back at its first address (without registrations all do)");
 #endif
+	/* Whether malloc hands a freed buffer's address out again depends on
+	 * what else the heap holds (the library's MR structs among it, as
+	 * rdma-core's have), so re-registration at the same address is
+	 * counted here and required of the sbrk memory below, whose address
+	 * the test controls. */
 	CHECK(sbrk_same > 0, "sbrk never regrew at the same address");
 	printf("heaptrim: %d rounds, %s: the heap trimmed in %d, %d re-registrations at a buffer's first "
 	       "address, sbrk regrown in place %d times; %d failures\n",
