@@ -122,16 +122,17 @@ static void *store_loop(void *arg)
 int main(int argc, char **argv)
 {
 	size_t mib = 4;
-	int iters = 200, use_read = 0, threaded = 0, opt, ndev;
+	int iters = 200, use_read = 0, threaded = 0, private_slots = 0, opt, ndev;
 
-	while ((opt = getopt(argc, argv, "s:n:rt")) != -1) {
+	while ((opt = getopt(argc, argv, "s:n:rtp")) != -1) {
 		switch (opt) {
 		case 's': mib = strtoul(optarg, NULL, 0); break;
 		case 'n': iters = atoi(optarg); break;
 		case 'r': use_read = 1; break;
 		case 't': threaded = 1; break;
+		case 'p': threaded = private_slots = 1; break;
 		default:
-			fprintf(stderr, "usage: mrrace [-s MiB] [-n iterations] [-r] [-t]\n");
+			fprintf(stderr, "usage: mrrace [-s MiB] [-n iterations] [-r] [-t | -p]\n");
 			return 2;
 		}
 	}
@@ -152,8 +153,12 @@ int main(int argc, char **argv)
 	}
 	const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	uintptr_t shared_end = ((uintptr_t)d2 + pg) & ~(uintptr_t)(pg - 1);
-	struct storer st = {.slot = (volatile uint64_t *)(((uintptr_t)d2 + 7) & ~(uintptr_t)7)};
-	st.nslots = (int)((shared_end - (uintptr_t)st.slot) / 8);
+	/* -t: the slots are in the page d1 and d2 share (already registered
+	 * with d1); -p: in d2's next page, private until ibv_reg_mr(d2)
+	 * re-backs it, so the stores race the first copy of that page */
+	struct storer st = {.slot = (volatile uint64_t *)(private_slots ? shared_end
+									 : (((uintptr_t)d2 + 7) & ~(uintptr_t)7))};
+	st.nslots = private_slots ? (int)(pg / 8) : (int)((shared_end - (uintptr_t)st.slot) / 8);
 	if (st.nslots > 512)
 		st.nslots = 512;
 	uint64_t reg_ns_sum = 0;
@@ -162,7 +167,9 @@ int main(int argc, char **argv)
 
 	printf("mrrace: %s of %zu MiB into d1 = malloc+16, ibv_reg_mr(d1+S) in flight, %d iterations, %s%s\n",
 	       use_read ? "READ" : "WRITE", mib, iters, ndev > 1 ? "across two devices" : "on one device",
-	       threaded ? ", a thread storing into the shared page" : "");
+	       private_slots ? ", a thread storing into d2's first private page"
+	       : threaded    ? ", a thread storing into the shared page"
+			     : "");
 	for (int it = 0; it < iters; it++) {
 		pthread_t th;
 		fill(src, S, (uint64_t)it, 1);
@@ -174,6 +181,10 @@ int main(int argc, char **argv)
 			break;
 		}
 		if (threaded) {
+			/* a slot the thread does not reach this time keeps the
+			 * pattern just filled in */
+			for (int j = 0; j < st.nslots; j++)
+				st.last[j] = st.slot[j];
 			atomic_store(&st.go, 0);
 			atomic_store(&st.stop, 0);
 			/* a round of the slots takes about twice a registration */
