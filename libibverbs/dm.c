@@ -80,7 +80,7 @@ struct ibv_dm *rf_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr
 		err = rf_errno_of_write(errno);
 		goto fail_mr;
 	}
-	dm->mem = mmap(NULL, dm->maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	dm->mem = rf_mmap(dm->maplen, fd);
 	close(fd);
 	if (dm->mem == MAP_FAILED) {
 		err = errno;
@@ -117,7 +117,7 @@ int rf_free_dm(struct ibv_dm *d)
 	}
 	ctx->dm_bytes -= dm->length;
 	pthread_mutex_unlock(&ctx->lock);
-	munmap(dm->mem, dm->maplen);
+	rf_munmap(dm->mem, dm->maplen);
 	free(dm);
 	return 0;
 }

@@ -214,7 +214,7 @@ int rf_ring_map(int dirfd, const char *path, uint32_t kind, struct rf_ring *r)
 		close(fd);
 		return EIO;
 	}
-	m = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	m = rf_mmap(st.st_size, fd);
 	if (m == MAP_FAILED) {
 		err = errno;
 		close(fd);
@@ -228,7 +228,7 @@ int rf_ring_map(int dirfd, const char *path, uint32_t kind, struct rf_ring *r)
 	    ss < RDMAFS_MIN_SLOT_SIZE || (ss & (ss - 1)) || !sc || (sc & (sc - 1)) ||
 	    (uint64_t)ss * sc + RDMAFS_HEADER_SIZE > (uint64_t)st.st_size) {
 		rf_log("%s: not a ring of kind %u (magic %#x version %u kind %u)", path, kind, magic, ver, k);
-		munmap(m, st.st_size);
+		rf_munmap(m, st.st_size);
 		close(fd);
 		return EIO;
 	}
@@ -250,7 +250,7 @@ int rf_ring_map(int dirfd, const char *path, uint32_t kind, struct rf_ring *r)
 void rf_ring_unmap(struct rf_ring *r)
 {
 	if (r->base)
-		munmap(r->base, r->maplen);
+		rf_munmap(r->base, r->maplen);
 	if (r->fd >= 0)
 		close(r->fd);
 	r->base = NULL;

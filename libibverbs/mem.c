@@ -120,12 +120,15 @@ static uintptr_t page_size(void)
 	return ps;
 }
 
-/* Raw system calls: no hook sees them. */
+/* Raw system calls: no hook sees them (the library's ring and device
+ * memory mappings use them too: rf_mmap, rf_munmap). */
 static void *sys_mmap(void *a, size_t len, int prot, int flags, int fd, off_t off)
 {
 	return (void *)syscall(SYS_mmap, a, len, prot, flags, fd, off);
 }
 static int sys_munmap(void *a, size_t len) { return (int)syscall(SYS_munmap, a, len); }
+void *rf_mmap(size_t len, int fd) { return sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); }
+int rf_munmap(void *a, size_t len) { return sys_munmap(a, len); }
 static void *sys_mremap(void *old, size_t len, void *new)
 {
 	return (void *)syscall(SYS_mremap, old, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, new);

@@ -244,6 +244,10 @@ int rf_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t f
  * ib_umem_get checks it (write: the access writes); 0 or an errno. */
 int rf_mem_pin(uintptr_t addr, size_t len, bool write, struct rf_pin *pin);
 void rf_mem_unpin(struct rf_pin *pin);
+/* mem.c: shared read-write mappings of a whole file and their removal, as
+ * raw system calls that no interposed hook sees */
+void *rf_mmap(size_t len, int fd);
+int rf_munmap(void *a, size_t len);
 
 /* pd.c */
 void rf_dest_gid(struct rf_context *ctx, const struct ibv_ah_attr *ah, char *out, size_t len);
