@@ -93,6 +93,17 @@ type mrBacking struct {
 	refs   int
 }
 
+// release gives back the memory of a backing no MR took (a mapping of
+// the program's, or its address space).
+func (b *mrBacking) release() {
+	if b.proc != nil {
+		b.proc.Close()
+	}
+	if b.odp != nil {
+		b.odp.Close()
+	}
+}
+
 func (d *Device) releaseBackingLocked(b *mrBacking) {
 	b.refs--
 	if b.refs == 0 {
@@ -158,8 +169,32 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	if req.HasAddr && req.Share != 0 {
 		return nil, errf(op, syscall.EINVAL, "addr: not with share")
 	}
+	if req.HasAddr && req.Length > d.cfg.MaxMRSize {
+		return nil, errf(op, syscall.EINVAL, "length: %d exceeds max_mr_size %d", req.Length, d.cfg.MaxMRSize)
+	}
+	// The program's memory is reached before the device lock is taken:
+	// mapping it reads the program's mappings and opens their files,
+	// which may be files of this very mount (served by the daemon, whose
+	// handlers may need the lock).
+	var own *mrBacking
+	var err error
+	switch {
+	case req.Access&qp.AccessOnDemand != 0:
+		own, err = odpBacking(op, req.PID)
+	case req.HasAddr:
+		own, err = procBacking(op, req.PID, req.Addr, req.Length, req.Access)
+	}
+	if err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	registered := false
+	defer func() {
+		if own != nil && !registered {
+			own.release()
+		}
+	}()
 	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
@@ -189,19 +224,12 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	}
 	mr := &MR{dev: d, Owner: owner, PD: pd, IOVA: iova, Length: req.Length, Access: req.Access, valid: true}
 	switch {
-	case req.Access&qp.AccessOnDemand != 0:
-		if mr.backing, err = odpBacking(op, req.PID); err != nil {
-			return nil, err
-		}
+	case own != nil:
+		mr.backing = own
 		mr.odpVA = req.Addr
 		if req.Implicit {
 			mr.IOVA, mr.Length = 0, math.MaxUint64
 		}
-	case req.HasAddr:
-		if mr.backing, err = procBacking(op, req.PID, req.Addr, req.Length, req.Access); err != nil {
-			return nil, err
-		}
-		mr.odpVA = req.Addr
 	case req.Share != 0:
 		mr.backing, err = d.sharedLocked(op, owner, req.Share, req.Offset, req.Length)
 		if err != nil {
@@ -228,6 +256,7 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 	} else {
 		d.odpMRs.Add(1) // released with the backing
 	}
+	registered = true
 	mr.keyTag = d.keys.alloc(keyEntry{mr: mr})
 	mr.LKey = mr.keyTag<<8 | randomKeyByte()
 	mr.RKey = mr.LKey
@@ -245,8 +274,30 @@ func (d *Device) RegMR(owner Owner, req qp.CreateMR) (*MR, error) {
 func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 	const op = "rereg_mr"
 	d := mr.dev
+	// A new translation on the program's memory is mapped before the
+	// device lock is taken, as in RegMR.
+	var fresh *mrBacking
+	if req.HasTranslation && req.HasAddr {
+		acc := req.Access
+		if !req.HasAccess {
+			d.mu.Lock()
+			acc = mr.Access
+			d.mu.Unlock()
+		}
+		b, err := procBacking(op, req.PID, req.Addr, req.Length, acc)
+		if err != nil {
+			return err
+		}
+		fresh = b
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	taken := false
+	defer func() {
+		if fresh != nil && !taken {
+			fresh.release()
+		}
+	}()
 	if err := d.mrs.live(op, "mr", mr.Handle, mr); err != nil {
 		return err
 	}
@@ -274,19 +325,18 @@ func (mr *MR) Rereg(owner Owner, req qp.ReregMR) error {
 		return errf(op, syscall.EOPNOTSUPP, "a new translation of an on_demand mr: register it anew")
 	}
 	backing, off, length, iova := mr.backing, mr.MemOffset, mr.Length, mr.IOVA
-	var fresh *mrBacking // a new mapping of the caller's memory, released on failure
 	switch {
 	case req.HasTranslation && req.HasAddr:
 		if req.IOVA+req.Length < req.IOVA {
 			return errf(op, syscall.EINVAL, "iova: %#x + length %d overflows", req.IOVA, req.Length)
 		}
-		b, err := procBacking(op, req.PID, req.Addr, req.Length, acc)
-		if err != nil {
-			return err
+		if acc.Writable() && fresh.proc != nil && !fresh.proc.Writable {
+			// mapped for the access the MR had, which changed meanwhile
+			return errf(op, syscall.EFAULT, "access: the memory is read-only in the program")
 		}
-		fresh = b
-		backing, off, length, iova = b, 0, req.Length, req.IOVA
-		if b.odp != nil {
+		taken = true
+		backing, off, length, iova = fresh, 0, req.Length, req.IOVA
+		if fresh.odp != nil {
 			d.odpMRs.Add(1) // released with the backing
 		}
 	case req.HasTranslation:
