@@ -59,6 +59,10 @@ is at most 256 bytes, in answers and error files alike.
   pd/new   (empty line)
   mr/new   pd=H length=N [iova=N] [access=local_write,remote_write,remote_read,remote_atomic,mw_bind]
            [share=H offset=N]  (use MR H's memory from offset N: one buffer, many MRs)
+           [addr=A]  (the writer's own memory at address A: mapped, or reached
+           through its address space; access on_demand: on demand; attr's
+           memory= says which)
+  mr/new   pd=H implicit=1 access=...,on_demand  (all of the writer's memory)
   mw/new   pd=H [type=1|2]
   cq/new   cqe=N [comp_vector=0]
   srq/new  pd=H max_wr=N max_sge=N [srq_limit=N]
