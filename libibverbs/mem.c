@@ -224,6 +224,17 @@ static int shadow_of(const struct vma *v)
 	return -1;
 }
 
+/* Which shadow v maps, at any offset, or -1. */
+static int shadow_file(const struct vma *v)
+{
+	if (!v->shared)
+		return -1;
+	for (int k = 0; k < nshadows; k++)
+		if (shadows[k].fd >= 0 && shadows[k].ino == v->ino && shadows[k].dev == v->dev)
+			return k;
+	return -1;
+}
+
 static int shadow_new(bool huge)
 {
 	struct stat st;
@@ -426,10 +437,11 @@ static int reback(int k, uintptr_t s, uintptr_t e, int prot)
 	return err;
 }
 
-/* Puts [s, e), mapped from shadow k, back as private memory with its
- * bytes and protection. */
+/* Puts [s, e) of VMA v, a mapping of shadow k, back as private memory
+ * with its bytes and protection. */
 static int give_back(int k, const struct vma *v, uintptr_t s, uintptr_t e)
 {
+	uint64_t off = v->off + (s - v->start); /* s's offset in the shadow */
 	struct shadow *sh = &shadows[k];
 	size_t len = e - s;
 	int err = 0;
@@ -450,7 +462,7 @@ static int give_back(int k, const struct vma *v, uintptr_t s, uintptr_t e)
 		for (size_t i = 0; i < len / 8; i++)
 			d[i] = src[i];
 	} else {
-		err = shadow_io(0, sh->fd, tmp, len, s);
+		err = shadow_io(0, sh->fd, tmp, len, off);
 	}
 	if (!err && v->prot != (PROT_READ | PROT_WRITE))
 		sys_mprotect(tmp, len, v->prot);
@@ -469,22 +481,46 @@ static int give_back(int k, const struct vma *v, uintptr_t s, uintptr_t e)
 }
 
 /* The registrations over [s, e) of shadow k are gone: give back what the
- * program still maps from it there, then free the shadow's pages. */
+ * program still maps of those shadow pages, where it maps them (at their
+ * own address, or wherever mremap moved them: a realloc of a registered
+ * buffer), then free the pages. What cannot be given back stays. */
 static void release(int k, uintptr_t s, uintptr_t e)
 {
 	struct vma v;
-	bool kept = false;
+	bool kept = false, elsewhere = false;
+	uintptr_t at = s;
 
-	for (uintptr_t at = s; at < e;) {
-		if (vma_at(at, &v) || v.start >= e)
+	while (at < e) {
+		if (vma_at(at, &v) || v.start >= e) {
+			elsewhere = true;
 			break;
+		}
+		if (v.start > at)
+			elsewhere = true;
 		uintptr_t a = v.start > at ? v.start : at, b = v.end < e ? v.end : e;
-		if (shadow_of(&v) == k && give_back(k, &v, a, b)) {
+		if (shadow_of(&v) != k)
+			elsewhere = true;
+		else if (give_back(k, &v, a, b)) {
 			rf_log("dereg_mr: %#lx-%#lx stays shared: giving it back failed", (unsigned long)a,
 			       (unsigned long)b);
 			kept = true;
 		}
 		at = b;
+	}
+	/* Pages not at their own address may have moved: look through every
+	 * mapping for these shadow pages elsewhere. */
+	for (at = 0; elsewhere && vma_at(at, &v) == 0; at = v.end) {
+		if (shadow_file(&v) != k || v.off == v.start)
+			continue;
+		uint64_t lo = v.off, hi = v.off + (v.end - v.start);
+		if (hi <= s || lo >= e)
+			continue;
+		uintptr_t a = v.start + ((lo < s ? s : lo) - v.off), b = v.start + ((hi > e ? e : hi) - v.off);
+		if (give_back(k, &v, a, b)) {
+			rf_log("dereg_mr: %#lx-%#lx (moved) stays shared: giving it back failed", (unsigned long)a,
+			       (unsigned long)b);
+			kept = true;
+		}
 	}
 	if (!kept)
 		fallocate(shadows[k].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)s, (off_t)(e - s));
@@ -585,8 +621,12 @@ int rf_mem_pin(uintptr_t addr, size_t len, bool write, struct rf_pin *pin)
 			s &= ~(v.pgsz - 1);
 			e = (e + v.pgsz - 1) & ~(v.pgsz - 1);
 		}
-		int k = shadow_of(&v);
+		/* The shadow pages a piece holds are counted by their offset
+		 * in the shadow: their address, unless mremap moved them. */
+		int k = shadow_file(&v);
+		uint64_t fs = v.off + (s - v.start);
 		if (k < 0 && !v.shared) {
+			fs = s;
 			k = shadow_for(s, e, huge);
 			if (k < 0) {
 				err = -k;
@@ -603,7 +643,7 @@ int rf_mem_pin(uintptr_t addr, size_t len, bool write, struct rf_pin *pin)
 				break;
 			}
 		}
-		if (k >= 0 && ((err = span_get(k, s, e)) || (err = pin_add(pin, k, s, e))))
+		if (k >= 0 && ((err = span_get(k, fs, fs + (e - s))) || (err = pin_add(pin, k, fs, fs + (e - s)))))
 			break;
 		at = e;
 	}
@@ -638,7 +678,7 @@ static void fork_child(void)
 		close(maps_fd);
 	maps_fd = -1;
 	for (uintptr_t at = 0; nshadows && vma_at(at, &v) == 0; at = v.end) {
-		int k = shadow_of(&v);
+		int k = shadow_file(&v);
 		if (k >= 0 && give_back(k, &v, v.start, v.end))
 			rf_log("fork: %#lx-%#lx stays shared with the parent", (unsigned long)v.start,
 			       (unsigned long)v.end);

@@ -41,6 +41,7 @@ for v in plain asan; do
 	cc $flags -pthread -o "$work/mrrace-$v" "$repo/libibverbs/tests/mrrace.c" -libverbs
 	cc $flags -o "$work/forkmem-$v" "$repo/libibverbs/tests/forkmem.c" -libverbs
 	cc $flags -o "$work/truncate-$v" "$repo/libibverbs/tests/truncate.c" -libverbs
+	cc $flags -o "$work/moved-$v" "$repo/libibverbs/tests/moved.c" -libverbs
 	cc $flags -o "$work/heaptrim-$v" "$repo/libibverbs/tests/heaptrim.c" -libverbs
 	cc $flags -o "$work/events-$v" "$repo/libibverbs/tests/events.c" -libverbs
 	cc $flags -pthread -o "$work/threads-$v" "$repo/libibverbs/tests/threads.c" -libverbs
@@ -89,6 +90,7 @@ for v in plain asan; do
 	done
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/forkmem-$v" || die "forkmem ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/truncate-$v" || die "truncate ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/moved-$v" || die "moved ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/events-$v" || die "events ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 120 "$work/threads-$v" || die "threads ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/atomic_write-$v" || die "atomic_write ($v) failed"
@@ -108,4 +110,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, atomic_write, ucx_verbs and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
