@@ -33,8 +33,8 @@ func TestSRQResize(t *testing.T) {
 	}
 	oldReg := srq.Region()
 	for _, bad := range []qp.ModifySRQ{
-		{Mask: qp.SRQMaxWR, MaxWR: 2},                   // 4 WRs wait
-		{Mask: qp.SRQMaxWR, MaxWR: 0},                   // out of range
+		{Mask: qp.SRQMaxWR, MaxWR: 2},                    // 4 WRs wait
+		{Mask: qp.SRQMaxWR, MaxWR: 0},                    // out of range
 		{Mask: qp.SRQMaxWR, MaxWR: e.d.cfg.MaxSRQWR + 1}, // out of range
 		{Mask: qp.SRQMaxWR | qp.SRQLimit, MaxWR: 16, SRQLimit: 17},
 	} {
