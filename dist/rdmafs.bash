@@ -25,7 +25,7 @@ _rdmafs() {
 	umount) flags="--help --timeout" valued=" --timeout " ;;
 	new) flags="--help" valued="  " ;;
 	bench) flags="--all --cq-mod --duration --help --inline-size --iters --json --mode --mtu --op --outs --peer --post-list --qps --rx-depth --size --threads --tx-depth --warmup --write-doorbell -D -I -Q -a -l -m -n -o -q -r -s -t" valued=" --cq-mod --duration --inline-size --iters --mode --mtu --op --outs --peer --post-list --qps --rx-depth --size --threads --tx-depth --warmup -D -I -Q -l -m -n -o -q -r -s -t " ;;
-	exec) flags="--help --mount" valued=" --mount " ;;
+	exec) flags="--help --mount --no-sysfs" valued=" --mount " ;;
 	libdir) flags="--help" valued="  " ;;
 	show) flags="--help --interval --json --watch -i -j -w" valued=" --interval -i " ;;
 	trace) flags="--count --help -n" valued=" --count -n " ;;
