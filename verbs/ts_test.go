@@ -107,3 +107,86 @@ func TestCompletionTimestamps(t *testing.T) {
 		t.Fatalf("a CQ without timestamps: %+v", wc)
 	}
 }
+
+// TestSRQResizeUnderTraffic: SENDs keep arriving at an SRQ (RNR retried
+// for ever when it is empty) while another goroutine keeps it posted and
+// resizes it back and forth: every SEND lands in exactly one WR, none is
+// lost or taken twice, and the QPs stay healthy.
+func TestSRQResizeUnderTraffic(t *testing.T) {
+	e := mount(t, testOpts)
+	pd, err := e.ctx.AllocPD()
+	e.must(err)
+	scq, err := e.ctx.CreateCQ(256)
+	e.must(err)
+	rcq, err := e.ctx.CreateCQ(512)
+	e.must(err)
+	mr, err := pd.RegMR(1<<16, allAccess)
+	e.must(err)
+	srq, err := pd.CreateSRQ(SRQInitAttr{MaxWR: 8, MaxSGE: 1})
+	e.must(err)
+	a, err := pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: scq, RecvCQ: scq, Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	e.must(err)
+	b, err := pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: rcq, RecvCQ: rcq, SRQ: srq, Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	e.must(err)
+	e.connect(a, b)
+	e.connect(b, a)
+	const n = 400
+	stop := make(chan struct{})
+	resizes := make(chan int, 1)
+	done := -1
+	defer func() { // the goroutine ends before the test does, even on Fatal
+		if done < 0 {
+			close(stop)
+			<-resizes
+		}
+	}()
+	go func() {
+		next, sizes, done := uint64(0), []uint32{8, 64, 16, 128}, 0
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				resizes <- done
+				return
+			default:
+			}
+			for next < n {
+				if err := srq.PostSRQRecv(RecvWR{WRID: next, SGL: []SGE{mr.SGE(int(next%256)*64, 64)}}); err != nil {
+					if !isErrno(err, syscall.ENOMEM) {
+						t.Error(err)
+					}
+					break
+				}
+				next++
+			}
+			if err := srq.Resize(sizes[i%len(sizes)]); err == nil {
+				done++
+			} else if !isErrno(err, syscall.EINVAL) {
+				t.Error(err)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+	for i := range n {
+		e.must(postRetry(a, SendWR{WRID: uint64(i), Opcode: WRSend, SendFlags: SendSignaled, SGL: []SGE{mr.SGE(1<<15, 8)}}))
+		if i%16 == 15 {
+			pollN(t, scq, 16)
+		}
+	}
+	recvs := pollN(t, rcq, n)
+	close(stop)
+	done = <-resizes
+	seen := make(map[uint64]bool)
+	for _, wc := range recvs {
+		if wc.Status != WCSuccess || seen[wc.WRID] {
+			t.Fatalf("receive %+v (seen before: %v)", wc, seen[wc.WRID])
+		}
+		seen[wc.WRID] = true
+	}
+	if done == 0 {
+		t.Error("no resize succeeded")
+	}
+	if st, _ := a.State(); st != StateRTS {
+		t.Errorf("sender in %v", st)
+	}
+	t.Logf("%d resizes under %d SENDs", done, n)
+}
