@@ -17,10 +17,13 @@ type CQ struct {
 	Handle uint32
 	Owner  Owner
 	// CQE is the capacity reported to the user (ibv_cq.cqe).
-	CQE    uint32
-	region *ring.Region
-	ring   *ring.Ring
-	prod   *ring.Producer // engine side; guarded by Device.mu and, with several engines, prodMu
+	CQE uint32
+	// WCFlags are the optional fields its CQEs carry: the completion
+	// timestamps, for which postLocked reads the clock.
+	WCFlags qp.CQWCFlags
+	region  *ring.Region
+	ring    *ring.Ring
+	prod    *ring.Producer // engine side; guarded by Device.mu and, with several engines, prodMu
 	// prodMu serializes the engines' turns that complete into the CQ (a
 	// verb holds all of Device.mu and needs it not).
 	prodMu sync.Mutex
@@ -58,7 +61,7 @@ func (d *Device) CreateCQ(owner Owner, req qp.CreateCQ) (*CQ, error) {
 	if err := admitLocked(d, op, "cq", d.cqs.m, d.cfg.MaxCQ, owner); err != nil {
 		return nil, err
 	}
-	cq := &CQ{dev: d, Owner: owner, evWake: make(chan struct{})}
+	cq := &CQ{dev: d, Owner: owner, WCFlags: req.WCFlags, evWake: make(chan struct{})}
 	if err := cq.allocRing(req.CQE); err != nil {
 		return nil, errf(op, syscall.ENOMEM, "%v", err)
 	}
@@ -184,6 +187,19 @@ func (cq *CQ) postLocked(wc *qp.WC, solicited bool, e *engine) bool {
 			d.raise(qp.EventCQErr, "cq", cq.Handle)
 		}
 		return false
+	}
+	if cq.WCFlags != 0 {
+		// Read under the CQ's producer lock, so the timestamps of one
+		// CQ's entries never go back in ring order.
+		ts := *wc
+		now := d.clock.Now()
+		if cq.WCFlags&qp.CQTimestamp != 0 {
+			ts.CompletionTS = d.ticksAt(now)
+		}
+		if cq.WCFlags&qp.CQTimestampWallclock != 0 {
+			ts.CompletionWallclockNS = uint64(now.UnixNano())
+		}
+		wc = &ts
 	}
 	ring.EncodeCQE(cq.prod.Next(), wc)
 	cq.prod.Advance()

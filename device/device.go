@@ -149,6 +149,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -185,6 +186,11 @@ type Config struct {
 	// work (rdmavt's reserved_operations): they are not counted against
 	// max_send_wr and never complete to the user's CQ (reserved.go).
 	ReservedOps uint32
+	// CoreClockKHz is the rate of the device clock (hca_core_clock, the
+	// unit of completion timestamps and of the raw clock), in kHz; 0 is
+	// DefaultCoreClockKHz. The clock counts from the device's creation on
+	// Clock.
+	CoreClockKHz uint64
 	// UserShare is the percentage of each object limit and of
 	// MaxTotalMRBytes one uid other than root may take (quota.go); 0 is
 	// DefaultUserShare, 100 lets one user take everything.
@@ -230,6 +236,10 @@ type Config struct {
 	Clock clock.Clock
 	Logf  func(format string, args ...any)
 }
+
+// DefaultCoreClockKHz is the device clock's default rate: 1 GHz, one tick
+// a nanosecond.
+const DefaultCoreClockKHz = 1_000_000
 
 // MaxEngines bounds Config.Engines.
 const MaxEngines = 64
@@ -373,6 +383,9 @@ func (c *Config) fill() error {
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
+	if c.CoreClockKHz == 0 {
+		c.CoreClockKHz = DefaultCoreClockKHz
+	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -384,6 +397,8 @@ type Device struct {
 	*objects
 	cfg   Config
 	clock clock.Clock
+	// clockBase is when the device clock read 0 (RawClock).
+	clockBase time.Time
 
 	// odpMRs counts the on-demand MRs; while there is one, local
 	// messages take the packet path (directLocked).
@@ -462,7 +477,7 @@ func New(cfg Config) (*Device, error) {
 	objs.srqs.init()
 	objs.events.init()
 	objs.mu.init(cfg.Engines)
-	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock}
+	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock, clockBase: cfg.Clock.Now()}
 	for range cfg.Engines {
 		d.engines = append(d.engines, &engine{})
 	}
@@ -597,7 +612,32 @@ func (d *Device) Attr() DeviceAttr {
 		MaxInlineData:    c.MaxInlineData,
 		MaxTotalMRBytes:  c.MaxTotalMRBytes,
 		ReservedOps:      c.ReservedOps,
+
+		HCACoreClock:            c.CoreClockKHz,
+		CompletionTimestampMask: ^uint64(0),
 	}
+}
+
+// RawClock reads the device clock and the wall clock at one instant: the
+// ticks (at hca_core_clock kHz) since the device was made, which never go
+// back, and the wall-clock time in nanoseconds since the Unix epoch
+// (ibv_query_rt_values_ex; what a completion's timestamps record).
+func (d *Device) RawClock() (ticks, wallNS uint64) {
+	now := d.clock.Now()
+	return d.ticksAt(now), uint64(now.UnixNano())
+}
+
+// ticksAt converts a time of the device's clock to device ticks. The
+// elapsed time is monotonic (time.Time's monotonic reading on the real
+// clock), so ticks never go back while the wall clock is stepped.
+func (d *Device) ticksAt(now time.Time) uint64 {
+	ns := now.Sub(d.clockBase)
+	if ns < 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(ns), d.cfg.CoreClockKHz)
+	q, _ := bits.Div64(hi%1_000_000, lo, 1_000_000)
+	return q
 }
 
 // PortAttr is ibv_port_attr for port 1.

@@ -75,8 +75,13 @@ func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
 // SRQ looks an SRQ up by handle.
 func (d *Device) SRQ(h uint32) *SRQ { return lookup(d, &d.srqs, h) }
 
-// Region is the SRQ ring's shared memory.
-func (s *SRQ) Region() *ring.Region { return s.region }
+// Region is the SRQ ring's shared memory. It changes on a resize
+// (ModifyAttr with max_wr).
+func (s *SRQ) Region() *ring.Region {
+	s.dev.mu.Lock()
+	defer s.dev.mu.Unlock()
+	return s.region
+}
 
 // SRQAttr is ibv_query_srq.
 type SRQAttr struct {
@@ -99,18 +104,88 @@ func (s *SRQ) Attr() SRQAttr {
 }
 
 // Modify is ibv_modify_srq with IBV_SRQ_LIMIT: arm the limit event.
-// Resizing (IBV_SRQ_MAX_WR) is not supported.
 func (s *SRQ) Modify(limit uint32) error {
+	return s.ModifyAttr(qp.ModifySRQ{Mask: qp.SRQLimit, SRQLimit: limit})
+}
+
+// ModifyAttr is ibv_modify_srq. With IBV_SRQ_MAX_WR it resizes the queue
+// under the rules of a CQ resize: the WQEs posted and not yet taken move
+// to a new ring, which clients must map again (srq/H/ring), and the new
+// size must hold them (EINVAL otherwise). The limit, the new one or the
+// armed one, must fit the size (as rxe: max_wr not below the limit).
+// Nothing changes when it fails.
+func (s *SRQ) ModifyAttr(m qp.ModifySRQ) error {
 	const op = "modify_srq"
-	s.dev.mu.Lock()
-	defer s.dev.mu.Unlock()
-	if err := s.dev.srqs.live(op, "srq", s.Handle, s); err != nil {
+	d := s.dev
+	resize := m.Mask&qp.SRQMaxWR != 0
+	if m.Mask&^(qp.SRQMaxWR|qp.SRQLimit) != 0 {
+		return errf(op, syscall.EINVAL, "attr_mask: unknown bits 0x%x", uint8(m.Mask&^(qp.SRQMaxWR|qp.SRQLimit)))
+	}
+	if resize && (m.MaxWR < 1 || m.MaxWR > d.cfg.MaxSRQWR) {
+		return errf(op, syscall.EINVAL, "max_wr: %d not in 1..%d", m.MaxWR, d.cfg.MaxSRQWR)
+	}
+	s.postMu.Lock() // a PostRecv in progress writes the ring we replace
+	defer s.postMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.srqs.live(op, "srq", s.Handle, s); err != nil {
 		return err
 	}
-	if limit > s.MaxWR {
-		return errf(op, syscall.EINVAL, "srq_limit: %d exceeds max_wr %d", limit, s.MaxWR)
+	if err := d.checkOpenLocked(op); err != nil {
+		return err
+	}
+	slots, limit := s.MaxWR, s.Limit
+	if resize {
+		slots = ring.SlotCount(m.MaxWR)
+	}
+	if m.Mask&qp.SRQLimit != 0 {
+		limit = m.SRQLimit
+	}
+	if limit > slots {
+		if m.Mask&qp.SRQLimit != 0 {
+			return errf(op, syscall.EINVAL, "srq_limit: %d exceeds max_wr %d", limit, slots)
+		}
+		return errf(op, syscall.EINVAL, "max_wr: %d is below the armed srq_limit %d", slots, limit)
+	}
+	if resize {
+		if err := s.resizeLocked(op, slots); err != nil {
+			return err
+		}
 	}
 	s.Limit = limit
+	return nil
+}
+
+// resizeLocked moves the SRQ to a ring of slots slots, carrying the WQEs
+// that wait. Device.mu (all of it) and postMu held: no engine takes from
+// the ring and no daemon poster writes it meanwhile.
+func (s *SRQ) resizeLocked(op string, slots uint32) error {
+	n, err := s.cons.Pending()
+	if err != nil {
+		n = 0 // a corrupt producer index: the waiting WQEs are unknowable
+	}
+	if slots < n {
+		return errf(op, syscall.EINVAL, "max_wr: %d cannot hold the %d WRs in the queue", slots, n)
+	}
+	slotSize := s.ring.SlotSize()
+	region, err := ring.NewRegion(fmt.Sprintf("rdmafs-srq%d", s.Handle), ring.Size(slotSize, slots))
+	if err != nil {
+		return errf(op, syscall.ENOMEM, "%v", err)
+	}
+	r, err := ring.Init(region.Bytes(), ring.KindSRQ, slotSize, slots)
+	if err != nil {
+		region.Close()
+		return errf(op, syscall.ENOMEM, "%v", err)
+	}
+	p := ring.NewProducer(r)
+	for i := uint32(0); i < n; i++ {
+		copy(p.Next(), s.cons.Peek(i))
+		p.Advance()
+	}
+	p.Publish()
+	old := s.region
+	s.region, s.ring, s.cons, s.MaxWR = region, r, ring.NewConsumer(r), slots
+	old.Close()
 	return nil
 }
 

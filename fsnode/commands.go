@@ -15,6 +15,7 @@ import (
 
 	"rdmafs/device"
 	"rdmafs/qp"
+	"rdmafs/ring"
 )
 
 // clip shortens user input quoted back in a message.
@@ -108,19 +109,19 @@ func cqRingWrite(ctx context.Context, p []byte, off int64) (int, error) {
 	return 0, invalid("cq_ring", "a CQ ring takes no writes (map it to consume completions)")
 }
 
-// replaceRing swaps the ring file of a resized CQ for one on the new
-// ring, and tells the kernel to forget the old name so the next open finds
-// the new file; open handles and mappings of the old one keep the old
-// memory. Preconditions: the CQ's ringMu is held.
-func (t *tree) replaceRing(ctx context.Context, o *object, cq *device.CQ, cur **shared) error {
-	reg := cq.Region()
+// replaceRing swaps the ring file of a resized CQ or SRQ for one on its
+// new ring reg, and tells the kernel to forget the old name so the next
+// open finds the new file; open handles and mappings of the old one keep
+// the old memory. Preconditions: the object's ringMu is held.
+func (t *tree) replaceRing(ctx context.Context, o *object, op string, reg *ring.Region,
+	write func(context.Context, []byte, int64) (int, error), cur **shared) error {
 	ow := o.owner
 	ow.perm = 0600
 	s, err := newShared(ow, reg.Fd(), uint64(reg.Size()))
 	if err != nil {
-		return &device.Error{Op: "resize_cq", Errno: syscall.ENOMEM, Err: err}
+		return &device.Error{Op: op, Errno: syscall.ENOMEM, Err: err}
 	}
-	s.read, s.write = preadFd, cqRingWrite
+	s.read, s.write = preadFd, write
 	d := &o.dir.Inode
 	ch := d.NewPersistentInode(ctx, s, fs.StableAttr{Mode: syscall.S_IFREG})
 	d.AddChild("ring", ch, true)

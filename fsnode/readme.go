@@ -17,6 +17,9 @@ lower-case, without the IBV_ prefix.
   device            ibv_query_device: key=value lines (max_qp, max_sge, ...)
   port              ibv_query_port(1): state, max_mtu, active_mtu (bytes), gid, ...
   counters          device counters: key=value lines
+  clock             the device clock now (ibv_query_rt_values_ex), read at
+                    open: raw_clock (ticks at device's hca_core_clock kHz,
+                    never going back) and wallclock_ns (ns since the epoch)
   events            async events (ibv_get_async_event), one line each:
                     "event=comm_est qp=17". Every open has its own copy of the
                     events of its user's objects (root: of all), starting with
@@ -65,6 +68,9 @@ is at most 256 bytes, in answers and error files alike.
   mr/new   pd=H implicit=1 access=...,on_demand  (all of the writer's memory)
   mw/new   pd=H [type=1|2]
   cq/new   cqe=N [comp_vector=0]
+           [wc_flags=completion_timestamp,completion_timestamp_wallclock]
+           (each completion then carries the device clock and/or the wall
+           clock of its making: completion_ts, completion_wallclock_ns)
   srq/new  pd=H max_wr=N max_sge=N [srq_limit=N]
   ah/new   pd=H dgid=GID [sl=N hop_limit=N traffic_class=N flow_label=N sgid_index=0 port_num=1 ...]
   qp/new   pd=H qp_type=rc|uc|ud send_cq=H recv_cq=H [srq=H] max_send_wr=N
@@ -116,7 +122,7 @@ qp/N/
              A write() of anything to sq or rq is the doorbell.
 
 cq/H/
-  attr     cqe overflowed pending (completions not polled) armed
+  attr     cqe wc_flags overflowed pending (completions not polled) armed
            (none|next|solicited) overflows (times it overflowed)
   ring     the completion ring (binary, mmap it); it is replaced by a new file
            after a resize, which clients must map again
@@ -131,7 +137,10 @@ cq/H/
   channel  a symlink to a FIFO in RUNTIME that receives one line
            per completion event: a pollable fd for event loops
 
-srq/H/     ring, post_recv (as qp), ctl: modify srq_limit=N
+srq/H/     ring, post_recv (as qp), ctl: modify [max_wr=N] [srq_limit=N]
+           (ibv_modify_srq; max_wr resizes the queue as a CQ resize does:
+           the waiting WRs move to a new ring file, which clients must map
+           again, and EINVAL if they would not fit or the limit would not)
 mr/H/mem   the registered memory: mmap it, or read and write it at offsets
            (dd conv=notrunc, cat). Truncation is ignored, so "> mem" writes
            from offset 0.

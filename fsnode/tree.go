@@ -79,6 +79,7 @@ func (r *root) OnAdd(ctx context.Context) {
 	addChild(ctx, in, "device", ro(t.deviceText), syscall.S_IFREG)
 	addChild(ctx, in, "port", ro(t.portText), syscall.S_IFREG)
 	addChild(ctx, in, "counters", ro(t.countersText), syscall.S_IFREG)
+	addChild(ctx, in, "clock", ro(t.clockText), syscall.S_IFREG)
 	addChild(ctx, in, "events", &file{owner: sys, readable: true, open: t.openEvents}, syscall.S_IFREG)
 	addChild(ctx, in, "capture", t.captureFile(sys), syscall.S_IFREG)
 	addChild(ctx, in, "lease", t.leaseFile(), syscall.S_IFREG)
@@ -141,6 +142,8 @@ func (t *tree) deviceText() string {
 	kv("reserved_operations", a.ReservedOps)
 	kv("engines", t.dev.Config().Engines)
 	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
+	kv("hca_core_clock", a.HCACoreClock)
+	kv("completion_timestamp_mask", fmt.Sprintf("0x%016x", a.CompletionTimestampMask))
 	// What one user other than root may take (root: the limits above).
 	cfg := t.dev.Config()
 	sh := cfg.UserShares()
@@ -157,6 +160,12 @@ func (t *tree) deviceText() string {
 	kv("max_event_readers_per_user", device.MaxEventReaders)
 	kv("max_captures_per_user", device.MaxCaptureReaders)
 	return b.String()
+}
+
+// clockText is the device clock and the wall clock at one instant.
+func (t *tree) clockText() string {
+	ticks, wall := t.dev.RawClock()
+	return lines("raw_clock", ticks, "wallclock_ns", wall)
 }
 
 func (t *tree) portText() string {
@@ -505,23 +514,43 @@ func (t *tree) createSRQ(ctx context.Context, text string) (string, error) {
 		return "", err
 	}
 	o := t.newObject(ctx, "srq", srq.Handle)
-	o.destroy = srq.Destroy
 	reg := srq.Region()
-	ring, _, err := o.sharedEntry("ring", reg.Fd(), uint64(reg.Size()), preadFd, doorbell(nil))
+	ring, ringNode, err := o.sharedEntry("ring", reg.Fd(), uint64(reg.Size()), preadFd, doorbell(nil))
 	if err != nil {
 		srq.Destroy()
 		return "", &device.Error{Op: "create_srq", Errno: syscall.ENOMEM, Err: err}
 	}
+	// ringMu serialises resizes, which replace the ring file, with each
+	// other and with the destroy; ringNode is the current ring file.
+	var ringMu sync.Mutex
+	o.destroy = func() error {
+		ringMu.Lock()
+		defer ringMu.Unlock()
+		return srq.Destroy()
+	}
+	o.cleanup = append(o.cleanup, func() {
+		ringMu.Lock()
+		ringNode.close()
+		ringMu.Unlock()
+	})
 	ctl := o.cmdFile("modify_srq", func(ctx context.Context, text string) error {
 		cmd, rest := splitCommand(text)
 		if cmd != "modify" {
-			return invalid("modify_srq", "unknown command %q (want: modify srq_limit=N)", clip(cmd))
+			return invalid("modify_srq", "unknown command %q (want: modify [max_wr=N] [srq_limit=N])", clip(cmd))
 		}
-		limit, err := oneNumber(rest, "srq_limit")
+		m, err := qp.ParseModifySRQ(rest)
 		if err != nil {
 			return err
 		}
-		return srq.Modify(limit)
+		ringMu.Lock()
+		defer ringMu.Unlock()
+		if err := srq.ModifyAttr(m); err != nil {
+			return err
+		}
+		if m.Mask&qp.SRQMaxWR == 0 {
+			return nil
+		}
+		return t.replaceRing(ctx, o, "modify_srq", srq.Region(), doorbell(nil), &ringNode)
 	})
 	post := o.cmdFile("post_srq_recv", func(ctx context.Context, text string) error {
 		return postLines("post_srq_recv", text, qp.ParseRecvWR, srq.PostRecv)
@@ -671,7 +700,7 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 		if err := cq.Resize(n); err != nil {
 			return err
 		}
-		return t.replaceRing(ctx, o, cq, &ringNode)
+		return t.replaceRing(ctx, o, "resize_cq", cq.Region(), cqRingWrite, &ringNode)
 	})
 	poll := o.fileNode(0600, true, false, func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 		h := &stream{}
@@ -723,7 +752,7 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 	ow.perm = 0777
 	t.publish(ctx, o, func() string {
 		s := cq.Status()
-		return lines("cqe", s.CQE, "overflowed", boolNum(s.Overflowed),
+		return lines("cqe", s.CQE, "wc_flags", cq.WCFlags, "overflowed", boolNum(s.Overflowed),
 			"pending", s.Pending, "armed", s.Armed, "overflows", s.Overflows)
 	}, ringEntry, named("poll", entry{node: poll, mode: syscall.S_IFREG}),
 		named("notify", entry{node: notify, mode: syscall.S_IFREG}),

@@ -43,7 +43,7 @@ func TestRootFiles(t *testing.T) {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	want := "README ah capture cm counters cq device doorbell events faults lease mr mw pd port qp srq sys"
+	want := "README ah capture clock cm counters cq device doorbell events faults lease mr mw pd port qp srq sys"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("root: %q, want %q", got, want)
 	}

@@ -100,12 +100,15 @@ static int attach_channel(struct rf_context *ctx, struct rf_cq *cq, struct ibv_c
 
 static void init_cq_ex_ops(struct rf_cq *cq);
 
+/* cq_new makes a CQ; wc_flags asks for the completion timestamps
+ * (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP{,_WALLCLOCK}), which the daemon
+ * then writes into each CQE. */
 static struct rf_cq *cq_new(struct ibv_context *context, int cqe, void *cq_context,
-			    struct ibv_comp_channel *channel, int comp_vector)
+			    struct ibv_comp_channel *channel, int comp_vector, uint64_t wc_flags)
 {
 	struct rf_context *ctx = to_rctx(context);
 	struct rf_cq *cq;
-	char req[64];
+	char req[128];
 	int err;
 
 	if (cqe <= 0 || cqe > ctx->attr.max_cqe || comp_vector < 0 ||
@@ -119,7 +122,13 @@ static struct rf_cq *cq_new(struct ibv_context *context, int cqe, void *cq_conte
 		return NULL;
 	}
 	cq->fifo_fd = -1;
-	snprintf(req, sizeof(req), "cqe=%d", cqe);
+	int n = snprintf(req, sizeof(req), "cqe=%d", cqe);
+	if (wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) {
+		const char *ts = (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ? "completion_timestamp" : "";
+		const char *wall = (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+					   ? "completion_timestamp_wallclock" : "";
+		snprintf(req + n, sizeof(req) - n, " wc_flags=%s%s%s", ts, *ts && *wall ? "," : "", wall);
+	}
 	if ((err = rf_transact(ctx, "cq", req, &cq->handle)))
 		goto fail_free;
 	if ((err = map_cq_ring(ctx, cq)))
@@ -149,7 +158,7 @@ fail_free:
 struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
 			     struct ibv_comp_channel *channel, int comp_vector)
 {
-	struct rf_cq *cq = cq_new(context, cqe, cq_context, channel, comp_vector);
+	struct rf_cq *cq = cq_new(context, cqe, cq_context, channel, comp_vector, 0);
 
 	return cq ? ibv_cq_ex_to_cq(&cq->cq) : NULL;
 }
@@ -437,6 +446,14 @@ static unsigned int cqx_read_wc_flags(struct ibv_cq_ex *c) { return rf_get16(cur
 static uint32_t cqx_read_slid(struct ibv_cq_ex *c) { return rf_get16(cur(c), RDMAFS_CQE_OFF_SLID); }
 static uint8_t cqx_read_sl(struct ibv_cq_ex *c) { return cur(c)[RDMAFS_CQE_OFF_SL]; }
 static uint8_t cqx_read_dlid_path_bits(struct ibv_cq_ex *c) { return cur(c)[RDMAFS_CQE_OFF_DLID_PATH_BITS]; }
+/* The device clock (ticks at hca_core_clock kHz) and the wall clock (ns
+ * since the epoch) of the completion: written by the daemon for a CQ made
+ * with their wc_flags, 0 otherwise. */
+static uint64_t cqx_read_completion_ts(struct ibv_cq_ex *c) { return rf_get64(cur(c), RDMAFS_CQE_OFF_COMPLETION_TS); }
+static uint64_t cqx_read_completion_wallclock_ns(struct ibv_cq_ex *c)
+{
+	return rf_get64(cur(c), RDMAFS_CQE_OFF_COMPLETION_WALLCLOCK);
+}
 
 static void init_cq_ex_ops(struct rf_cq *cq)
 {
@@ -455,13 +472,17 @@ static void init_cq_ex_ops(struct rf_cq *cq)
 	c->read_slid = cqx_read_slid;
 	c->read_sl = cqx_read_sl;
 	c->read_dlid_path_bits = cqx_read_dlid_path_bits;
+	c->read_completion_ts = cqx_read_completion_ts;
+	c->read_completion_wallclock_ns = cqx_read_completion_wallclock_ns;
 }
 
-/* What an extended CQ can report: the fields of ibv_wc. Timestamps, flow
- * tags, VLANs and tag matching are absent by design (EOPNOTSUPP). */
+/* What an extended CQ can report: the fields of ibv_wc and the completion
+ * timestamps (device clock and wall clock). Flow tags, VLANs and tag
+ * matching are absent by design (EOPNOTSUPP). */
 #define RF_CQ_WC_FLAGS (IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | \
 			IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | \
-			IBV_WC_EX_WITH_DLID_PATH_BITS)
+			IBV_WC_EX_WITH_DLID_PATH_BITS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | \
+			IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 
 struct ibv_cq_ex *rf_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
 {
@@ -480,7 +501,7 @@ struct ibv_cq_ex *rf_create_cq_ex(struct ibv_context *context, struct ibv_cq_ini
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	cq = cq_new(context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector);
+	cq = cq_new(context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector, attr->wc_flags);
 	if (!cq)
 		return NULL;
 	cq->wc_flags_req = attr->wc_flags;

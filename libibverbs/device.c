@@ -274,12 +274,16 @@ static int load_attrs(struct rf_context *ctx)
 	a->hw_ver = kv(text, "hw_ver");
 	a->max_qp = kv(text, "max_qp");
 	a->max_qp_wr = kv(text, "max_qp_wr");
-	/* An SRQ's ring is fixed when it is made (ibv_modify_srq's max_wr is
-	 * EOPNOTSUPP here), whatever the daemon's flags say. */
-	a->device_cap_flags = kv(text, "device_cap_flags") & ~(uint64_t)IBV_DEVICE_SRQ_RESIZE;
+	/* SRQ_RESIZE among them: ibv_modify_srq with IBV_SRQ_MAX_WR moves
+	 * the SRQ to a new ring (srq.c). */
+	a->device_cap_flags = kv(text, "device_cap_flags");
 	/* The bits past 31 are the kernel's IB_UVERBS_DEVICE_* (ATOMIC_WRITE
 	 * is 1 << 40), which libibverbs passes through as they are. */
-	ctx->cap_flags_ex = (kv(text, "device_cap_flags_ex") | a->device_cap_flags) & ~(uint64_t)IBV_DEVICE_SRQ_RESIZE;
+	ctx->cap_flags_ex = kv(text, "device_cap_flags_ex") | a->device_cap_flags;
+	/* The device clock of completion timestamps and of
+	 * ibv_query_rt_values_ex, in kHz. */
+	ctx->hca_core_clock = kv(text, "hca_core_clock");
+	ctx->ts_mask = kv(text, "completion_timestamp_mask");
 	a->max_sge = kv(text, "max_sge");
 	a->max_sge_rd = kv(text, "max_sge_rd");
 	a->max_cq = kv(text, "max_cq");
@@ -359,6 +363,8 @@ int rf_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
 	a.max_dm_size = RF_MAX_DM_SIZE;
 	a.device_cap_flags_ex = to_rctx(c)->cap_flags_ex;
+	a.hca_core_clock = to_rctx(c)->hca_core_clock;
+	a.completion_timestamp_mask = to_rctx(c)->ts_mask;
 	/* On-demand paging: the daemon reaches an ODP MR through the
 	 * program's address space (mr.c), for every operation of every
 	 * transport, and the implicit MR over all of it. */
@@ -370,6 +376,31 @@ int rf_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 						    IBV_ODP_SUPPORT_SRQ_RECV;
 	a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
+	return 0;
+}
+
+/* ibv_query_rt_values_ex: the device clock now, from MOUNT/clock. As
+ * mlx5 reports it, the raw ticks (hca_core_clock kHz) are in tv_nsec and
+ * tv_sec is 0. */
+static int rf_query_rt_values(struct ibv_context *c, struct ibv_values_ex *values)
+{
+	char text[256];
+	uint64_t raw = 0;
+	int err;
+
+	if (values->comp_mask & ~(uint32_t)IBV_VALUES_MASK_RAW_CLOCK)
+		return EINVAL;
+	if (!(values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK))
+		return 0;
+	if ((err = rf_read_file(to_rctx(c), "clock", text, sizeof(text))))
+		return err;
+	if (rf_kv_u64(text, "raw_clock", &raw)) {
+		rf_log("query_rt_values: the daemon's clock file has no raw_clock: %s", text);
+		return EIO;
+	}
+	values->raw_clock.tv_sec = 0;
+	values->raw_clock.tv_nsec = raw;
+	values->comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
 	return 0;
 }
 
@@ -577,6 +608,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ops.bind_mw = rf_bind_mw;
 	ctx->vctx.query_port = rf_query_port;
 	ctx->vctx.query_device_ex = rf_query_device_ex;
+	ctx->vctx.query_rt_values = rf_query_rt_values;
 	ctx->vctx.advise_mr = rf_advise_mr;
 	ctx->vctx.create_qp_ex = rf_create_qp_ex;
 	ctx->vctx.create_cq_ex = rf_create_cq_ex;

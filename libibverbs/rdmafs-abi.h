@@ -98,7 +98,13 @@
 #define RDMAFS_CQE_OFF_SLID           34 /* ring.CQEOffSLID: u16 */
 #define RDMAFS_CQE_OFF_SL             36 /* ring.CQEOffSL: u8 */
 #define RDMAFS_CQE_OFF_DLID_PATH_BITS 37 /* ring.CQEOffDLIDPathBits: u8 */
-#define RDMAFS_CQE_OFF_RESERVED       38 /* ring.CQEOffReserved: 26 bytes, zero */
+#define RDMAFS_CQE_OFF_RESERVED       38 /* ring.CQEOffReserved: 2 bytes, zero */
+
+/* The completion timestamps, zero unless the CQ was created with their
+ * wc_flags (qp.CQTimestamp, qp.CQTimestampWallclock). */
+#define RDMAFS_CQE_OFF_COMPLETION_TS        40 /* ring.CQEOffCompletionTS: u64 device clock, hca_core_clock kHz ticks */
+#define RDMAFS_CQE_OFF_COMPLETION_WALLCLOCK 48 /* ring.CQEOffCompletionWallclock: u64 wall-clock ns since the Unix epoch */
+#define RDMAFS_CQE_OFF_RESERVED2            56 /* ring.CQEOffReserved2: 8 bytes, zero */
 
 /* Field limits of the send WQE header. */
 #define RDMAFS_MAX_SEND_SGE   0xFF   /* ring.MaxSendSGE: num_sge is a u8 */

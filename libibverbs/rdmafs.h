@@ -78,6 +78,7 @@ struct rf_context {
 	struct rf_ring bell; /* MOUNT/doorbell (futex), bell.base NULL if absent */
 	struct ibv_device_attr attr;
 	uint64_t cap_flags_ex; /* device_cap_flags_ex (IB_UVERBS_DEVICE_* bits) */
+	uint64_t hca_core_clock, ts_mask; /* the device clock: kHz, timestamp bits */
 	struct rf_port port;
 	uint32_t max_inline;
 

@@ -92,22 +92,54 @@ struct ibv_srq *rf_create_srq_ex(struct ibv_context *context, struct ibv_srq_ini
 	return srq_new(init->pd, init->srq_context, &init->attr);
 }
 
+/* ibv_modify_srq. With IBV_SRQ_MAX_WR the daemon moves the WRs that wait
+ * to a new ring (srq/H/ring is then a new file), as it does for a CQ
+ * resize: we map it in place of the old one, holding the SRQ's lock so
+ * that no post lands in the old ring meanwhile. The posted WRs keep their
+ * order; the new producer index is the daemon's. */
 int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
 	struct rf_srq *s = to_rsrq(srq);
-	char path[64], cmd[64];
+	struct rf_context *ctx = to_rctx(srq->context);
+	char path[64], cmd[96];
+	int n, err;
 
 	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
 		return EINVAL;
-	if (mask & IBV_SRQ_MAX_WR)
-		return EOPNOTSUPP; /* the ring is fixed at creation */
-	if (!(mask & IBV_SRQ_LIMIT))
+	if (!mask)
 		return 0;
-	if (attr->srq_limit > s->max_wr)
+	if (mask == IBV_SRQ_LIMIT && attr->srq_limit > s->max_wr)
+		return EINVAL;
+	if ((mask & IBV_SRQ_MAX_WR) && (!attr->max_wr || attr->max_wr > (uint32_t)ctx->attr.max_srq_wr))
 		return EINVAL;
 	snprintf(path, sizeof(path), "srq/%u/ctl", s->handle);
-	snprintf(cmd, sizeof(cmd), "modify srq_limit=%u", attr->srq_limit);
-	return rf_command(to_rctx(srq->context), path, cmd);
+	n = snprintf(cmd, sizeof(cmd), "modify");
+	if (mask & IBV_SRQ_MAX_WR)
+		n += snprintf(cmd + n, sizeof(cmd) - n, " max_wr=%u", attr->max_wr);
+	if (mask & IBV_SRQ_LIMIT)
+		snprintf(cmd + n, sizeof(cmd) - n, " srq_limit=%u", attr->srq_limit);
+	if (!(mask & IBV_SRQ_MAX_WR))
+		return rf_command(ctx, path, cmd);
+
+	pthread_spin_lock(&s->lock);
+	if ((err = rf_command(ctx, path, cmd))) {
+		pthread_spin_unlock(&s->lock);
+		return err;
+	}
+	struct rf_ring old = s->ring;
+	snprintf(path, sizeof(path), "srq/%u/ring", s->handle);
+	err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_SRQ, &s->ring);
+	if (err) {
+		/* The daemon moved on; posts to the old ring are lost. */
+		s->ring = old;
+		rf_log("modify_srq: srq %u was resized but its new ring does not map (%d)", s->handle, err);
+	} else {
+		s->ring.head = rf_load_acq(s->ring.prod);
+		s->max_wr = s->ring.slot_count;
+		rf_ring_unmap(&old);
+	}
+	pthread_spin_unlock(&s->lock);
+	return err;
 }
 
 int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)

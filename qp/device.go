@@ -41,4 +41,10 @@ type DeviceAttr struct {
 	// ReservedOps: send WQEs each QP keeps for the device (rdmavt's
 	// reserved_operations), beyond max_send_wr.
 	ReservedOps uint32
+	// HCACoreClock is the rate of the device clock that completion
+	// timestamps read, in kHz (ibv_device_attr_ex.hca_core_clock), and
+	// CompletionTimestampMask the bits a timestamp has (all 64: the
+	// clock does not wrap in practice).
+	HCACoreClock            uint64
+	CompletionTimestampMask uint64
 }

@@ -1,6 +1,9 @@
 package qp
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Create requests: the one line written to a */new transaction file. Each
 // parser checks the grammar, required keys and field widths; the device
@@ -229,9 +232,67 @@ func ParseCreateMW(s string) (CreateMW, error) {
 type CreateCQ struct {
 	CQE        uint32
 	CompVector uint32
+	// WCFlags are the optional fields the CQ's completions carry
+	// (ibv_cq_init_attr_ex's wc_flags, of those the device does not always
+	// write): the completion timestamps. The device reads its clocks only
+	// for a CQ that asked.
+	WCFlags CQWCFlags
 }
 
-// ParseCreateCQ parses `cqe=N [comp_vector=N]`.
+// CQWCFlags are a CQ's optional completion fields, as text
+// wc_flags=completion_timestamp,completion_timestamp_wallclock (the names
+// of IBV_WC_EX_WITH_COMPLETION_TIMESTAMP{,_WALLCLOCK}).
+type CQWCFlags uint8
+
+const (
+	// CQTimestamp: each CQE carries the device clock (ticks at
+	// hca_core_clock kHz) of its completion.
+	CQTimestamp CQWCFlags = 1 << 0
+	// CQTimestampWallclock: each CQE carries the wall-clock time of its
+	// completion, in nanoseconds since the Unix epoch.
+	CQTimestampWallclock CQWCFlags = 1 << 1
+)
+
+var cqWCFlagNames = []struct {
+	f    CQWCFlags
+	name string
+}{
+	{CQTimestamp, "completion_timestamp"},
+	{CQTimestampWallclock, "completion_timestamp_wallclock"},
+}
+
+// String is the comma-separated list of the flags' names ("" for none).
+func (f CQWCFlags) String() string {
+	var b strings.Builder
+	for _, n := range cqWCFlagNames {
+		if f&n.f != 0 {
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(n.name)
+		}
+	}
+	return b.String()
+}
+
+func parseCQWCFlags(key, v string) (CQWCFlags, error) {
+	var f CQWCFlags
+	for _, w := range strings.Split(v, ",") {
+		found := false
+		for _, n := range cqWCFlagNames {
+			if w == n.name {
+				f |= n.f
+				found = true
+			}
+		}
+		if !found {
+			return 0, textErr(key, fmt.Sprintf("unknown flag %q (want completion_timestamp, completion_timestamp_wallclock)", w))
+		}
+	}
+	return f, nil
+}
+
+// ParseCreateCQ parses `cqe=N [comp_vector=N] [wc_flags=F,...]`.
 func ParseCreateCQ(s string) (CreateCQ, error) {
 	var c CreateCQ
 	err := textKeys(s, map[string]func(string) error{
@@ -243,6 +304,7 @@ func ParseCreateCQ(s string) (CreateCQ, error) {
 			return
 		},
 		"comp_vector": textInto("comp_vector", &c.CompVector, textFull[uint32]),
+		"wc_flags":    textInto("wc_flags", &c.WCFlags, parseCQWCFlags),
 	}, "cqe")
 	if err != nil {
 		return CreateCQ{}, err
@@ -269,6 +331,62 @@ func ParseCreateSRQ(s string) (CreateSRQ, error) {
 		return CreateSRQ{}, err
 	}
 	return c, nil
+}
+
+// ModifySRQ is an srq/H/ctl modify, ibv_modify_srq: the attributes whose
+// bits are in Mask change.
+type ModifySRQ struct {
+	Mask     SRQAttrMask
+	MaxWR    uint32 // SRQMaxWR: resize the queue to at least this many WRs
+	SRQLimit uint32 // SRQLimit: arm the limit event (0 disarms)
+}
+
+// SRQAttrMask is ibv_srq_attr_mask.
+type SRQAttrMask uint8
+
+const (
+	SRQMaxWR SRQAttrMask = 1 << 0 // IBV_SRQ_MAX_WR
+	SRQLimit SRQAttrMask = 1 << 1 // IBV_SRQ_LIMIT
+)
+
+// ParseModifySRQ parses the arguments of `modify [max_wr=N] [srq_limit=N]`
+// (at least one).
+func ParseModifySRQ(s string) (ModifySRQ, error) {
+	var m ModifySRQ
+	err := textKeys(s, map[string]func(string) error{
+		"max_wr": func(v string) (err error) {
+			m.Mask |= SRQMaxWR
+			m.MaxWR, err = textFull[uint32]("max_wr", v)
+			if err == nil && m.MaxWR == 0 {
+				err = textErr("max_wr", "out of range: 0 < 1")
+			}
+			return
+		},
+		"srq_limit": func(v string) (err error) {
+			m.Mask |= SRQLimit
+			m.SRQLimit, err = textFull[uint32]("srq_limit", v)
+			return
+		},
+	})
+	if err == nil && m.Mask == 0 {
+		err = &Error{Msg: "nothing to modify (want max_wr=N and/or srq_limit=N)"}
+	}
+	if err != nil {
+		return ModifySRQ{}, err
+	}
+	return m, nil
+}
+
+// FormatModifySRQ is the srq/H/ctl line of m, the command included.
+func FormatModifySRQ(m *ModifySRQ) string {
+	l := textLine{b: []byte("modify")}
+	if m.Mask&SRQMaxWR != 0 {
+		l.num("max_wr", uint64(m.MaxWR))
+	}
+	if m.Mask&SRQLimit != 0 {
+		l.num("srq_limit", uint64(m.SRQLimit))
+	}
+	return l.String()
 }
 
 // CreateAH is an ah/new request.
@@ -376,6 +494,9 @@ func FormatCreateCQ(c *CreateCQ) string {
 	l.num("cqe", uint64(c.CQE))
 	if c.CompVector != 0 {
 		l.num("comp_vector", uint64(c.CompVector))
+	}
+	if c.WCFlags != 0 {
+		l.str("wc_flags", c.WCFlags.String())
 	}
 	return l.String()
 }

@@ -3,6 +3,7 @@ package qp
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -143,6 +144,9 @@ func TestParseCreateCQ(t *testing.T) {
 		{"cqe=1", CreateCQ{CQE: 1}},
 		{"cqe=0xffffffff comp_vector=0", CreateCQ{CQE: 0xffffffff}},
 		{"comp_vector=3\tcqe=16", CreateCQ{CQE: 16, CompVector: 3}},
+		{"cqe=4 wc_flags=completion_timestamp", CreateCQ{CQE: 4, WCFlags: CQTimestamp}},
+		{"cqe=4 wc_flags=completion_timestamp_wallclock,completion_timestamp",
+			CreateCQ{CQE: 4, WCFlags: CQTimestamp | CQTimestampWallclock}},
 	}
 	for _, c := range good {
 		got, err := ParseCreateCQ(c.in)
@@ -158,6 +162,8 @@ func TestParseCreateCQ(t *testing.T) {
 		{"cqe=1 comp_vector=-1", "comp_vector", "out of range: -1 < 0"},
 		{"cqe=1 cqe=2", "cqe", "repeated key"},
 		{"cqe=1 pd=1", "pd", "unknown key"},
+		{"cqe=1 wc_flags=flow_tag", "wc_flags", "unknown flag"},
+		{"cqe=1 wc_flags=completion_timestamp,", "wc_flags", "unknown flag"},
 	}
 	for _, c := range bad {
 		_, err := ParseCreateCQ(c.in)
@@ -191,6 +197,38 @@ func TestParseCreateSRQ(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, err := ParseCreateSRQ(c.in)
+		wantTextErr(t, c.in, err, c.key, c.msg)
+	}
+}
+
+func TestParseModifySRQ(t *testing.T) {
+	good := []struct {
+		in   string
+		want ModifySRQ
+	}{
+		{"max_wr=16", ModifySRQ{Mask: SRQMaxWR, MaxWR: 16}},
+		{"srq_limit=0", ModifySRQ{Mask: SRQLimit}},
+		{"srq_limit=0x4 max_wr=8", ModifySRQ{Mask: SRQMaxWR | SRQLimit, MaxWR: 8, SRQLimit: 4}},
+	}
+	for _, c := range good {
+		got, err := ParseModifySRQ(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+		line := FormatModifySRQ(&got)
+		if back, err := ParseModifySRQ(strings.TrimPrefix(line, "modify ")); err != nil || back != got || !strings.HasPrefix(line, "modify ") {
+			t.Errorf("%q: %q does not parse back: %+v %v", c.in, line, back, err)
+		}
+	}
+	bad := []struct{ in, key, msg string }{
+		{"", "", "nothing to modify"},
+		{"max_wr=0", "max_wr", "out of range: 0 < 1"},
+		{"max_wr=4294967296", "max_wr", "out of range"},
+		{"max_wr=1 max_wr=2", "max_wr", "repeated key"},
+		{"limit=1", "limit", "unknown key"},
+	}
+	for _, c := range bad {
+		_, err := ParseModifySRQ(c.in)
 		wantTextErr(t, c.in, err, c.key, c.msg)
 	}
 }
@@ -296,7 +334,7 @@ func TestFormatCreateRoundTrip(t *testing.T) {
 		got, err := ParseCreateMR(line)
 		check(t, line, c, got, err)
 	}
-	for _, c := range []CreateCQ{{CQE: 1}, {CQE: 1 << 20, CompVector: 3}} {
+	for _, c := range []CreateCQ{{CQE: 1}, {CQE: 1 << 20, CompVector: 3}, {CQE: 2, WCFlags: CQTimestamp | CQTimestampWallclock}} {
 		line := FormatCreateCQ(&c)
 		got, err := ParseCreateCQ(line)
 		check(t, line, c, got, err)

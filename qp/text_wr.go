@@ -318,6 +318,8 @@ func FormatWC(wc *WC) string {
 		{"slid", uint64(wc.SLID)},
 		{"sl", uint64(wc.SL)},
 		{"dlid_path_bits", uint64(wc.DLIDPathBits)},
+		{"completion_ts", wc.CompletionTS},
+		{"completion_wallclock_ns", wc.CompletionWallclockNS},
 	} {
 		if f.v != 0 {
 			l.num(f.k, f.v)
@@ -372,6 +374,14 @@ var textWCKeys = map[string]func(wc *WC, k, v string) error{
 	"slid":           func(wc *WC, k, v string) (err error) { wc.SLID, err = textFull[uint16](k, v); return },
 	"sl":             func(wc *WC, k, v string) (err error) { wc.SL, err = textUint[uint8](k, v, 15); return },
 	"dlid_path_bits": func(wc *WC, k, v string) (err error) { wc.DLIDPathBits, err = textFull[uint8](k, v); return },
+	"completion_ts": func(wc *WC, k, v string) (err error) {
+		wc.CompletionTS, err = textFull[uint64](k, v)
+		return
+	},
+	"completion_wallclock_ns": func(wc *WC, k, v string) (err error) {
+		wc.CompletionWallclockNS, err = textFull[uint64](k, v)
+		return
+	},
 }
 
 // ParseWC is FormatWC's inverse, for tests and client tools. The five

@@ -451,6 +451,12 @@ type WC struct {
 	SLID         uint16
 	SL           uint8
 	DLIDPathBits uint8
+	// CompletionTS is the device clock (hca_core_clock kHz ticks) when the
+	// completion was made, and CompletionWallclockNS the wall-clock time
+	// then (ns since the Unix epoch); each is 0 unless the CQ was created
+	// with its wc_flags bit (CQTimestamp, CQTimestampWallclock).
+	CompletionTS          uint64
+	CompletionWallclockNS uint64
 }
 
 // AttrMask is a set of ibv_qp_attr_mask bits.

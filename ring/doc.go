@@ -202,7 +202,15 @@
 //	34 u16 slid
 //	36 u8  sl
 //	37 u8  dlid_path_bits
-//	38-63  reserved      zero
+//	38-39  reserved      zero
+//	40 u64 completion_ts            device clock, hca_core_clock kHz ticks
+//	48 u64 completion_wallclock_ns  ns since the Unix epoch
+//	56-63  reserved      zero
+//
+// The two timestamps are written only for a CQ created with their
+// wc_flags (cq/new wc_flags=completion_timestamp,
+// completion_timestamp_wallclock); otherwise they are zero, and the
+// engine reads no clock for the CQ.
 //
 // # Sizing
 //

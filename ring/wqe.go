@@ -58,7 +58,12 @@ const (
 	CQEOffSLID         = 34 // u16
 	CQEOffSL           = 36 // u8
 	CQEOffDLIDPathBits = 37 // u8
-	CQEOffReserved     = 38 // 26 bytes, zero
+	CQEOffReserved     = 38 // 2 bytes, zero
+	// The completion timestamps, zero unless the CQ was created with their
+	// wc_flags (qp.CQTimestamp, qp.CQTimestampWallclock).
+	CQEOffCompletionTS        = 40 // u64 device clock, hca_core_clock kHz ticks
+	CQEOffCompletionWallclock = 48 // u64 wall-clock ns since the Unix epoch
+	CQEOffReserved2           = 56 // 8 bytes, zero
 )
 
 // Field limits of the send WQE header.
@@ -286,7 +291,10 @@ func EncodeCQE(slot []byte, wc *qp.WC) {
 	le.PutUint16(c[CQEOffSLID:], wc.SLID)
 	c[CQEOffSL] = wc.SL
 	c[CQEOffDLIDPathBits] = wc.DLIDPathBits
-	clear(c[CQEOffReserved:])
+	clear(c[CQEOffReserved:CQEOffCompletionTS])
+	le.PutUint64(c[CQEOffCompletionTS:], wc.CompletionTS)
+	le.PutUint64(c[CQEOffCompletionWallclock:], wc.CompletionWallclockNS)
+	clear(c[CQEOffReserved2:])
 }
 
 // DecodeCQE reads the CQE in slot (at least CQESize bytes) into *wc: the
@@ -307,5 +315,8 @@ func DecodeCQE(slot []byte, wc *qp.WC) {
 		SLID:         le.Uint16(c[CQEOffSLID:]),
 		SL:           c[CQEOffSL],
 		DLIDPathBits: c[CQEOffDLIDPathBits],
+
+		CompletionTS:          le.Uint64(c[CQEOffCompletionTS:]),
+		CompletionWallclockNS: le.Uint64(c[CQEOffCompletionWallclock:]),
 	}
 }

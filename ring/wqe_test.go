@@ -364,6 +364,7 @@ func TestCQERoundTrip(t *testing.T) {
 		},
 		{WRID: 1, Status: qp.WCWRFlushErr, Opcode: qp.WCSend, QPNum: 17},
 		{Opcode: qp.WCRecv, WCFlags: qp.WCWithInv, ImmData: 0xABCD},
+		{WRID: 2, Opcode: qp.WCRDMAWrite, CompletionTS: 0x8182838485868788, CompletionWallclockNS: 0x9192939495969798},
 	} {
 		slot := bytes.Repeat([]byte{0xEE}, 64)
 		EncodeCQE(slot, &want)
@@ -373,9 +374,17 @@ func TestCQERoundTrip(t *testing.T) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
 		}
 		for i, b := range slot[CQEOffReserved:] {
-			if b != 0 {
-				t.Errorf("reserved byte %d = %#x", CQEOffReserved+i, b)
+			off := CQEOffReserved + i
+			if off >= CQEOffCompletionTS && off < CQEOffReserved2 {
+				continue // the timestamps
 			}
+			if b != 0 {
+				t.Errorf("reserved byte %d = %#x", off, b)
+			}
+		}
+		if le.Uint64(slot[CQEOffCompletionTS:]) != want.CompletionTS ||
+			le.Uint64(slot[CQEOffCompletionWallclock:]) != want.CompletionWallclockNS {
+			t.Errorf("timestamps at bytes 40 and 48: % x", slot[CQEOffCompletionTS:CQEOffReserved2])
 		}
 	}
 }

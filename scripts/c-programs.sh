@@ -16,7 +16,10 @@
 # libibverbs/tests/atomic_write (IBV_WR_ATOMIC_WRITE by ibv_post_send and by
 # ibv_wr_atomic_write), libibverbs/tests/ucx_verbs (what UCX's verbs
 # transports need: the accessibility check, 32-bit flow labels, inline and
-# SGE sends in one SQ slot), and libibverbs/tests/hostile, a program that misuses
+# SGE sends in one SQ slot), libibverbs/tests/srq_resize (ibv_modify_srq
+# with IBV_SRQ_MAX_WR), libibverbs/tests/timestamps (hca_core_clock,
+# ibv_query_rt_values_ex at its rate, completion timestamps and wall
+# clock against clock_gettime), and libibverbs/tests/hostile, a program that misuses
 # the verbs and scribbles its rings. memkinds, mrrace and heaptrim run on
 # one mount and across two that speak RoCEv2 on two loopback addresses
 # (RDMAFS_DEVICE_MOUNT=A:B: the program's memory on A, the peer on B).
@@ -47,6 +50,8 @@ for v in plain asan; do
 	cc $flags -pthread -o "$work/threads-$v" "$repo/libibverbs/tests/threads.c" -libverbs
 	cc $flags -o "$work/atomic_write-$v" "$repo/libibverbs/tests/atomic_write.c" -libverbs
 	cc $flags -o "$work/ucx_verbs-$v" "$repo/libibverbs/tests/ucx_verbs.c" -libverbs
+	cc $flags -o "$work/srq_resize-$v" "$repo/libibverbs/tests/srq_resize.c" -libverbs
+	cc $flags -o "$work/timestamps-$v" "$repo/libibverbs/tests/timestamps.c" -libverbs
 done
 hp=/proc/sys/vm/nr_hugepages
 hp_was=$(cat $hp 2>/dev/null || echo 0)
@@ -95,6 +100,8 @@ for v in plain asan; do
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 120 "$work/threads-$v" || die "threads ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/atomic_write-$v" || die "atomic_write ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/ucx_verbs-$v" || die "ucx_verbs ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/srq_resize-$v" || die "srq_resize ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/timestamps-$v" || die "timestamps ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
 	ASAN_OPTIONS=detect_leaks=0 RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- \
 		timeout 120 "$work/hostile-$v" "$M" || die "hostile ($v) failed"
@@ -110,4 +117,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs, srq_resize, timestamps and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"

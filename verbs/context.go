@@ -274,11 +274,26 @@ func (c *Context) QueryDevice() (*DeviceAttr, error) {
 		MaxSRQWR: d.u32("max_srq_wr"), MaxSRQSGE: d.u32("max_srq_sge"), MaxPKeys: d.u32("max_pkeys"),
 		LocalCAAckDelay: d.u32("local_ca_ack_delay"), PhysPortCnt: d.u32("phys_port_cnt"),
 		MaxInlineData: d.u32("max_inline_data"), MaxTotalMRBytes: d.u64("max_total_mr_bytes"),
+		HCACoreClock: d.u64("hca_core_clock"), CompletionTimestampMask: d.u64("completion_timestamp_mask"),
 	}
 	if d.err != nil {
 		return nil, d.err
 	}
 	return a, nil
+}
+
+// QueryRTValues is ibv_query_rt_values_ex: the device clock (ticks at
+// DeviceAttr.HCACoreClock kHz, the unit of WC.CompletionTS) and the wall
+// clock (ns since the Unix epoch) read by the device at one instant.
+func (c *Context) QueryRTValues() (rawClock, wallclockNS uint64, err error) {
+	const op = "query_rt_values"
+	m, err := c.keyValues(op, "clock")
+	if err != nil {
+		return 0, 0, err
+	}
+	d := kv{op: op, m: m}
+	rawClock, wallclockNS = d.u64("raw_clock"), d.u64("wallclock_ns")
+	return rawClock, wallclockNS, d.err
 }
 
 // PortAttr is ibv_port_attr as the port file reports it.

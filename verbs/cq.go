@@ -37,12 +37,29 @@ type CQ struct {
 
 // CreateCQ is ibv_create_cq: a CQ of at least cqe entries (CQE reports
 // how many it has: a power of two).
-func (c *Context) CreateCQ(cqe int) (*CQ, error) {
+func (c *Context) CreateCQ(cqe int) (*CQ, error) { return c.CreateCQEx(cqe, 0) }
+
+// CQWCFlags are the optional completion fields of CreateCQEx:
+// CQTimestamp and CQTimestampWallclock.
+type CQWCFlags = qp.CQWCFlags
+
+const (
+	// CQTimestamp is IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: WC.CompletionTS
+	// is the device clock of the completion.
+	CQTimestamp = qp.CQTimestamp
+	// CQTimestampWallclock is IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK:
+	// WC.CompletionWallclockNS is its wall-clock time.
+	CQTimestampWallclock = qp.CQTimestampWallclock
+)
+
+// CreateCQEx is ibv_create_cq_ex with the wc_flags beyond ibv_wc's fields
+// (which every CQ reports): the completion timestamps.
+func (c *Context) CreateCQEx(cqe int, wcFlags CQWCFlags) (*CQ, error) {
 	const op = "create_cq"
 	if cqe < 0 || uint64(cqe) > math.MaxUint32 {
 		return nil, errorf(op, syscall.EINVAL, "cqe: %d out of range", cqe)
 	}
-	name, err := c.transact(op, "cq", qp.FormatCreateCQ(&qp.CreateCQ{CQE: uint32(cqe)}))
+	name, err := c.transact(op, "cq", qp.FormatCreateCQ(&qp.CreateCQ{CQE: uint32(cqe), WCFlags: wcFlags}))
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,44 @@ func (s *SRQ) Query() (*SRQAttr, error) {
 
 // ModifyLimit is ibv_modify_srq with IBV_SRQ_LIMIT: arm the limit event.
 func (s *SRQ) ModifyLimit(limit uint32) error {
-	return s.ctx.command("modify_srq", fmt.Sprintf("modify srq_limit=%d", limit), "srq", hname(s.Handle), "ctl")
+	m := qp.ModifySRQ{Mask: qp.SRQLimit, SRQLimit: limit}
+	return s.ctx.command("modify_srq", qp.FormatModifySRQ(&m), "srq", hname(s.Handle), "ctl")
+}
+
+// Resize is ibv_modify_srq with IBV_SRQ_MAX_WR: the SRQ gets room for at
+// least maxWR WRs and a new ring, which is mapped in place of the old one
+// (MaxWR reports the new capacity). The WRs posted and not yet taken move
+// along; EINVAL when they would not fit, or the armed limit would not.
+func (s *SRQ) Resize(maxWR uint32) error {
+	return s.Modify(qp.ModifySRQ{Mask: qp.SRQMaxWR, MaxWR: maxWR})
+}
+
+// Modify is ibv_modify_srq: the attributes named in m.Mask (SRQMaxWR
+// resizes, as Resize; SRQLimit arms the limit event) in one command.
+func (s *SRQ) Modify(m qp.ModifySRQ) error {
+	const op = "modify_srq"
+	s.q.mu.Lock() // no post while the ring is replaced
+	defer s.q.mu.Unlock()
+	if s.q.p == nil {
+		return errorf(op, syscall.EBADF, "srq %d is destroyed or closed", s.Handle)
+	}
+	if err := s.ctx.command(op, qp.FormatModifySRQ(&m), "srq", hname(s.Handle), "ctl"); err != nil {
+		return err
+	}
+	if m.Mask&qp.SRQMaxWR == 0 {
+		return nil
+	}
+	old := s.q.region
+	reg, r, err := mapQueue(op, s.ctx.path("srq", hname(s.Handle), "ring"), ring.KindSRQ)
+	if err != nil {
+		// The daemon has moved on to the new ring; we cannot follow.
+		old.Close()
+		s.q.region, s.q.r, s.q.p = nil, nil, nil
+		return err
+	}
+	s.q.region, s.q.r, s.q.p = reg, r, ring.NewProducer(r)
+	s.MaxWR = r.SlotCount()
+	return old.Close()
 }
 
 // PostSRQRecv is ibv_post_srq_recv, through the mapped ring like PostRecv.

@@ -106,7 +106,9 @@ struct cqe {
 	uint32_t vendor_err, byte_len, imm, qp_num, src_qp;
 	uint16_t pkey_index, slid;
 	uint8_t sl, dlid_path_bits;
-	uint8_t reserved[26];
+	uint8_t reserved[2];
+	uint64_t completion_ts, completion_wallclock_ns;
+	uint8_t reserved2[8];
 };
 _Static_assert(sizeof(struct cqe) == RDMAFS_CQE_SIZE, "cqe size");
 _Static_assert(RDMAFS_CQE_SIZE == RDMAFS_MIN_SLOT_SIZE, "a CQE fills a minimal slot");
@@ -124,6 +126,10 @@ _Static_assert(offsetof(struct cqe, slid) == RDMAFS_CQE_OFF_SLID, "cqe slid");
 _Static_assert(offsetof(struct cqe, sl) == RDMAFS_CQE_OFF_SL, "cqe sl");
 _Static_assert(offsetof(struct cqe, dlid_path_bits) == RDMAFS_CQE_OFF_DLID_PATH_BITS, "cqe dlid_path_bits");
 _Static_assert(offsetof(struct cqe, reserved) == RDMAFS_CQE_OFF_RESERVED, "cqe reserved");
+_Static_assert(offsetof(struct cqe, completion_ts) == RDMAFS_CQE_OFF_COMPLETION_TS, "cqe completion_ts");
+_Static_assert(offsetof(struct cqe, completion_wallclock_ns) == RDMAFS_CQE_OFF_COMPLETION_WALLCLOCK,
+	       "cqe completion_wallclock_ns");
+_Static_assert(offsetof(struct cqe, reserved2) == RDMAFS_CQE_OFF_RESERVED2, "cqe reserved2");
 
 /* The slot fields hold the verbs.h values they are documented to hold. */
 _Static_assert(IBV_SEND_FENCE == 1 && IBV_SEND_SIGNALED == 2 &&
