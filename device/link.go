@@ -131,6 +131,8 @@ func (d *Device) poolLocked(e *engine) *packetPool {
 // wire for other IPv4-mapped GIDs, no route otherwise.
 func (d *Device) routeLocked(p *packet) {
 	switch {
+	case p.DestQP == MulticastQPN && IsMulticastGID(p.dgid):
+		d.routeMcastLocked(p)
 	case d.isLocalGID(p.dgid):
 		p.route = link.Local
 	case d.hasWire && isV4Mapped(p.dgid):

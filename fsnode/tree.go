@@ -139,6 +139,9 @@ func (t *tree) deviceText() string {
 	kv("phys_port_cnt", a.PhysPortCnt)
 	kv("max_inline_data", a.MaxInlineData)
 	kv("reserved_operations", a.ReservedOps)
+	kv("max_mcast_grp", a.MaxMcastGrp)
+	kv("max_mcast_qp_attach", a.MaxMcastQPAttach)
+	kv("max_total_mcast_qp_attach", a.MaxTotalMcastQPAttach)
 	kv("engines", t.dev.Config().Engines)
 	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
 	// What one user other than root may take (root: the limits above).
@@ -589,10 +592,19 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 				return q.Probe()
 			}
 			return q.Error()
+		case "attach_mcast", "detach_mcast":
+			gid, lid, err := parseMcast(cmd, rest)
+			if err != nil {
+				return err
+			}
+			if cmd == "attach_mcast" {
+				return q.AttachMcast(gid, lid)
+			}
+			return q.DetachMcast(gid, lid)
 		case "":
-			return invalid("modify_qp", "empty command (want: modify key=value ..., reset, error or probe)")
+			return invalid("modify_qp", "empty command (want: modify key=value ..., reset, error, probe, attach_mcast or detach_mcast)")
 		}
-		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset, error or probe)", clip(cmd))
+		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset, error, probe, attach_mcast gid=G lid=N or detach_mcast gid=G lid=N)", clip(cmd))
 	})
 	postSend := o.cmdFile("post_send", func(ctx context.Context, text string) error {
 		return postLines("post_send", text, qp.ParseSendWR, q.PostSend)

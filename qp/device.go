@@ -41,4 +41,9 @@ type DeviceAttr struct {
 	// ReservedOps: send WQEs each QP keeps for the device (rdmavt's
 	// reserved_operations), beyond max_send_wr.
 	ReservedOps uint32
+	// The multicast limits (ibv_device_attr's max_mcast_grp,
+	// max_mcast_qp_attach, max_total_mcast_qp_attach).
+	MaxMcastGrp           uint32
+	MaxMcastQPAttach      uint32
+	MaxTotalMcastQPAttach uint32
 }
