@@ -660,15 +660,27 @@ int rf_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 	return err;
 }
 
-/* Multicast needs a fabric: absent by design. */
+/* UD multicast: the daemon keeps the groups (attach_mcast/detach_mcast on
+ * the QP's ctl) and checks the IBA's rules; the errno is its answer. */
+static int mcast_command(struct ibv_qp *qp, const char *cmd, const union ibv_gid *gid, uint16_t lid)
+{
+	char text[128], path[64], g[INET6_ADDRSTRLEN];
+
+	if (!qp || !gid)
+		return EINVAL;
+	if (!inet_ntop(AF_INET6, gid->raw, g, sizeof(g)))
+		return EINVAL;
+	snprintf(text, sizeof(text), "%s gid=%s lid=%u", cmd, g, lid);
+	snprintf(path, sizeof(path), "qp/%u/ctl", to_rqp(qp)->qpn);
+	return rf_command(to_rctx(qp->context), path, text);
+}
+
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast_command(qp, "attach_mcast", gid, lid);
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast_command(qp, "detach_mcast", gid, lid);
 }
