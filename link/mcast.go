@@ -2,6 +2,7 @@ package link
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -38,11 +39,32 @@ type mcSock struct {
 	mu   sync.Mutex
 }
 
+// mcastIf is the interface multicast of a wire on address a uses: the
+// one that has a, named by a (ifindex 0), except for a loopback address
+// (127/8), whose multicast must go by the loopback interface whatever
+// device holds the address: the kernel refuses (EINVAL) a loopback source
+// on any other, and rdma-core's suite puts its address on a tap.
+func mcastIf(a [4]byte) unix.IPMreqn {
+	m := unix.IPMreqn{Address: a}
+	if a[0] == 127 {
+		if ifs, err := net.Interfaces(); err == nil {
+			for _, i := range ifs {
+				if i.Flags&net.FlagLoopback != 0 {
+					m.Ifindex = int32(i.Index)
+					break
+				}
+			}
+		}
+	}
+	return m
+}
+
 // mcastSendOpts points a sending socket's multicast at the wire's
-// interface (by its address). Best effort: a socket without it sends
-// multicast by the routing table's choice.
+// interface (mcastIf). Best effort: a socket without it sends multicast
+// by the routing table's choice.
 func mcastSendOpts(fd int, a [4]byte) {
-	unix.SetsockoptInet4Addr(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, a)
+	m := mcastIf(a)
+	unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, &m)
 	unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, 1)
 	unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, ttl)
 }
@@ -96,8 +118,9 @@ func (w *WireEndpoint) join(g [4]byte) error {
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_ALL, 0)
 	}
 	if err == nil {
-		err = unix.SetsockoptIPMreq(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP,
-			&unix.IPMreq{Multiaddr: g, Interface: w.addr})
+		m := mcastIf(w.addr)
+		m.Multiaddr = g
+		err = unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, &m)
 	}
 	if err != nil {
 		unix.Close(fd)
