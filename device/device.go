@@ -681,8 +681,11 @@ type Counters struct {
 	McastPacketsRecv atomic.Uint64
 	McastDelivered   atomic.Uint64
 	McastDropped     atomic.Uint64
-	EngineRuns       ShardedCounter
-	EngineParks      atomic.Uint64
+	// McastLoopback counts the multicast datagrams the chain handed back
+	// on this device (loopback) rather than through the wire.
+	McastLoopback atomic.Uint64
+	EngineRuns    ShardedCounter
+	EngineParks   atomic.Uint64
 	// InlineRuns counts the batches (also in EngineRuns) that the wire's
 	// receive goroutine or the doorbell ran themselves instead of waking
 	// the engine goroutine (engine.runHeldLocked).
@@ -796,6 +799,7 @@ func (c *Counters) List() []Counter {
 		{"multicast_packets_recv", c.McastPacketsRecv.Load()},
 		{"multicast_delivered", c.McastDelivered.Load()},
 		{"multicast_dropped", c.McastDropped.Load()},
+		{"multicast_loopback", c.McastLoopback.Load()},
 		{"engine_runs", c.EngineRuns.Load()},
 		{"engine_parks", c.EngineParks.Load()},
 		{"engine_inline_runs", c.InlineRuns.Load()},

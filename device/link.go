@@ -177,6 +177,9 @@ func (x *dispatcher) DeliverLocal(lp link.Packet) {
 	p := lp.(*packet)
 	p.local = true
 	d := (*Device)(x)
+	if p.DestQP == MulticastQPN {
+		d.Counters.McastLoopback.Add(1)
+	}
 	d.receiveLocked(p, d.chainEngine())
 }
 
