@@ -85,6 +85,13 @@ qp/N/
                probe                  RC in RTS: a zero-length RDMA WRITE from one of the
                                       device's reserved WQEs (no slot of sq, no CQE);
                                       its outcome and round trip show in counters
+               attach_mcast gid=G lid=N   UD: ibv_attach_mcast; the QP receives what is
+                                      sent to the group G (ah=H with dgid=G and
+                                      remote_qpn=16777215), whoever sent it; G is
+                                      ff.. or ::ffff:224.x.y.z (an IP group on the
+                                      wire); N a multicast LID (0xc000-0xfffe) on a
+                                      local mount, ignored on the wire
+               detach_mcast gid=G lid=N   ibv_detach_mcast
              keys are ibv_qp_attr's fields: qp_state path_mtu (bytes) dest_qp_num
              rq_psn sq_psn qp_access_flags pkey_index port_num timeout retry_cnt
              rnr_retry min_rnr_timer max_rd_atomic max_dest_rd_atomic qkey dgid
