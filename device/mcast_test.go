@@ -1,10 +1,13 @@
 package device
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
 	"testing"
+	"time"
 
 	"rdmafs/qp"
 )
@@ -242,4 +245,53 @@ func TestMcastDelivery(t *testing.T) {
 			e.healthy(a, b, c, k)
 		})
 	}
+}
+
+// Multicast goes through the link chain like any packet: a capture shows
+// the datagram to QPN 0xFFFFFF, and the fault injector drops it.
+func TestMcastCaptureAndFaults(t *testing.T) {
+	e := newEnv(t)
+	const qkey = "0x11111111"
+	a, acq, _ := e.udQPOf(0, qkey)
+	b, bcq, _ := e.udQPOf(0, qkey)
+	if err := b.AttachMcast(mgid6, mlid); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := e.mr(4096, 0), e.mr(4096, qp.AccessLocalWrite)
+	ah := e.ah(mgid6)
+	for i := range 2 {
+		if _, err := b.PostRecv([]qp.RecvWR{{WRID: uint64(10 + i), SGL: []qp.SGE{{LKey: dst.LKey, Length: 1024}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(wrid int) {
+		t.Helper()
+		e.postSend(a, fmt.Sprintf("opcode=send wr_id=%d send_flags=signaled sge=%d:0:64 ah=%d remote_qpn=%d remote_qkey=%s",
+			wrid, src.LKey, ah.Handle, MulticastQPN, qkey))
+		e.expect(acq, sendWC(uint64(wrid), "success", "send", a, 64))
+	}
+	c := e.d.OpenCapture()
+	defer c.Close()
+	send(1)
+	e.expect(bcq, recvWC(10, "success", "recv", b, 104, a, "wc_flags=grh"))
+	var pcap []byte
+	// The BTH's P_Key, reserved byte and destination QPN 0xFFFFFF.
+	for !bytes.Contains(pcap, []byte{0xff, 0xff, 0x00, 0xff, 0xff, 0xff}) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		chunk, err := c.Next(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("capture: %v; no datagram to QPN 0xFFFFFF in %d bytes", err, len(pcap))
+		}
+		pcap = append(pcap, chunk...)
+	}
+	e.setFaults(Faults{Drop: 1, Seed: 1})
+	send(2)
+	e.expect(bcq)
+	if e.d.Counters.FaultDrops.Load() == 0 {
+		t.Fatal("the fault injector dropped nothing")
+	}
+	e.setFaults(Faults{})
+	send(3)
+	e.expect(bcq, recvWC(11, "success", "recv", b, 104, a, "wc_flags=grh"))
 }
