@@ -137,6 +137,7 @@ wait $p1 || rc1=$?
 wait $p2 || rc2=$?
 if ((rc != 0 || rc1 != 0 || rc2 != 0)); then
 	for l in s r1 r2; do echo "--- $l"; cat "$work/$l.log"; done
+	for m in "$MA" "$MB"; do echo "--- $m/counters"; grep -E "multicast|wire_|icrc|malformed|dropped" "$m/counters"; done
 	die "after the flood: sender exit $rc, receivers $rc1 $rc2"
 fi
 mal2=$(($(counter "$MB" malformed_packets) + $(counter "$MB" icrc_errors)))
