@@ -8,7 +8,8 @@ import "net/netip"
 // (cma_iboe_set_mgid for RoCEv2), which the wire sends to as that IP
 // group; on an InfiniBand port the IPoIB mapping with rdma_cm's signature
 // ff12:401b:ffff:1::/64 and the group's low 28 bits (cma_set_mgid for the
-// UDP port space); an IPv6 group is its own address on both.
+// UDP port space; the library leaves the signature out for IPoIB's, as the
+// kernel); an IPv6 group is its own address on both.
 func McastGID(x netip.Addr, wire bool) [16]byte {
 	x = x.Unmap()
 	if x.Is6() {

@@ -52,8 +52,9 @@ static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr *b
 		       sizeof(struct in6_addr));
 }
 
-/* cm.McastGID's rule, and the LID for an InfiniBand port */
-static void group_of(const struct sockaddr *sa, bool wire, union ibv_gid *mgid, uint16_t *mlid)
+/* cm.McastGID's rule, and the LID for an InfiniBand port; rdma_cm's
+ * signature (0x01 in byte 7) only in the UDP port space, as the kernel */
+static void group_of(const struct sockaddr *sa, bool wire, bool udp, union ibv_gid *mgid, uint16_t *mlid)
 {
 	memset(mgid, 0, sizeof(*mgid));
 	if (sa->sa_family == AF_INET6) {
@@ -66,6 +67,7 @@ static void group_of(const struct sockaddr *sa, bool wire, union ibv_gid *mgid, 
 		} else {
 			static const uint8_t pre[8] = {0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0x00, 0x01};
 			memcpy(mgid->raw, pre, 8);
+			mgid->raw[7] = udp ? 0x01 : 0x00;
 			mgid->raw[12] = v[0] & 0x0f;
 			memcpy(mgid->raw + 13, v + 1, 3);
 		}
@@ -121,7 +123,7 @@ int rdma_join_multicast_ex(struct rdma_cm_id *cid, struct rdma_cm_join_mc_attr_e
 	mc->sendonly = attr->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
 	mc->context = context;
 	mc->qkey = RDMA_UDP_QKEY;
-	group_of(attr->addr, sub->dev->on_wire, &mc->mgid, &mc->mlid);
+	group_of(attr->addr, sub->dev->on_wire, cid->ps == RDMA_PS_UDP, &mc->mgid, &mc->mlid);
 
 	pthread_mutex_lock(&rc_lock);
 	for (struct rc_mc *x = id->mcs; x; x = x->next)
