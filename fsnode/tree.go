@@ -156,6 +156,8 @@ func (t *tree) deviceText() string {
 	kv("max_ah_per_user", sh.AH)
 	kv("max_srq_per_user", sh.SRQ)
 	kv("max_total_mr_bytes_per_user", sh.MRBytes)
+	kv("max_mcast_grp_per_user", device.UserShareOf(uint64(a.MaxMcastGrp), cfg.UserShare))
+	kv("max_total_mcast_qp_attach_per_user", device.UserShareOf(uint64(a.MaxTotalMcastQPAttach), cfg.UserShare))
 	// Opens of events and capture one user may hold (EMFILE beyond).
 	kv("max_event_readers_per_user", device.MaxEventReaders)
 	kv("max_captures_per_user", device.MaxCaptureReaders)
