@@ -274,6 +274,8 @@ func (c *Context) QueryDevice() (*DeviceAttr, error) {
 		MaxSRQWR: d.u32("max_srq_wr"), MaxSRQSGE: d.u32("max_srq_sge"), MaxPKeys: d.u32("max_pkeys"),
 		LocalCAAckDelay: d.u32("local_ca_ack_delay"), PhysPortCnt: d.u32("phys_port_cnt"),
 		MaxInlineData: d.u32("max_inline_data"), MaxTotalMRBytes: d.u64("max_total_mr_bytes"),
+		MaxMcastGrp: d.u32("max_mcast_grp"), MaxMcastQPAttach: d.u32("max_mcast_qp_attach"),
+		MaxTotalMcastQPAttach: d.u32("max_total_mcast_qp_attach"),
 	}
 	if d.err != nil {
 		return nil, d.err
