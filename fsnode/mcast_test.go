@@ -52,6 +52,9 @@ func TestMcastAcrossUsers(t *testing.T) {
 		}
 	}
 	m.mustWrite("attach_mcast gid="+grp+" lid=0xc001", "qp", b, "ctl")
+	if g := m.attrs("qp", b, "attr")["mcast_groups"]; g != grp {
+		t.Fatalf("attr mcast_groups=%q, want %s", g, grp)
+	}
 
 	// uid 65534's QP joins the same group.
 	out, stderr := nobodyScript(t, m, `

@@ -99,6 +99,7 @@ qp/N/
              modify changes nothing (EINVAL, reason in error).
   state      RESET INIT RTR RTS SQD SQE or ERR
   attr       as ibv_query_qp, then qp_num qp_type pd send_cq recv_cq srq sq_sig_all
+             (and mcast_groups, the groups attach_mcast joined, when there are any)
   post_send  one work request a line; a write of several lines posts them in
              order and stops at the first bad one (the earlier ones stay posted):
                opcode=send|send_with_imm|send_with_inv|rdma_write|rdma_write_with_imm|

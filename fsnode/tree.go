@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -623,9 +624,15 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 	)
 	t.publish(ctx, o, func() string {
 		a := q.Query()
-		return qp.FormatAttr(&a, q.Type) + lines("qp_num", q.QPN, "qp_type", q.Type,
+		s := qp.FormatAttr(&a, q.Type) + lines("qp_num", q.QPN, "qp_type", q.Type,
 			"pd", q.PDHandle(), "send_cq", q.SendCQHandle(), "recv_cq", q.RecvCQHandle(),
 			"srq", q.SRQHandle(), "sq_sig_all", boolNum(q.SQSigAll))
+		if g := q.McastGroups(); len(g) > 0 {
+			// The groups attach_mcast joined (a UD QP's only).
+			slices.Sort(g)
+			s += lines("mcast_groups", strings.Join(g, ","))
+		}
+		return s
 	}, entries...)
 	return o.name, nil
 }
