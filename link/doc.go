@@ -38,6 +38,11 @@
 //     port 4791, the receive goroutine that verifies every ICRC, the
 //     interface MTU (InterfaceMTU) and rxe's UDP source ports (SourcePort,
 //     FlowSourcePort).
+//   - mcast.go: IP multicast for the device's multicast groups: the
+//     sending sockets' multicast interface, and per joined IPv4 group a raw
+//     socket bound to the group (IP_ADD_MEMBERSHIP on the wire's
+//     interface) with a receive goroutine of its own (Chain.JoinGroup,
+//     LeaveGroup; stopped by Close).
 //   - gso.go: coalesced runs: a QP's packets handed to the kernel as one
 //     UDP send with segmentation offload (UDP_SEGMENT) through the UDP
 //     socket of its source port, and a run that lo delivers whole cut
