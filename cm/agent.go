@@ -486,6 +486,13 @@ func (a *Agent) gidFor(x netip.Addr) ([16]byte, bool) {
 	if a.isLocalAddr(x) {
 		return a.cfg.GID, true
 	}
+	if x.IsMulticast() {
+		// A multicast group is reached through its MGID (the device
+		// delivers to the group's members, and on the wire sends to the
+		// IP group): rdma_resolve_addr to a group succeeds, as the
+		// kernel's does, before rdma_join_multicast.
+		return McastGID(x, a.cfg.Wire), true
+	}
 	if a.cfg.Wire && x.Is4() && !x.IsUnspecified() && !x.IsMulticast() {
 		return roce.GIDFromIPv4(x), true
 	}

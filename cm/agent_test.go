@@ -820,3 +820,28 @@ func TestBindPortZero(t *testing.T) {
 		s.expect(fmt.Sprintf("connect_request:%d:0", s.lastMade().Num))
 	}
 }
+
+// rdma_resolve_addr to a multicast group resolves (before
+// rdma_join_multicast) to the group's MGID: ::ffff:a.b.c.d on the wire,
+// the IPoIB mapping with rdma_cm's signature on a local mount; an IPv6
+// group to its own address (the route's dgid).
+func TestResolveMulticast(t *testing.T) {
+	w := newWorld(t)
+	for _, c := range []struct {
+		s         *side
+		dst, dgid string
+	}{
+		{w.localSide(), "224.1.2.3", "ff12:401b:ffff:1::1:203"},
+		{w.wireSide("10.0.0.5"), "224.1.2.3", "::ffff:224.1.2.3"},
+		{w.localSide(), "ff0e::77", "ff0e::77"},
+	} {
+		id := c.s.newID(PSUDP)
+		c.s.do(id, "resolve_addr dst="+c.dst)
+		c.s.expect(fmt.Sprintf("addr_resolved:%d:0", id.Num))
+		c.s.do(id, "resolve_route")
+		c.s.expect(fmt.Sprintf("route_resolved:%d:0", id.Num))
+		if got := attrOf(id, "dgid"); got != c.dgid {
+			t.Fatalf("%s: dgid %s, want %s", c.dst, got, c.dgid)
+		}
+	}
+}

@@ -202,7 +202,7 @@ func (id *ID) resolveAddrCmd(rest string) error {
 		return err
 	}
 	if !ok || dst.IsUnspecified() {
-		return opError(op, syscall.EINVAL, "dst=A (a unicast address) is required")
+		return opError(op, syscall.EINVAL, "dst=A (an address) is required")
 	}
 	port, err := ar.num("port", 65535, 0)
 	if err != nil {

@@ -29,6 +29,10 @@
 //     set_option, migrate) and cm/new's parser.
 //   - recv.go: HandleMAD, the receiving half of the protocol.
 //   - event.go: events, their 1024-byte records, and the Channel queue.
+//   - mcast.go: McastGID, the MGID of an IP multicast group, which
+//     resolve_addr to a group resolves to. Joins themselves are the
+//     library's (librdmacm/mcast.c): on RoCE the kernel's rdma_cm asks no
+//     one either, and the group's members are the device's (attach_mcast).
 //
 // # The protocol as implemented
 //

@@ -451,6 +451,10 @@ type objects struct {
 	cqs  table[CQ]
 	srqs table[SRQ]
 	qps  map[uint32]*QP // by QPN
+	// mcast are the multicast groups by MGID, mcastAttached their
+	// attachments (mcast.go); changed under all of Device.mu.
+	mcast         map[[16]byte]*mcGroup
+	mcastAttached int
 	// keys maps a key's tag (key >> 8) to its MR or MW (keys.go).
 	keys     keyTable
 	nextQPN  uint32
@@ -580,38 +584,41 @@ const deviceCaps = capBadPKeyCntr | capRCRNRNakGen | capSRQResize | capMemWindow
 func (d *Device) Attr() DeviceAttr {
 	c := &d.cfg
 	return DeviceAttr{
-		FwVer:            "rdmafs 0.1",
-		NodeGUID:         c.NodeGUID,
-		SysImageGUID:     c.NodeGUID,
-		MaxMRSize:        c.MaxMRSize,
-		PageSizeCap:      4096,
-		VendorID:         0xFFFFFF,
-		VendorPartID:     0x5244, // "RD"
-		MaxQP:            c.MaxQP,
-		MaxQPWR:          c.MaxQPWR,
-		DeviceCapFlags:   deviceCaps,
-		DeviceCapFlagsEx: deviceCaps | capAtomicWrite,
-		MaxSGE:           c.MaxSGE,
-		MaxSGERd:         c.MaxSGE,
-		MaxCQ:            c.MaxCQ,
-		MaxCQE:           c.MaxCQE,
-		MaxMR:            c.MaxMR,
-		MaxPD:            c.MaxPD,
-		MaxQPRdAtom:      uint32(c.MaxQPRdAtom),
-		MaxResRdAtom:     uint32(c.MaxQPRdAtom) * c.MaxQP,
-		MaxQPInitRdAtom:  uint32(c.MaxQPInitRdAtom),
-		AtomicCap:        "hca", // IBV_ATOMIC_HCA: atomics are atomic within this device
-		MaxMW:            c.MaxMW,
-		MaxAH:            c.MaxAH,
-		MaxSRQ:           c.MaxSRQ,
-		MaxSRQWR:         c.MaxSRQWR,
-		MaxSRQSGE:        c.MaxSRQSGE,
-		MaxPKeys:         1,
-		LocalCAAckDelay:  15,
-		PhysPortCnt:      1,
-		MaxInlineData:    c.MaxInlineData,
-		MaxTotalMRBytes:  c.MaxTotalMRBytes,
-		ReservedOps:      c.ReservedOps,
+		FwVer:                 "rdmafs 0.1",
+		NodeGUID:              c.NodeGUID,
+		SysImageGUID:          c.NodeGUID,
+		MaxMRSize:             c.MaxMRSize,
+		PageSizeCap:           4096,
+		VendorID:              0xFFFFFF,
+		VendorPartID:          0x5244, // "RD"
+		MaxQP:                 c.MaxQP,
+		MaxQPWR:               c.MaxQPWR,
+		DeviceCapFlags:        deviceCaps,
+		DeviceCapFlagsEx:      deviceCaps | capAtomicWrite,
+		MaxSGE:                c.MaxSGE,
+		MaxSGERd:              c.MaxSGE,
+		MaxCQ:                 c.MaxCQ,
+		MaxCQE:                c.MaxCQE,
+		MaxMR:                 c.MaxMR,
+		MaxPD:                 c.MaxPD,
+		MaxQPRdAtom:           uint32(c.MaxQPRdAtom),
+		MaxResRdAtom:          uint32(c.MaxQPRdAtom) * c.MaxQP,
+		MaxQPInitRdAtom:       uint32(c.MaxQPInitRdAtom),
+		AtomicCap:             "hca", // IBV_ATOMIC_HCA: atomics are atomic within this device
+		MaxMW:                 c.MaxMW,
+		MaxAH:                 c.MaxAH,
+		MaxSRQ:                c.MaxSRQ,
+		MaxSRQWR:              c.MaxSRQWR,
+		MaxSRQSGE:             c.MaxSRQSGE,
+		MaxPKeys:              1,
+		LocalCAAckDelay:       15,
+		PhysPortCnt:           1,
+		MaxInlineData:         c.MaxInlineData,
+		MaxTotalMRBytes:       c.MaxTotalMRBytes,
+		ReservedOps:           c.ReservedOps,
+		MaxMcastGrp:           MaxMcastGrp,
+		MaxMcastQPAttach:      MaxMcastQPAttach,
+		MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
 
 		HCACoreClock:            c.CoreClockKHz,
 		CompletionTimestampMask: ^uint64(0),
@@ -708,8 +715,17 @@ type Counters struct {
 	Completions     ShardedCounter
 	ErrCompletions  ShardedCounter
 	UDOversizeDrops atomic.Uint64
-	EngineRuns      ShardedCounter
-	EngineParks     atomic.Uint64
+	// Multicast (mcast.go): datagrams sent to a group, received for one,
+	// the copies handed to attached QPs, and those for no group here.
+	McastPacketsSent atomic.Uint64
+	McastPacketsRecv atomic.Uint64
+	McastDelivered   atomic.Uint64
+	McastDropped     atomic.Uint64
+	// McastLoopback counts the multicast datagrams the chain handed back
+	// on this device (loopback) rather than through the wire.
+	McastLoopback atomic.Uint64
+	EngineRuns    ShardedCounter
+	EngineParks   atomic.Uint64
 	// InlineRuns counts the batches (also in EngineRuns) that the wire's
 	// receive goroutine or the doorbell ran themselves instead of waking
 	// the engine goroutine (engine.runHeldLocked).
@@ -819,6 +835,11 @@ func (c *Counters) List() []Counter {
 		{"completions", c.Completions.Load()},
 		{"error_completions", c.ErrCompletions.Load()},
 		{"ud_oversize_drops", c.UDOversizeDrops.Load()},
+		{"multicast_packets_sent", c.McastPacketsSent.Load()},
+		{"multicast_packets_recv", c.McastPacketsRecv.Load()},
+		{"multicast_delivered", c.McastDelivered.Load()},
+		{"multicast_dropped", c.McastDropped.Load()},
+		{"multicast_loopback", c.McastLoopback.Load()},
 		{"engine_runs", c.EngineRuns.Load()},
 		{"engine_parks", c.EngineParks.Load()},
 		{"engine_inline_runs", c.InlineRuns.Load()},

@@ -134,9 +134,12 @@ func (s selfWire) Attach(d link.Dispatcher) { s.next.Attach(d) }
 func (s selfWire) Close()                   { s.next.Close() }
 
 // wireToSelf routes a packet for the device's own GID to its address on
-// the wire, if the device has one.
+// the wire, if the device has one. A multicast datagram keeps its route:
+// an IPv4 group's goes on the wire as IP multicast anyway, and another
+// group's is the device's alone (sent to its unicast address it would
+// lose the group's GID).
 func wireToSelf(d *Device, p *packet) {
-	if p.route == link.Local && d.hasWire {
+	if p.route == link.Local && d.hasWire && p.DestQP != MulticastQPN {
 		p.route, p.hop = link.Wire, d.wireAddr
 	}
 }
@@ -156,7 +159,9 @@ func (e *env) quiesce() {
 	count := func() [3]uint64 {
 		e.d.mu.Lock()
 		defer e.d.mu.Unlock()
-		return [3]uint64{c.WirePacketsSent.Load(), c.PacketsRecv.Load(), c.ICRCErrors.Load() + c.MalformedPackets.Load()}
+		// Multicast to a group that is not an IPv4 one stays on the
+		// device (loopback) even here.
+		return [3]uint64{c.WirePacketsSent.Load() + c.McastLoopback.Load(), c.PacketsRecv.Load(), c.ICRCErrors.Load() + c.MalformedPackets.Load()}
 	}
 	for {
 		n := count()

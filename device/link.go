@@ -131,6 +131,8 @@ func (d *Device) poolLocked(e *engine) *packetPool {
 // wire for other IPv4-mapped GIDs, no route otherwise.
 func (d *Device) routeLocked(p *packet) {
 	switch {
+	case p.DestQP == MulticastQPN && IsMulticastGID(p.dgid):
+		d.routeMcastLocked(p)
 	case d.isLocalGID(p.dgid):
 		p.route = link.Local
 	case d.hasWire && isV4Mapped(p.dgid):
@@ -175,6 +177,9 @@ func (x *dispatcher) DeliverLocal(lp link.Packet) {
 	p := lp.(*packet)
 	p.local = true
 	d := (*Device)(x)
+	if p.DestQP == MulticastQPN {
+		d.Counters.McastLoopback.Add(1)
+	}
 	d.receiveLocked(p, d.chainEngine())
 }
 

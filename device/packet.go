@@ -212,6 +212,10 @@ func (d *Device) receiveLocked(p *packet, cur *engine) *QP {
 // engine accepts it in the QP's next turn (takeInboxLocked): cur may read
 // only what verbs change (under all of Device.mu), not what turns do.
 func (d *Device) acceptLocked(p *packet, cur *engine) *QP {
+	if p.DestQP == MulticastQPN {
+		d.multicastLocked(p, cur)
+		return nil
+	}
 	if p.DestQP == GSIQPN {
 		d.gsiReceiveLocked(p, cur)
 		return nil

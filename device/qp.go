@@ -19,16 +19,18 @@ const qpnStart = 16
 // QP is a queue pair. Its verbs state and its transport state are guarded
 // by Device.mu; the engine runs it in the device's single engine goroutine.
 type QP struct {
-	dev      *Device
-	QPN      uint32
-	Owner    Owner
-	Type     qp.Type
-	pd       *PD
-	sendCQ   *CQ
-	recvCQ   *CQ
-	srq      *SRQ
-	Cap      qp.Cap // actual capacities, as ibv_create_qp reports them
-	SQSigAll bool
+	dev   *Device
+	QPN   uint32
+	Owner Owner
+	Type  qp.Type
+	pd    *PD
+	// mcastGroups counts the multicast groups q is attached to (mcast.go).
+	mcastGroups int
+	sendCQ      *CQ
+	recvCQ      *CQ
+	srq         *SRQ
+	Cap         qp.Cap // actual capacities, as ibv_create_qp reports them
+	SQSigAll    bool
 
 	attr qp.Attr // current attributes; attr.QPState is the state
 
@@ -581,6 +583,7 @@ func (q *QP) Destroy() error {
 			mw.unbindLocked()
 		}
 	}
+	d.detachAllMcastLocked(q)
 	q.destroyed = true
 	q.gone = true
 	q.syncBellLocked()

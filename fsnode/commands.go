@@ -210,3 +210,38 @@ func (t *tree) closeChannels() {
 		t.closeChannel(c)
 	}
 }
+
+// parseMcast parses attach_mcast's and detach_mcast's arguments: gid=G
+// (a multicast GID in IPv6 text form) and lid=N (the multicast LID; 0 on
+// a RoCE port, where it means nothing).
+func parseMcast(cmd, rest string) (gid [16]byte, lid uint16, err error) {
+	haveGID := false
+	for _, f := range strings.Fields(rest) {
+		k, v, ok := strings.Cut(f, "=")
+		switch {
+		case !ok:
+			return gid, 0, &qp.Error{Key: clip(f), Msg: "not a key=value token (" + cmd + " gid=G lid=N)"}
+		case k == "gid":
+			if gid, err = qp.ParseGID(v); err != nil {
+				return gid, 0, &qp.Error{Key: "gid", Msg: fmt.Sprintf("not a GID: %q", clip(v))}
+			}
+			haveGID = true
+		case k == "lid":
+			digits, base := v, 10
+			if len(v) > 2 && (v[:2] == "0x" || v[:2] == "0X") {
+				digits, base = v[2:], 16
+			}
+			n, perr := strconv.ParseUint(digits, base, 16)
+			if perr != nil {
+				return gid, 0, &qp.Error{Key: "lid", Msg: fmt.Sprintf("not a 16-bit number: %q", clip(v))}
+			}
+			lid = uint16(n)
+		default:
+			return gid, 0, &qp.Error{Key: clip(k), Msg: "unknown key (want gid, lid)"}
+		}
+	}
+	if !haveGID {
+		return gid, 0, &qp.Error{Key: "gid", Msg: "missing (" + cmd + " gid=G lid=N)"}
+	}
+	return gid, lid, nil
+}

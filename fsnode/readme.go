@@ -95,6 +95,13 @@ qp/N/
                probe                  RC in RTS: a zero-length RDMA WRITE from one of the
                                       device's reserved WQEs (no slot of sq, no CQE);
                                       its outcome and round trip show in counters
+               attach_mcast gid=G lid=N   UD: ibv_attach_mcast; the QP receives what is
+                                      sent to the group G (ah=H with dgid=G and
+                                      remote_qpn=16777215), whoever sent it; G is
+                                      ff.. or ::ffff:224.x.y.z (an IP group on the
+                                      wire); N a multicast LID (0xc000-0xfffe) on a
+                                      local mount, ignored on the wire
+               detach_mcast gid=G lid=N   ibv_detach_mcast
              keys are ibv_qp_attr's fields: qp_state path_mtu (bytes) dest_qp_num
              rq_psn sq_psn qp_access_flags pkey_index port_num timeout retry_cnt
              rnr_retry min_rnr_timer max_rd_atomic max_dest_rd_atomic qkey dgid
@@ -102,6 +109,7 @@ qp/N/
              modify changes nothing (EINVAL, reason in error).
   state      RESET INIT RTR RTS SQD SQE or ERR
   attr       as ibv_query_qp, then qp_num qp_type pd send_cq recv_cq srq sq_sig_all
+             (and mcast_groups, the groups attach_mcast joined, when there are any)
   post_send  one work request a line; a write of several lines posts them in
              order and stops at the first bad one (the earlier ones stay posted):
                opcode=send|send_with_imm|send_with_inv|rdma_write|rdma_write_with_imm|

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,6 +141,9 @@ func (t *tree) deviceText() string {
 	kv("phys_port_cnt", a.PhysPortCnt)
 	kv("max_inline_data", a.MaxInlineData)
 	kv("reserved_operations", a.ReservedOps)
+	kv("max_mcast_grp", a.MaxMcastGrp)
+	kv("max_mcast_qp_attach", a.MaxMcastQPAttach)
+	kv("max_total_mcast_qp_attach", a.MaxTotalMcastQPAttach)
 	kv("engines", t.dev.Config().Engines)
 	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
 	kv("hca_core_clock", a.HCACoreClock)
@@ -156,6 +160,8 @@ func (t *tree) deviceText() string {
 	kv("max_ah_per_user", sh.AH)
 	kv("max_srq_per_user", sh.SRQ)
 	kv("max_total_mr_bytes_per_user", sh.MRBytes)
+	kv("max_mcast_grp_per_user", device.UserShareOf(uint64(a.MaxMcastGrp), cfg.UserShare))
+	kv("max_total_mcast_qp_attach_per_user", device.UserShareOf(uint64(a.MaxTotalMcastQPAttach), cfg.UserShare))
 	// Opens of events and capture one user may hold (EMFILE beyond).
 	kv("max_event_readers_per_user", device.MaxEventReaders)
 	kv("max_captures_per_user", device.MaxCaptureReaders)
@@ -618,10 +624,19 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 				return q.Probe()
 			}
 			return q.Error()
+		case "attach_mcast", "detach_mcast":
+			gid, lid, err := parseMcast(cmd, rest)
+			if err != nil {
+				return err
+			}
+			if cmd == "attach_mcast" {
+				return q.AttachMcast(gid, lid)
+			}
+			return q.DetachMcast(gid, lid)
 		case "":
-			return invalid("modify_qp", "empty command (want: modify key=value ..., reset, error or probe)")
+			return invalid("modify_qp", "empty command (want: modify key=value ..., reset, error, probe, attach_mcast or detach_mcast)")
 		}
-		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset, error or probe)", clip(cmd))
+		return invalid("modify_qp", "unknown command %q (want: modify key=value ..., reset, error, probe, attach_mcast gid=G lid=N or detach_mcast gid=G lid=N)", clip(cmd))
 	})
 	postSend := o.cmdFile("post_send", func(ctx context.Context, text string) error {
 		return postLines("post_send", text, qp.ParseSendWR, q.PostSend)
@@ -638,9 +653,15 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 	)
 	t.publish(ctx, o, func() string {
 		a := q.Query()
-		return qp.FormatAttr(&a, q.Type) + lines("qp_num", q.QPN, "qp_type", q.Type,
+		s := qp.FormatAttr(&a, q.Type) + lines("qp_num", q.QPN, "qp_type", q.Type,
 			"pd", q.PDHandle(), "send_cq", q.SendCQHandle(), "recv_cq", q.RecvCQHandle(),
 			"srq", q.SRQHandle(), "sq_sig_all", boolNum(q.SQSigAll))
+		if g := q.McastGroups(); len(g) > 0 {
+			// The groups attach_mcast joined (a UD QP's only).
+			slices.Sort(g)
+			s += lines("mcast_groups", strings.Join(g, ","))
+		}
+		return s
 	}, entries...)
 	return o.name, nil
 }

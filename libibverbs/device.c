@@ -306,8 +306,9 @@ static int load_attrs(struct rf_context *ctx)
 	a->max_pkeys = kv(text, "max_pkeys");
 	a->local_ca_ack_delay = kv(text, "local_ca_ack_delay");
 	a->phys_port_cnt = kv(text, "phys_port_cnt");
-	a->max_mcast_grp = 0;
-	a->max_total_mcast_qp_attach = 0;
+	a->max_mcast_grp = kv(text, "max_mcast_grp");
+	a->max_mcast_qp_attach = kv(text, "max_mcast_qp_attach");
+	a->max_total_mcast_qp_attach = kv(text, "max_total_mcast_qp_attach");
 	ctx->max_inline = kv(text, "max_inline_data");
 
 	if ((err = rf_read_file(ctx, "port", text, sizeof(text))))

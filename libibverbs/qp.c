@@ -224,11 +224,35 @@ struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 	return q->has_ex ? &q->qpx : NULL;
 }
 
+/* A NIC has a posted send on the wire microseconds after the doorbell, so
+ * a program may post unsignaled datagrams and destroy the QP at once
+ * (mckey's sender does: it never polls): on rxe they go out. The engine
+ * takes posted WQEs a little later, and destroying discards what it has
+ * not taken. So a UD or UC QP that can send waits, a bounded 100 ms, for
+ * the engine to retire what was posted (it completes those on sending,
+ * the consumer index then reaches what was published); RC's wait for
+ * acknowledgements, which destroying rightly cuts short. */
+static void drain_sends(struct ibv_qp *qp, struct rf_qp *q)
+{
+	if (qp->qp_type != IBV_QPT_UD && qp->qp_type != IBV_QPT_UC)
+		return;
+	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD)
+		return;
+	pthread_spin_lock(&q->sq_lock);
+	uint32_t head = q->sq.head;
+	pthread_spin_unlock(&q->sq_lock);
+	for (int i = 0; i < 2000 && rf_load_acq(q->sq.cons) != head; i++)
+		usleep(50);
+}
+
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	struct rf_qp *q = to_rqp(qp);
 	struct rf_context *ctx = to_rctx(qp->context);
-	int err = rf_destroy(ctx, "qp", q->qpn);
+	int err;
+
+	drain_sends(qp, q);
+	err = rf_destroy(ctx, "qp", q->qpn);
 
 	if (err)
 		return err;
@@ -660,15 +684,27 @@ int rf_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 	return err;
 }
 
-/* Multicast needs a fabric: absent by design. */
+/* UD multicast: the daemon keeps the groups (attach_mcast/detach_mcast on
+ * the QP's ctl) and checks the IBA's rules; the errno is its answer. */
+static int mcast_command(struct ibv_qp *qp, const char *cmd, const union ibv_gid *gid, uint16_t lid)
+{
+	char text[128], path[64], g[INET6_ADDRSTRLEN];
+
+	if (!qp || !gid)
+		return EINVAL;
+	if (!inet_ntop(AF_INET6, gid->raw, g, sizeof(g)))
+		return EINVAL;
+	snprintf(text, sizeof(text), "%s gid=%s lid=%u", cmd, g, lid);
+	snprintf(path, sizeof(path), "qp/%u/ctl", to_rqp(qp)->qpn);
+	return rf_command(to_rctx(qp->context), path, text);
+}
+
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast_command(qp, "attach_mcast", gid, lid);
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast_command(qp, "detach_mcast", gid, lid);
 }

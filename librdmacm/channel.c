@@ -345,6 +345,23 @@ static void copy_ud(struct rc_event *e, struct rc_id *id, const struct rc_record
 	u->ah_attr.grh.flow_label = be32toh(p->flow_label);
 }
 
+int rc_channel_inject(struct rc_id *id, struct rc_device *dev, const struct rc_record *r)
+{
+	struct rc_channel *ch = id->chan;
+	struct rc_stashed *st;
+
+	if (!ch)
+		return EINVAL;
+	if (!(st = calloc(1, sizeof(*st))))
+		return ENOMEM;
+	st->rec = *r;
+	st->dev = dev;
+	pthread_mutex_lock(&ch->lock);
+	stash_push(ch, st);
+	pthread_mutex_unlock(&ch->lock);
+	return 0;
+}
+
 /* Turns a record into the event the program gets: 0 (e filled), EAGAIN
  * (consumed, nothing to hand out) or an errno. */
 static int process(struct rc_device *dev, const struct rc_record *r, struct rc_event *e)
@@ -428,6 +445,20 @@ static int process(struct rc_device *dev, const struct rc_record *r, struct rc_e
 			copy_conn(e, r);
 		}
 		id->established = true;
+		break;
+	case RDMA_CM_EVENT_MULTICAST_JOIN:
+	case RDMA_CM_EVENT_MULTICAST_ERROR:
+		if (r->mc) {
+			int err = rc_mc_event(id, r->mc, &e->ev.param.ud);
+			if (err == EAGAIN) {
+				e->owner = owner;
+				return EAGAIN;
+			}
+			if (err) {
+				e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+				e->ev.status = -err;
+			}
+		}
 		break;
 	case RDMA_CM_EVENT_REJECTED:
 		if (id->connect_error)

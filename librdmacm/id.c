@@ -300,6 +300,7 @@ int rdma_destroy_id(struct rdma_cm_id *cid)
 	while (id->events_out > 0)
 		pthread_cond_wait(&id->acked, &rc_lock);
 	pthread_mutex_unlock(&rc_lock);
+	rc_mc_leave_all(id);
 	if (id->sync)
 		rdma_destroy_event_channel(cid->channel);
 	free(id->qp_init_attr);

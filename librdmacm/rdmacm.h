@@ -74,6 +74,9 @@ struct rc_record {
 	long long qp_num, qkey;
 	char src_addr[INET6_ADDRSTRLEN], dst_addr[INET6_ADDRSTRLEN];
 	int src_port, dst_port;
+	/* a multicast join's event, made by the library (mcast.c): the
+	 * join's serial number; 0 for the daemon's records */
+	uint64_t mc;
 };
 
 /* An attr snapshot of cm/I/attr. Absent numbers are -1, absent addresses
@@ -228,8 +231,32 @@ struct rc_id {
 			     * program's (librdmacm drops it) */
 	/* options given before the daemon id exists */
 	int tos, ack_timeout, reuseaddr, afonly; /* -1: not set */
+	struct rc_mc *mcs; /* multicast joins (mcast.c); rc_lock */
 	struct rc_id *next;
 };
+
+/* --- mcast.c ------------------------------------------------------------- */
+
+/* One rdma_join_multicast: its group, and whether the id's QP is
+ * attached to it (after the JOIN event, unless send-only). */
+struct rc_mc {
+	uint64_t serial;
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	uint16_t mlid;
+	uint32_t qkey;
+	bool sendonly, attached;
+	void *context;
+	struct rc_mc *next;
+};
+
+/* queue a record the library made on the id's channel; 0 or errno */
+int rc_channel_inject(struct rc_id *id, struct rc_device *dev, const struct rc_record *r);
+/* fill a MULTICAST_JOIN event (ud param) and attach the QP: 0, EAGAIN
+ * (the join is gone: no event) or an errno for MULTICAST_ERROR */
+int rc_mc_event(struct rc_id *id, uint64_t serial, struct rdma_ud_param *ud);
+/* every join of an id, at rdma_destroy_id */
+void rc_mc_leave_all(struct rc_id *id);
 
 static inline struct rc_id *to_rid(struct rdma_cm_id *id)
 {

@@ -38,6 +38,11 @@
 //     port 4791, the receive goroutine that verifies every ICRC, the
 //     interface MTU (InterfaceMTU) and rxe's UDP source ports (SourcePort,
 //     FlowSourcePort).
+//   - mcast.go: IP multicast for the device's multicast groups: the
+//     sending sockets' multicast interface, and per joined IPv4 group a raw
+//     socket bound to the group (IP_ADD_MEMBERSHIP on the wire's
+//     interface) with a receive goroutine of its own (Chain.JoinGroup,
+//     LeaveGroup; stopped by Close).
 //   - gso.go: coalesced runs: a QP's packets handed to the kernel as one
 //     UDP send with segmentation offload (UDP_SEGMENT) through the UDP
 //     socket of its source port, and a run that lo delivers whole cut
@@ -49,9 +54,12 @@
 //
 // # Goroutines and owners
 //
-// The chain owns no goroutine but two kinds: the wire's receive goroutine
+// The chain owns no goroutine but three kinds: the wire's receive goroutine
 // (started by NewChain once the dispatcher is attached, stopped by Close,
-// which shuts the socket down to wake it) and the timers of delayed
+// which shuts the socket down to wake it), one receive goroutine per IPv4
+// multicast group joined (mcast.go: it delivers as the main one does, one
+// datagram at a time under the chain's lock, and ends when the group is
+// left or the chain closes), and the timers of delayed
 // packets (the device's clock; each takes the chain's lock, and sends the
 // packet only if the fault settings it was delayed under are still in
 // force and the chain is open). Everything else runs on the device's

@@ -233,5 +233,6 @@ func openTxSocket(a [4]byte, port uint16) int {
 		return -1
 	}
 	sockBuf(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, wireBufBytes)
+	mcastSendOpts(fd, a)
 	return fd
 }

@@ -107,6 +107,9 @@ type WireEndpoint struct {
 	done    chan struct{}
 	// closing tells the receive goroutine that a wake-up is the end.
 	closing atomic.Bool
+	// groups are the IPv4 multicast groups joined, each with its own
+	// socket and receive goroutine (mcast.go); under the chain's lock.
+	groups map[[4]byte]*mcSock
 }
 
 // roceFilter passes non-fragment UDP datagrams to port 4791 (the packet
@@ -215,6 +218,7 @@ func openRaw(a netip.Addr) (int, error) {
 	}
 	sockBuf(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, wireBufBytes)
 	sockBuf(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, wireBufBytes)
+	mcastSendOpts(fd, a.As4())
 	// Report the socket's drops with the datagrams (the overruns counter).
 	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 	drain(fd)
@@ -287,6 +291,7 @@ func (w *WireEndpoint) Start() {
 // waiting for it).
 func (w *WireEndpoint) Close() {
 	w.closing.Store(true)
+	w.closeGroups()
 	// Shutting the socket down wakes the goroutine blocked in read.
 	unix.Shutdown(w.fd, unix.SHUT_RDWR)
 	if w.started {
@@ -576,13 +581,20 @@ func (w *WireEndpoint) overruns(ctl []byte) {
 // packets (gso.go). It returns the checked datagrams, in w.out (dgs only
 // lends their bytes).
 func (w *WireEndpoint) verify(dgs []Datagram) []Datagram {
-	out := w.out[:0]
+	w.out = w.verifyTo(dgs, w.out[:0], false)
+	return w.out
+}
+
+// verifyTo is verify into out; group says the datagrams came from a
+// multicast group's socket (mcast.go), whose destination is the group.
+func (w *WireEndpoint) verifyTo(dgs []Datagram, out []Datagram, group bool) []Datagram {
 	for i := range dgs {
 		raw := dgs[i].Raw
 		out = append(out, Datagram{Raw: raw, Status: Malformed})
 		dg := &out[len(out)-1]
 		var d roce.Datagram
-		if err := roce.ParseIPv4(raw, &d); err != nil || [4]byte(d.IP[16:20]) != w.addr {
+		if err := roce.ParseIPv4(raw, &d); err != nil || !group && [4]byte(d.IP[16:20]) != w.addr ||
+			group && d.IP[16]&0xF0 != 0xE0 {
 			w.c.MalformedPackets.Add(1)
 			continue
 		}
@@ -609,7 +621,6 @@ func (w *WireEndpoint) verify(dgs []Datagram) []Datagram {
 		}
 	}
 	w.c.WirePacketsRecv.Add(uint64(len(out)))
-	w.out = out
 	return out
 }
 

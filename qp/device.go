@@ -47,4 +47,9 @@ type DeviceAttr struct {
 	// clock does not wrap in practice).
 	HCACoreClock            uint64
 	CompletionTimestampMask uint64
+	// The multicast limits (ibv_device_attr's max_mcast_grp,
+	// max_mcast_qp_attach, max_total_mcast_qp_attach).
+	MaxMcastGrp           uint32
+	MaxMcastQPAttach      uint32
+	MaxTotalMcastQPAttach uint32
 }

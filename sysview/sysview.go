@@ -304,10 +304,10 @@ func counterDir(s Source) *Node {
 		{"port_rcv_data", func(m map[string]uint64) uint64 { return m["bytes_recv"] / 4 }},
 		{"port_xmit_packets", func(m map[string]uint64) uint64 { return m["packets_sent"] }},
 		{"port_rcv_packets", func(m map[string]uint64) uint64 { return m["packets_recv"] }},
-		{"unicast_xmit_packets", func(m map[string]uint64) uint64 { return m["packets_sent"] }},
-		{"unicast_rcv_packets", func(m map[string]uint64) uint64 { return m["packets_recv"] }},
-		{"multicast_xmit_packets", nil},
-		{"multicast_rcv_packets", nil},
+		{"unicast_xmit_packets", func(m map[string]uint64) uint64 { return less(m["packets_sent"], m["multicast_packets_sent"]) }},
+		{"unicast_rcv_packets", func(m map[string]uint64) uint64 { return less(m["packets_recv"], m["multicast_packets_recv"]) }},
+		{"multicast_xmit_packets", func(m map[string]uint64) uint64 { return m["multicast_packets_sent"] }},
+		{"multicast_rcv_packets", func(m map[string]uint64) uint64 { return m["multicast_packets_recv"] }},
 		{"port_xmit_wait", nil},
 	}
 	d := &Node{Name: "counters", Dir: true}
@@ -321,6 +321,15 @@ func counterDir(s Source) *Node {
 		}))
 	}
 	return d
+}
+
+// less is a - b, 0 rather than a wrap when counters read at slightly
+// different moments have b ahead.
+func less(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
 }
 
 // hwCounterDir is ports/1/hw_counters: each of the device's own counters

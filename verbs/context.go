@@ -275,6 +275,8 @@ func (c *Context) QueryDevice() (*DeviceAttr, error) {
 		LocalCAAckDelay: d.u32("local_ca_ack_delay"), PhysPortCnt: d.u32("phys_port_cnt"),
 		MaxInlineData: d.u32("max_inline_data"), MaxTotalMRBytes: d.u64("max_total_mr_bytes"),
 		HCACoreClock: d.u64("hca_core_clock"), CompletionTimestampMask: d.u64("completion_timestamp_mask"),
+		MaxMcastGrp: d.u32("max_mcast_grp"), MaxMcastQPAttach: d.u32("max_mcast_qp_attach"),
+		MaxTotalMcastQPAttach: d.u32("max_total_mcast_qp_attach"),
 	}
 	if d.err != nil {
 		return nil, d.err

@@ -348,3 +348,18 @@ func (q *QP) release() error {
 	q.recv.mu.Unlock()
 	return err
 }
+
+// AttachMcast is ibv_attach_mcast: the UD QP receives the datagrams sent
+// to the multicast group gid (QPN 0xFFFFFF). lid is the group's
+// multicast LID (0xC000-0xFFFE) on an InfiniBand-style (local) mount; a
+// mount on the wire ignores it. EINVAL for a QP that is not UD, a GID that
+// is not multicast or a bad LID; ENOMEM beyond the device's multicast
+// limits or the user's share of them.
+func (q *QP) AttachMcast(gid [16]byte, lid uint16) error {
+	return q.ctx.command("attach_mcast", fmt.Sprintf("attach_mcast gid=%s lid=%d", qp.FormatGID(gid), lid), "qp", hname(q.QPN), "ctl")
+}
+
+// DetachMcast is ibv_detach_mcast: EINVAL if the QP is not attached.
+func (q *QP) DetachMcast(gid [16]byte, lid uint16) error {
+	return q.ctx.command("detach_mcast", fmt.Sprintf("detach_mcast gid=%s lid=%d", qp.FormatGID(gid), lid), "qp", hname(q.QPN), "ctl")
+}

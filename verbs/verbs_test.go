@@ -670,3 +670,72 @@ func TestRecvFlushInErr(t *testing.T) {
 		}
 	}
 }
+
+// TestUDMulticast: two UD QPs join a group with AttachMcast; a send to
+// the group (QPN 0xFFFFFF) reaches both and not the sender, which is not
+// attached; after DetachMcast only the other gets the next one; the rules
+// are EINVAL.
+func TestUDMulticast(t *testing.T) {
+	e := mount(t, testOpts)
+	pd, err := e.ctx.AllocPD()
+	e.must(err)
+	cq, err := e.ctx.CreateCQ(16)
+	e.must(err)
+	mr, err := pd.RegMR(4096, AccessLocalWrite)
+	e.must(err)
+	init := QPInitAttr{Type: QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	var qps [3]*QP
+	for i := range qps {
+		qps[i], err = pd.CreateQP(init)
+		e.must(err)
+		e.must(qps[i].Connect(ConnectAttr{QKey: 0x1234}))
+	}
+	a, b, c := qps[0], qps[1], qps[2]
+	if da, err := e.ctx.QueryDevice(); err != nil || da.MaxMcastGrp == 0 || da.MaxMcastQPAttach == 0 || da.MaxTotalMcastQPAttach == 0 {
+		t.Fatalf("multicast limits: %+v %v", da, err)
+	}
+	grp := [16]byte{0xff, 0x0e, 14: 0x12, 15: 0x34}
+	const lid = 0xc123
+	if err := b.AttachMcast([16]byte{0xfe, 0x80, 15: 1}, lid); !isErrno(err, syscall.EINVAL) {
+		t.Fatalf("attach to a unicast GID: %v", err)
+	}
+	if err := b.DetachMcast(grp, lid); !isErrno(err, syscall.EINVAL) {
+		t.Fatalf("detach before attach: %v", err)
+	}
+	e.must(b.AttachMcast(grp, lid))
+	e.must(c.AttachMcast(grp, lid))
+	ah, err := pd.CreateAH(AHAttr{DGID: grp, HopLimit: 64})
+	e.must(err)
+	copy(mr.Buf[3000:], "to all")
+	send := func(wr uint64) {
+		e.must(a.PostSend(SendWR{WRID: wr, Opcode: WRSend, SendFlags: SendSignaled,
+			SGL: []SGE{mr.SGE(3000, 6)}, AH: ah.Handle, RemoteQPN: 0xFFFFFF, RemoteQKey: 0x1234}))
+	}
+	e.must(b.PostRecv(RecvWR{WRID: 11, SGL: []SGE{mr.SGE(0, 512)}}))
+	e.must(c.PostRecv(RecvWR{WRID: 12, SGL: []SGE{mr.SGE(1024, 512)}}))
+	send(1)
+	wcs := pollN(t, cq, 3)
+	for _, x := range []struct {
+		id uint64
+		q  *QP
+	}{{11, b}, {12, c}} {
+		if wc := findWC(t, wcs, x.id); wc.Status != WCSuccess || wc.QPNum != x.q.QPN || wc.SrcQP != a.QPN || wc.ByteLen != 46 {
+			t.Errorf("member %d: %+v", x.q.QPN, wc)
+		}
+	}
+	if string(mr.Buf[40:46]) != "to all" || string(mr.Buf[1064:1070]) != "to all" {
+		t.Errorf("payloads %q %q", mr.Buf[40:46], mr.Buf[1064:1070])
+	}
+	e.must(c.DetachMcast(grp, lid))
+	e.must(b.PostRecv(RecvWR{WRID: 13, SGL: []SGE{mr.SGE(0, 512)}}))
+	e.must(c.PostRecv(RecvWR{WRID: 14, SGL: []SGE{mr.SGE(1024, 512)}}))
+	send(2)
+	wcs = pollN(t, cq, 2)
+	findWC(t, wcs, 2)
+	findWC(t, wcs, 13)
+	time.Sleep(20 * time.Millisecond)
+	extra := make([]WC, 4)
+	if n, _ := cq.PollCQ(extra); n != 0 {
+		t.Errorf("after detach: %+v", extra[:n])
+	}
+}
