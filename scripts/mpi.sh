@@ -177,6 +177,7 @@ at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null'
 
 if [[ $mode == bench ]]; then
 	echo
+	echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 	echo "== one mount: MPI ping-pong (8 B: half a round trip; 256 KiB-4 MiB: bytes both ways / time)"
 	for t in $TRANSPORTS; do
 		exe=$work/pingpong-ompi
@@ -219,6 +220,7 @@ if [[ $mode == bench ]]; then
 		echo "ucx_perftest $a: ${line:-failed: $(tail -n 2 "$work/client.log" | tr '\n' ' ')}"
 	done
 	echo "(ucx_perftest columns: iterations; latency 50th percentile, average, overall (us); bandwidth average, overall (MB/s); messages/s average, overall)"
+	echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 	exit 0
 fi
 
