@@ -142,7 +142,7 @@ devbytes() {
 	local m s=0 b
 	for m in "$@"; do
 		b=$(sed -n 's/^bytes_sent=//p' "$m/counters")
-		s=$((s + b))
+		s=$((s + ${b:-0}))
 	done
 	echo $s
 }
