@@ -4,8 +4,8 @@
 # rc_verbs and ud_verbs transports, then ucx_perftest server and client
 # (two processes) run put, get, active-message, tag and atomic tests over
 # UCX_TLS=rc_v (rc_verbs, its wireup on ud_verbs) and UCX_TLS=ud_v, at the
-# UCP and at the UCT layer, and over UCX's own transport selection with only
-# rdmafs0:1 as network device; first on one mount, then across two mounts
+# UCP and at the UCT layer, and over UCX's own transport selection (no
+# UCX variable: rdmafs exec's view); first on one mount, then across two mounts
 # that speak RoCEv2 on two loopback addresses. Every run must exit 0 on
 # both sides and print its result line; for comparison the same tests run
 # over UCX's tcp and shared-memory transports, and perftest's ib_send_lat
@@ -27,20 +27,15 @@ N=${UCX_ITERS:-2000}
 [[ -n "$quick" ]] && N=500
 
 # UCX lists an IB device only if "/dev/infiniband/" + its dev_name is a
-# character device it may open; ours names /dev/null through it, so the
-# directory must exist (the kernel's RDMA stack makes it; a machine without
-# one has none). Made here if missing, and removed again at the end.
-made_devdir=
-if [[ ! -d /dev/infiniband ]]; then
-	mkdir /dev/infiniband || die "cannot create /dev/infiniband (UCX finds no IB device without it)"
-	made_devdir=1
-fi
+# character device it may open: rdmafs exec gives each program its own
+# /dev/infiniband/uverbsN (and /sys/class/infiniband), so nothing is made
+# on the machine and no UCX_NET_DEVICES names the device.
+unset $(compgen -e | grep -E '^UCX_') 2>/dev/null || true
 
 pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
 pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
 pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
-at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null
-	[[ -z "$made_devdir" ]] || rmdir /dev/infiniband 2>/dev/null'
+at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null'
 
 # on MOUNT PROG ARGS: run an unmodified program on MOUNT's device.
 on() {
@@ -51,7 +46,6 @@ on() {
 
 # Both ucx_perftest processes take UCX_* from the environment; each test
 # sets its own. Warm-up is kept short: UCP's get over ud_v is slow.
-export UCX_NET_DEVICES=rdmafs0:1
 
 for m in "$M" "$MA"; do
 	show "$RDMAFS exec --mount $m -- ucx_info -d"
@@ -136,8 +130,8 @@ echo
 echo "== one mount: server and client on $M (InfiniBand port)"
 suite "$M" "$M"
 
-# UCX's own choice of transports with rdmafs0:1 its only network device,
-# and its own allocators, which put ucx_perftest's buffers in SysV and
+# UCX's own choice of transports and devices (no variable at all), and its
+# own allocators, which put ucx_perftest's buffers in SysV and
 # POSIX shared memory (registered as they are: libibverbs/mem.c). UCX
 # uses shared memory for small tag messages and rc_verbs for RMA and
 # rendezvous; the check is that rc_verbs is in the endpoint's lanes.
@@ -174,7 +168,7 @@ echo "== two mounts over RoCEv2: server on $A_ADDR, client on $B_ADDR"
 # rxe, irdma and rdmafs leave it 0, so UCX compares a 16-byte GID where
 # RoCEv2 over IPv4 puts 4 bytes and drops every datagram (UD wireup times
 # out). UCX checks no destination GID with this (later UCX reads the
-# version from the GRH instead).
+# version from the GRH instead: openucx/ucx#10209).
 export UCX_UD_ETH_DGID_CHECK=n
 suite "$MA" "$MB"
 
