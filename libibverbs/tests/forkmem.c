@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "pair.h"
 
 #define N (1u << 20)
 
@@ -27,25 +27,13 @@ static int all(const char *p, size_t n, char c)
 
 int main(void)
 {
-	struct ibv_device **l = ibv_get_device_list(NULL);
-	struct ibv_context *c = l && l[0] ? ibv_open_device(l[0]) : NULL;
-	if (!c) {
-		perror("ibv_open_device");
+	struct side a, b;
+	int ndev;
+
+	if (pair_open(&a, &b, 4, &ndev))
 		return 1;
-	}
-	struct ibv_pd *pd = ibv_alloc_pd(c);
-	struct ibv_cq *cq = ibv_create_cq(c, 16, NULL, NULL, 0);
-	struct ibv_port_attr port;
-	union ibv_gid gid;
-	ibv_query_port(c, 1, &port);
-	ibv_query_gid(c, 1, 0, &gid);
-	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-	struct ibv_qp *a = ibv_create_qp(pd, &ia), *b = ibv_create_qp(pd, &ia);
-	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	CHECK(a && b && !tc_connect(a, b->qp_num, &port, &gid, acc, 14, 7) &&
-		      !tc_connect(b, a->qp_num, &port, &gid, acc, 14, 7),
-	      "connecting two QPs");
+	struct ibv_pd *pd = a.pd;
+	int acc = PAIR_ACCESS;
 	CHECK(ibv_is_fork_initialized() == IBV_FORK_UNNEEDED, "ibv_is_fork_initialized: want IBV_FORK_UNNEEDED");
 
 	char *priv = malloc(N), *src = malloc(N);
@@ -80,27 +68,16 @@ int main(void)
 	CHECK(all(shared, 4096, 'T'), "the child's stores did not reach the memory both share");
 
 	/* the parent's MR still reaches the parent's pages */
-	struct ibv_sge sg = {(uintptr_t)src, N, ms->lkey};
-	struct ibv_send_wr w = {.sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED},
-			   *bad;
-	w.wr.rdma.remote_addr = (uintptr_t)priv;
-	w.wr.rdma.rkey = mp->rkey;
 	struct ibv_wc wc;
-	int n = 0;
-	CHECK(!ibv_post_send(a, &w, &bad), "ibv_post_send");
-	for (int i = 0; i < 10000000 && (n = ibv_poll_cq(cq, 1, &wc)) == 0; i++)
-		;
-	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "the WRITE after fork: %d %s", n,
-	      n == 1 ? ibv_wc_status_str(wc.status) : "no completion");
+	CHECK(!post_one(&b, IBV_WR_RDMA_WRITE, src, N, ms->lkey, (uintptr_t)priv, mp->rkey, 0, 0), "ibv_post_send");
+	int st2 = wait_wc(&b, &wc);
+	CHECK(st2 == IBV_WC_SUCCESS, "the WRITE after fork: %s",
+	      st2 < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)st2));
 	CHECK(all(priv, N, 'B'), "the WRITE after fork did not reach the parent's memory");
 	CHECK(!ibv_dereg_mr(mp) && !ibv_dereg_mr(ms) && !ibv_dereg_mr(mh), "ibv_dereg_mr");
 	CHECK(all(priv, N, 'B'), "deregistration changed the bytes");
-	ibv_destroy_qp(a);
-	ibv_destroy_qp(b);
-	ibv_destroy_cq(cq);
-	ibv_dealloc_pd(pd);
-	ibv_close_device(c);
-	ibv_free_device_list(l);
+	side_close(&b);
+	side_close(&a);
 	free(priv);
 	free(src);
 	munmap(shared, N);

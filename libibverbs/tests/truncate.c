@@ -10,48 +10,26 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "pair.h"
 
-static int write_wr(struct ibv_qp *q, struct ibv_cq *cq, struct ibv_mr *s, struct ibv_mr *d, size_t n)
+static int write_wr(struct side *s, struct ibv_mr *src, struct ibv_mr *dst, size_t n)
 {
-	struct ibv_sge sg = {(uintptr_t)s->addr, (uint32_t)n, s->lkey};
-	struct ibv_send_wr w = {.sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED},
-			   *bad;
 	struct ibv_wc wc;
-	int k = 0;
 
-	w.wr.rdma.remote_addr = (uintptr_t)d->addr;
-	w.wr.rdma.rkey = d->rkey;
-	if (ibv_post_send(q, &w, &bad))
+	if (post_one(s, IBV_WR_RDMA_WRITE, src->addr, (uint32_t)n, src->lkey, (uintptr_t)dst->addr, dst->rkey, 0, 0))
 		return -1;
-	for (long i = 0; i < 100000000 && (k = ibv_poll_cq(cq, 1, &wc)) == 0; i++)
-		;
-	return k == 1 ? (int)wc.status : -1;
+	return wait_wc(s, &wc);
 }
 
 int main(void)
 {
-	struct ibv_device **l = ibv_get_device_list(NULL);
-	struct ibv_context *c = l && l[0] ? ibv_open_device(l[0]) : NULL;
-	if (!c) {
-		perror("ibv_open_device");
+	struct side a, b;
+	int ndev;
+
+	if (pair_open(&a, &b, 4, &ndev))
 		return 1;
-	}
-	struct ibv_pd *pd = ibv_alloc_pd(c);
-	struct ibv_cq *cq = ibv_create_cq(c, 16, NULL, NULL, 0);
-	struct ibv_port_attr port;
-	union ibv_gid gid;
-	ibv_query_port(c, 1, &port);
-	ibv_query_gid(c, 1, 0, &gid);
-	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-	struct ibv_qp *a = ibv_create_qp(pd, &ia), *b = ibv_create_qp(pd, &ia);
-	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	/* one try: the failed WRITE moves the requester to the error state */
-	if (!a || !b || tc_connect(a, b->qp_num, &port, &gid, acc, 14, 1) || tc_connect(b, a->qp_num, &port, &gid, acc, 14, 1)) {
-		perror("connecting two QPs");
-		return 1;
-	}
+	struct ibv_pd *pd = a.pd;
+	int acc = PAIR_ACCESS;
 	const size_t n = 1 << 20;
 	char path[] = "/tmp/rdmafs-truncate-XXXXXX";
 	int fd = mkstemp(path);
@@ -65,21 +43,17 @@ int main(void)
 	CHECK(ms && mf, "ibv_reg_mr of a malloc buffer and of a shared file mapping");
 	if (!ms || !mf)
 		return 1;
-	int st = write_wr(a, cq, ms, mf, n);
+	int st = write_wr(&b, ms, mf, n);
 	char back[16] = {0};
 	CHECK(st == IBV_WC_SUCCESS && pread(fd, back, sizeof(back), 4096) == sizeof(back) && back[0] == 7,
 	      "a WRITE into the file: status %d, the file holds %d", st, back[0]);
 	CHECK(!ftruncate(fd, 0), "ftruncate");
-	st = write_wr(a, cq, ms, mf, n);
+	st = write_wr(&b, ms, mf, n);
 	CHECK(st == IBV_WC_REM_ACCESS_ERR, "a WRITE into the truncated file: %s, want remote access error",
 	      st < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)st));
 	CHECK(!ibv_dereg_mr(mf) && !ibv_dereg_mr(ms), "ibv_dereg_mr");
-	ibv_destroy_qp(a);
-	ibv_destroy_qp(b);
-	ibv_destroy_cq(cq);
-	ibv_dealloc_pd(pd);
-	ibv_close_device(c);
-	ibv_free_device_list(l);
+	side_close(&b);
+	side_close(&a);
 	munmap(f, n);
 	close(fd);
 	free(src);
