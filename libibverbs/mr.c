@@ -204,7 +204,7 @@ static unsigned int access_of(const char *text)
 
 /* ibv_import_mr: MR mr_handle, made by a context on the same command fd
  * (or by anyone of the caller's uid), under pd: keys, length, access and
- * addr (its iova, as rdma-core's ibv_cmd_query_mr gives) from the daemon's
+ * addr (its iova; rdma-core leaves it NULL) from the daemon's
  * attr, which is the owner's alone (0600): another uid's MR is EACCES. The
  * pages stay the registering process's; nothing is pinned here.
  * ibv_dereg_mr destroys the MR in the daemon, ibv_unimport_mr frees only
