@@ -13,7 +13,10 @@
  *
  * Then a child that sets its uid to 65534 gets the same fd: the device
  * imports (its files are world-readable), but root's PD, MR and DM are
- * EACCES, and so are their files; the parent's buffer is untouched.
+ * EACCES, and so are their files; the parent's buffer is untouched. And
+ * the other way: root imports the cmd_fd of a context of uid 65534; the PD
+ * it makes there lives in that lease while the lender holds it and is
+ * destroyed when its last copy closes.
  *
  *   import         (run as root, for the second part) */
 #include <errno.h>
@@ -210,6 +213,84 @@ static int stranger(int sock)
 	return failures != 0;
 }
 
+/* A context of uid 65534 whose cmd_fd goes to the parent; it closes when
+ * the parent says so. */
+static int lender(int sock)
+{
+	struct handles h;
+	char go;
+
+	memset(&h, 0, sizeof(h));
+	if (setgid(65534) || setuid(65534)) {
+		fprintf(stderr, "setuid 65534: %s\n", strerror(errno));
+		return 1;
+	}
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = list && list[0] ? ibv_open_device(list[0]) : NULL;
+
+	if (list)
+		ibv_free_device_list(list);
+	CHECK(ctx, "uid 65534's ibv_open_device: %s", strerror(errno));
+	if (!ctx)
+		return 1;
+	CHECK(send_fd(sock, ctx->cmd_fd, &h) == 0, "sendmsg: %s", strerror(errno));
+	if (read(sock, &go, 1) != 1)
+		return 1;
+	CHECK(ibv_close_device(ctx) == 0, "ibv_close_device");
+	return failures != 0;
+}
+
+/* root imports uid 65534's cmd_fd: what it makes there is leased in that
+ * lease (it lives while the lender holds it and goes when the last copy
+ * closes), not left behind for ever. */
+static void borrow(struct ibv_context *ctx)
+{
+	int sv[2], st, gone = 0;
+	struct handles h;
+	char go = 1;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		return;
+	fflush(NULL);
+	if ((pid = fork()) == 0) {
+		close(sv[0]);
+		_exit(lender(sv[1]));
+	}
+	close(sv[1]);
+	int fd = recv_fd(sv[0], &h);
+	CHECK(fd >= 0, "no fd from uid 65534");
+	struct ibv_context *ic = fd >= 0 ? ibv_import_device(fd) : NULL;
+	CHECK(ic, "root's ibv_import_device of uid 65534's fd: %s", strerror(errno));
+	struct ibv_pd *pd = ic ? ibv_alloc_pd(ic) : NULL;
+	CHECK(pd, "root's PD in the imported context: %s", strerror(errno));
+	uint32_t handle = pd ? pd->handle : 0;
+	if (pd)
+		ibv_unimport_pd(pd); /* the wrapper only: the lease holds the PD */
+	if (ic)
+		CHECK(ibv_close_device(ic) == 0, "ibv_close_device");
+	struct ibv_pd *still = handle ? ibv_import_pd(ctx, handle) : NULL;
+	CHECK(still, "the PD went before the lender closed: %s", strerror(errno));
+	if (still)
+		ibv_unimport_pd(still);
+	if (write(sv[0], &go, 1) != 1)
+		CHECK(0, "write: %s", strerror(errno));
+	waitpid(pid, &st, 0);
+	close(sv[0]);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "lender failed (status %#x)", st);
+	/* the daemon destroys a released lease's objects just after */
+	for (int i = 0; handle && i < 200 && !gone; i++) {
+		struct ibv_pd *p = ibv_import_pd(ctx, handle);
+		if (p) {
+			ibv_unimport_pd(p);
+			usleep(10000);
+		} else {
+			gone = errno == ENOENT;
+		}
+	}
+	CHECK(gone, "root's PD in uid 65534's lease outlived the lease");
+}
+
 static int run_child(int (*fn)(int), struct ibv_context *ctx, struct handles *h, pid_t *pid)
 {
 	int sv[2];
@@ -308,6 +389,7 @@ int main(void)
 		CHECK(again, "the PD went after uid 65534's attempt: %s", strerror(errno));
 		if (again)
 			ibv_unimport_pd(again);
+		borrow(ctx);
 	} else {
 		fprintf(stderr, "import: not root, the uid 65534 part is skipped\n");
 	}
