@@ -39,8 +39,7 @@ type leased struct {
 }
 
 type leaseHandle struct {
-	t   *tree
-	uid uint32
+	t *tree
 
 	mu     sync.Mutex
 	held   []leased             // in the order leased; guarded by mu
@@ -58,16 +57,19 @@ var (
 func (t *tree) leaseFile() *file {
 	f := &file{owner: owner{perm: 0666, born: t.born}, readable: true, writable: true}
 	f.open = func(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-		uid, _ := caller(ctx)
-		return &leaseHandle{t: t, uid: uid, has: map[*object]struct{}{}}, openStream, 0
+		return &leaseHandle{t: t, has: map[*object]struct{}{}}, openStream, 0
 	}
 	return f
 }
 
 // Write adopts objects, one "KIND NAME" a line, all or none. Only the
-// caller's own objects may be leased.
+// writer's own objects may be leased (root's: any): the writer, not who
+// opened the file, because an open lease is a context's command fd that a
+// program may pass to another process (ibv_import_device), of another
+// user perhaps, which must not adopt objects it could not destroy.
 func (h *leaseHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	n, err := h.write(data)
+	uid, _ := caller(ctx)
+	n, err := h.write(data, uid)
 	h.mu.Lock()
 	h.failed = ""
 	if err != nil {
@@ -80,7 +82,7 @@ func (h *leaseHandle) Write(ctx context.Context, data []byte, off int64) (uint32
 	return n, 0
 }
 
-func (h *leaseHandle) write(data []byte) (uint32, error) {
+func (h *leaseHandle) write(data []byte, uid uint32) (uint32, error) {
 	const op = "lease"
 	text, err := textOf(op, data)
 	if err != nil {
@@ -103,7 +105,7 @@ func (h *leaseHandle) write(data []byte) (uint32, error) {
 		if o == nil {
 			return 0, &device.Error{Op: op, Errno: syscall.ENOENT, Err: fmt.Errorf("no %s %q", f[0], clip(f[1]))}
 		}
-		if h.uid != 0 && o.uid != h.uid {
+		if uid != 0 && o.uid != uid {
 			return 0, &device.Error{Op: op, Errno: syscall.EACCES, Err: fmt.Errorf("%s %s belongs to another user", f[0], f[1])}
 		}
 		add = append(add, leased{f[0], f[1], o})

@@ -100,6 +100,16 @@ func TestLeaseRejects(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
 		t.Fatalf("another user leased my pd: %v %s", err, out)
 	}
+	// Nor through my lease, passed to it (an imported command fd): the
+	// writer's uid counts, not the opener's. Its own objects it may.
+	cmd = exec.Command("bash", "-c", "echo 'pd "+pd+"' >&3 || echo refused; "+
+		"{ echo '' >&0; read -r x; echo \"pd $x\" >&3 && echo own; } <>\"$1/pd/new\"", "bash", m.dir)
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "refused") || !strings.Contains(string(out), "own") {
+		t.Fatalf("another user writing my lease: %v %s", err, out)
+	}
 }
 
 func mustAtoi(t *testing.T, s string) uint32 {

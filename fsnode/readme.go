@@ -43,6 +43,8 @@ lower-case, without the IBV_ prefix.
                     out, and one open holds at most the mount's --max-lease
                     objects (ENOSPC beyond; the reason is the listing's last
                     line, "error: ..."). A read lists what it holds.
+                    Only the writer's own objects may be named (root: any),
+                    whoever opened the descriptor it writes.
   KIND/new          create an object (KIND: pd mr mw cq srq ah qp); see below
   KIND/H/           one directory per object (H: handle; for qp, the QPN)
 

@@ -548,9 +548,13 @@ void rf_ring_bell(struct rf_context *ctx, struct rf_ring *r)
 	rf_ring_bell_fd(r);
 }
 
-struct ibv_context *ibv_open_device(struct ibv_device *device)
+/* open_ctx opens a context on device d: a new one (imported < 0: its own
+ * lease, unless RDMAFS_PERSISTENT), or one on a command fd another context
+ * made (ibv_import_device): then cmd_fd is that lease (imported 1) or
+ * mount root (imported 2), and the context owns it from here on, closing
+ * it at ibv_close_device as rdma-core's does. */
+static struct ibv_context *open_ctx(struct rf_device *d, int cmd_fd, int imported)
 {
-	struct rf_device *d = rf_container_of(device, struct rf_device, dev);
 	struct rf_context *ctx = calloc(1, sizeof(*ctx));
 	struct ibv_context *c;
 	int pipefd[2], err;
@@ -564,16 +568,21 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->bell.fd = -1;
 	ctx->async_wr = -1;
 	snprintf(ctx->mount, sizeof(ctx->mount), "%s", d->mount);
-	ctx->mount_fd = open(ctx->mount, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (imported == 2)
+		ctx->mount_fd = cmd_fd;
+	else
+		ctx->mount_fd = open(ctx->mount, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (ctx->mount_fd < 0) {
 		err = rf_errno_of_write(errno);
 		free(ctx);
 		errno = err;
 		return NULL;
 	}
+	if (imported == 1)
+		ctx->lease_fd = cmd_fd;
 	if ((err = load_attrs(ctx)))
 		goto fail;
-	if (!getenv("RDMAFS_PERSISTENT")) {
+	if (imported < 0 && !getenv("RDMAFS_PERSISTENT")) {
 		ctx->lease_fd = openat(ctx->mount_fd, "lease", O_RDWR | O_CLOEXEC);
 		if (ctx->lease_fd < 0) {
 			err = rf_errno_of_write(errno);
@@ -590,7 +599,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	pthread_mutex_init(&ctx->lock, NULL);
 
 	c = &ctx->vctx.context;
-	c->device = device;
+	c->device = &d->dev;
 	c->cmd_fd = ctx->lease_fd >= 0 ? ctx->lease_fd : ctx->mount_fd;
 	c->async_fd = pipefd[0];
 	c->num_comp_vectors = 1;
@@ -630,12 +639,63 @@ fail:
 		close(pipefd[0]);
 	}
 	rf_ring_unmap(&ctx->bell);
-	if (ctx->lease_fd >= 0)
+	/* a failed import leaves the caller's fd open */
+	if (ctx->lease_fd >= 0 && imported != 1)
 		close(ctx->lease_fd);
-	close(ctx->mount_fd);
+	if (imported != 2)
+		close(ctx->mount_fd);
 	free(ctx);
 	errno = err;
 	return NULL;
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	return open_ctx(rf_container_of(device, struct rf_device, dev), -1, -1);
+}
+
+/* ibv_import_device: a context on the command fd of another context (its
+ * ibv_context.cmd_fd, this process's or another's by SCM_RIGHTS): the
+ * context's MOUNT/lease (or, under RDMAFS_PERSISTENT, its O_PATH of the
+ * mount root). The fd names its mount by its st_dev; the device is the one
+ * of this process's list on that mount (ENODEV when there is none). The
+ * new context's objects go into the same lease, so they live while any
+ * process holds the fd, as a kernel uverbs file's. What it may touch is
+ * what the caller's uid may: the daemon checks each file's owner, not who
+ * opened the fd. */
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	struct rf_device *d = NULL;
+	struct stat st, ms;
+	char p[PATH_MAX + 16];
+	int kind = 0;
+
+	if (cmd_fd < 0 || fstat(cmd_fd, &st) < 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pthread_mutex_lock(&list_lock);
+	scan();
+	for (int i = 0; i < ndevices && !d; i++) {
+		if (stat(devices[i]->mount, &ms) < 0 || ms.st_dev != st.st_dev)
+			continue;
+		if (S_ISDIR(st.st_mode) && ms.st_ino == st.st_ino)
+			kind = 2;
+		snprintf(p, sizeof(p), "%s/lease", devices[i]->mount);
+		if (S_ISREG(st.st_mode) && stat(p, &ms) == 0 && ms.st_ino == st.st_ino)
+			kind = 1;
+		d = devices[i];
+	}
+	pthread_mutex_unlock(&list_lock);
+	if (!d) {
+		errno = ENODEV;
+		return NULL;
+	}
+	if (!kind) {
+		errno = EINVAL; /* a file of the mount, not a command fd */
+		return NULL;
+	}
+	return open_ctx(d, cmd_fd, kind);
 }
 
 int ibv_close_device(struct ibv_context *context)

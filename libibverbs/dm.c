@@ -21,6 +21,7 @@ struct rf_dm {
 	uint8_t *mem;  /* its mapping */
 	size_t length; /* what was asked for */
 	size_t maplen;
+	bool imported; /* ibv_import_dm: not counted in the context's dm_bytes */
 };
 
 static int dm_to(struct ibv_dm *d, uint64_t off, const void *src, size_t len)
@@ -115,7 +116,8 @@ int rf_free_dm(struct ibv_dm *d)
 		pthread_mutex_unlock(&ctx->lock);
 		return err;
 	}
-	ctx->dm_bytes -= dm->length;
+	if (!dm->imported)
+		ctx->dm_bytes -= dm->length;
 	pthread_mutex_unlock(&ctx->lock);
 	rf_munmap(dm->mem, dm->maplen);
 	free(dm);
@@ -168,4 +170,65 @@ fail:
 	free(m);
 	errno = err;
 	return NULL;
+}
+
+/* ibv_import_dm: device memory dm_handle (its ibv_dm.handle, the daemon MR
+ * that holds it) of a context on the same command fd, mapped again here:
+ * both mappings are the same memory. The MR's attr and mem are the
+ * owner's alone (0600): another uid's is EACCES. ibv_free_dm frees it in
+ * the daemon; ibv_unimport_dm only unmaps it here. */
+struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
+{
+	struct rf_context *ctx = to_rctx(context);
+	long ps = sysconf(_SC_PAGESIZE);
+	char path[64], text[512];
+	struct rf_dm *dm;
+	uint64_t len = 0;
+	int err, fd;
+
+	snprintf(path, sizeof(path), "mr/%u/attr", dm_handle);
+	if ((err = rf_read_file(ctx, path, text, sizeof(text))))
+		goto fail;
+	if (rf_kv_u64(text, "length", &len) || !len || len > RF_MAX_DM_SIZE) {
+		err = EINVAL;
+		goto fail;
+	}
+	if (!(dm = calloc(1, sizeof(*dm)))) {
+		err = ENOMEM;
+		goto fail;
+	}
+	dm->mr = dm_handle;
+	dm->length = len;
+	dm->maplen = (len + ps - 1) & ~(size_t)(ps - 1);
+	dm->imported = true;
+	snprintf(path, sizeof(path), "mr/%u/mem", dm_handle);
+	fd = openat(ctx->mount_fd, path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		err = rf_errno_of_write(errno);
+		free(dm);
+		goto fail;
+	}
+	dm->mem = rf_mmap(dm->maplen, fd);
+	close(fd);
+	if (dm->mem == MAP_FAILED) {
+		err = errno;
+		free(dm);
+		goto fail;
+	}
+	dm->dm.context = context;
+	dm->dm.memcpy_to_dm = dm_to;
+	dm->dm.memcpy_from_dm = dm_from;
+	dm->dm.handle = dm_handle;
+	return &dm->dm;
+fail:
+	errno = err;
+	return NULL;
+}
+
+void ibv_unimport_dm(struct ibv_dm *d)
+{
+	struct rf_dm *dm = (struct rf_dm *)d;
+
+	rf_munmap(dm->mem, dm->maplen);
+	free(dm);
 }

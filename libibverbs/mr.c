@@ -175,6 +175,82 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
+/* access= of an MR's attr: the names README gives, comma-separated. */
+static unsigned int access_of(const char *text)
+{
+	static const struct {
+		const char *name;
+		unsigned int bit;
+	} names[] = {
+		{"local_write", IBV_ACCESS_LOCAL_WRITE},   {"remote_write", IBV_ACCESS_REMOTE_WRITE},
+		{"remote_read", IBV_ACCESS_REMOTE_READ},   {"remote_atomic", IBV_ACCESS_REMOTE_ATOMIC},
+		{"mw_bind", IBV_ACCESS_MW_BIND},           {"on_demand", IBV_ACCESS_ON_DEMAND},
+		{"zero_based", IBV_ACCESS_ZERO_BASED},
+	};
+	const char *s = rf_kv(text, "access");
+	unsigned int a = 0;
+
+	while (s && *s && *s != '\n') {
+		size_t n = strcspn(s, ",\n");
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			if (strlen(names[i].name) == n && !strncmp(s, names[i].name, n))
+				a |= names[i].bit;
+		s += n;
+		if (*s == ',')
+			s++;
+	}
+	return a;
+}
+
+/* ibv_import_mr: MR mr_handle, made by a context on the same command fd
+ * (or by anyone of the caller's uid), under pd: keys, length, access and
+ * addr (its iova; rdma-core leaves it NULL) from the daemon's
+ * attr, which is the owner's alone (0600): another uid's MR is EACCES. The
+ * pages stay the registering process's; nothing is pinned here.
+ * ibv_dereg_mr destroys the MR in the daemon, ibv_unimport_mr frees only
+ * the wrapper. */
+struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	struct rf_context *ctx = to_rctx(pd->context);
+	char path[64], text[512];
+	struct rf_mr *m;
+	uint64_t lkey, rkey = 0, len = 0, iova = 0;
+	int err;
+
+	snprintf(path, sizeof(path), "mr/%u/attr", mr_handle);
+	if ((err = rf_read_file(ctx, path, text, sizeof(text)))) {
+		errno = err;
+		return NULL;
+	}
+	if (rf_kv_u64(text, "lkey", &lkey)) {
+		errno = EIO;
+		return NULL;
+	}
+	rf_kv_u64(text, "rkey", &rkey);
+	rf_kv_u64(text, "length", &len);
+	rf_kv_u64(text, "iova", &iova);
+	if (!(m = calloc(1, sizeof(*m)))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->handle = mr_handle;
+	m->iova = iova;
+	m->access = access_of(text);
+	m->mr.context = pd->context;
+	m->mr.pd = pd;
+	m->mr.addr = (void *)(uintptr_t)iova;
+	m->mr.length = len;
+	m->mr.handle = mr_handle;
+	m->mr.lkey = (uint32_t)lkey;
+	m->mr.rkey = (uint32_t)rkey;
+	return &m->mr;
+}
+
+void ibv_unimport_mr(struct ibv_mr *mr)
+{
+	free(to_rmr(mr));
+}
+
 /* ibv_rereg_mr: mr/H/ctl's rereg changes the PD, the access or the memory
  * and keeps the keys, so a peer's rkey still reaches the MR. A new
  * translation is pinned first and the old one released after the daemon

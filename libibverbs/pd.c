@@ -43,6 +43,39 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 	return 0;
 }
 
+/* ibv_import_pd: PD handle of the context's device (made by any context on
+ * the same command fd, or by anyone of the caller's uid): a wrapper whose
+ * handle is the original's. Its attr file is the owner's alone (0600), so
+ * reading it is the daemon's check that the PD exists and is the caller's
+ * to use. ibv_dealloc_pd on it destroys the PD, as rdma-core's does;
+ * ibv_unimport_pd frees only the wrapper. */
+struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	struct rf_context *ctx = to_rctx(context);
+	char path[64], text[256];
+	struct rf_pd *pd;
+	int err;
+
+	snprintf(path, sizeof(path), "pd/%u/attr", pd_handle);
+	if ((err = rf_read_file(ctx, path, text, sizeof(text)))) {
+		errno = err;
+		return NULL;
+	}
+	if (!(pd = calloc(1, sizeof(*pd)))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->handle = pd_handle;
+	pd->pd.context = context;
+	pd->pd.handle = pd_handle;
+	return &pd->pd;
+}
+
+void ibv_unimport_pd(struct ibv_pd *pd)
+{
+	free(to_rpd(pd));
+}
+
 /* Parent domains and thread domains are library objects. A parent domain
  * is its PD for every verb (same handle); the buffer allocators it may
  * carry are never called, because queue memory is the daemon's, mapped from

@@ -19,7 +19,9 @@
 # SGE sends in one SQ slot), libibverbs/tests/srq_resize (ibv_modify_srq
 # with IBV_SRQ_MAX_WR), libibverbs/tests/timestamps (hca_core_clock,
 # ibv_query_rt_values_ex at its rate, completion timestamps and wall
-# clock against clock_gettime), and libibverbs/tests/hostile, a program that misuses
+# clock against clock_gettime), libibverbs/tests/import (ibv_import_device,
+# _pd, _mr, _dm across a fork with the cmd_fd passed by SCM_RIGHTS, and
+# refused to a child of uid 65534), and libibverbs/tests/hostile, a program that misuses
 # the verbs and scribbles its rings. memkinds, mrrace and heaptrim run on
 # one mount and across two that speak RoCEv2 on two loopback addresses
 # (RDMAFS_DEVICE_MOUNT=A:B: the program's memory on A, the peer on B).
@@ -53,6 +55,7 @@ for v in plain asan; do
 	cc $flags -o "$work/ucx_verbs-$v" "$repo/libibverbs/tests/ucx_verbs.c" -libverbs
 	cc $flags -o "$work/srq_resize-$v" "$repo/libibverbs/tests/srq_resize.c" -libverbs
 	cc $flags -o "$work/timestamps-$v" "$repo/libibverbs/tests/timestamps.c" -libverbs
+	cc $flags -o "$work/import-$v" "$repo/libibverbs/tests/import.c" -libverbs
 done
 hp=/proc/sys/vm/nr_hugepages
 hp_was=$(cat $hp 2>/dev/null || echo 0)
@@ -107,6 +110,7 @@ for v in plain asan; do
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/ucx_verbs-$v" || die "ucx_verbs ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/srq_resize-$v" || die "srq_resize ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/timestamps-$v" || die "timestamps ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/import-$v" || die "import ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
 	ASAN_OPTIONS=detect_leaks=0 RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- \
 		timeout 120 "$work/hostile-$v" "$M" || die "hostile ($v) failed"
@@ -122,4 +126,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs, srq_resize, timestamps and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs, srq_resize, timestamps, import and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"

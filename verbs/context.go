@@ -354,3 +354,45 @@ func handleOf(op, name string) (uint32, error) {
 }
 
 func hname(h uint32) string { return strconv.FormatUint(uint64(h), 10) }
+
+// CmdFile is the Context's command file, ibv_context's cmd_fd: its lease
+// (nil with Options.Persistent, which has none). Give a duplicate of it
+// (os.NewFile of a dup, or its descriptor over SCM_RIGHTS) to Import, in
+// this process or another: objects leased in it live while any copy of it
+// is open.
+func (c *Context) CmdFile() *os.File {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.lease
+}
+
+// Import is ibv_import_device: a Context on f, a duplicate of another
+// Context's CmdFile (the mount's lease). The new Context owns f (Close
+// closes it) and leases what it creates in it, so its objects and the
+// other Context's share one life. What it may touch is what the caller's
+// uid may: ImportPD and ImportMR of another user's objects are EACCES.
+func Import(f *os.File) (*Context, error) {
+	const op = "import_device"
+	if f == nil {
+		return nil, errorf(op, syscall.EINVAL, "no file")
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, opError(op, err, "")
+	}
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	if err != nil {
+		return nil, opError(op, err, "")
+	}
+	mount := filepath.Dir(p)
+	li, err := os.Stat(filepath.Join(mount, "lease"))
+	if err != nil || filepath.Base(p) != "lease" || !os.SameFile(fi, li) {
+		return nil, errorf(op, syscall.EINVAL, "%s is not an rdmafs mount's lease", p)
+	}
+	c, err := OpenWithOptions(mount, Options{Persistent: true})
+	if err != nil {
+		return nil, err
+	}
+	c.lease = f
+	return c, nil
+}

@@ -220,3 +220,72 @@ func (pd *PD) CreateAH(a AHAttr) (*AH, error) {
 
 // Destroy is ibv_destroy_ah.
 func (ah *AH) Destroy() error { return ah.ctx.destroy("destroy_ah", "ah", hname(ah.Handle)) }
+
+// ImportPD is ibv_import_pd: PD handle of the Context's device (another
+// Context's, given its CmdFile to Import). Its attr file is its owner's
+// alone, so another user's PD is EACCES. Dealloc destroys the PD;
+// Unimport only forgets it here.
+func (c *Context) ImportPD(handle uint32) (*PD, error) {
+	if _, err := c.keyValues("import_pd", "pd", hname(handle), "attr"); err != nil {
+		return nil, err
+	}
+	return &PD{ctx: c, Handle: handle}, nil
+}
+
+// Unimport is ibv_unimport_pd: the PD stays in the daemon.
+func (pd *PD) Unimport() {}
+
+// ImportMR is ibv_import_mr: MR handle, under pd, with the keys, iova,
+// length and access the daemon's attr gives (another user's MR is
+// EACCES). An MR of device memory maps it again into Buf; the program
+// memory of an MR registered on it stays its registrant's (Buf is nil).
+// Dereg destroys the MR; Unimport only releases it here.
+func (pd *PD) ImportMR(handle uint32) (*MR, error) {
+	const op = "import_mr"
+	c := pd.ctx
+	name := hname(handle)
+	m, err := c.keyValues(op, "mr", name, "attr")
+	if err != nil {
+		return nil, err
+	}
+	mr := &MR{ctx: c, pd: pd, Handle: handle}
+	d := kv{op: op, m: m}
+	mr.LKey, mr.RKey, mr.IOVA, mr.Length = d.u32("lkey"), d.u32("rkey"), d.u64("iova"), d.u64("length")
+	if d.err != nil {
+		return nil, d.err
+	}
+	if mr.Access, err = qp.ParseAccess(m["access"]); err != nil {
+		return nil, errorf(op, syscall.EIO, "access=%q: %v", m["access"], err)
+	}
+	if m["memory"] == "device" {
+		reg, err := ring.MapFile(c.path("mr", name, "mem"))
+		if err != nil {
+			return nil, opError(op, err, "")
+		}
+		if uint64(reg.Size()) < mr.Length {
+			reg.Close()
+			return nil, errorf(op, syscall.EIO, "mr %s: mem has %d bytes, length is %d", name, reg.Size(), mr.Length)
+		}
+		mr.region = reg
+		mr.Buf = reg.Bytes()[:mr.Length:mr.Length]
+	}
+	c.mu.Lock()
+	if mr.Buf != nil {
+		c.mrs[mr.LKey] = mr
+	}
+	c.objs[mr] = struct{}{}
+	c.mu.Unlock()
+	return mr, nil
+}
+
+// Unimport is ibv_unimport_mr: the MR stays in the daemon; its mapping
+// here is released (Buf must not be used afterwards).
+func (mr *MR) Unimport() error {
+	mr.ctx.mu.Lock()
+	if mr.ctx.mrs[mr.LKey] == mr {
+		delete(mr.ctx.mrs, mr.LKey)
+	}
+	delete(mr.ctx.objs, mr)
+	mr.ctx.mu.Unlock()
+	return mr.release()
+}
