@@ -261,9 +261,10 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	 * free what a destroyed QP's wr_ids point to and poll the CQ again
 	 * (libfabric's RxM closes a connection's endpoint, then flushes the
 	 * shared CQ, and reposted a receive on the freed endpoint for a
-	 * completion left behind). The daemon makes no more of them now. A
-	 * receive completion taken from an SRQ stays: mlx5 would return its
-	 * WQE to the SRQ, which is not the library's to do. */
+	 * completion left behind). Done once the daemon's destroy returned,
+	 * the QP out of its tables. A receive completion taken from an SRQ
+	 * stays: mlx5 would return its WQE to the SRQ, which is not the
+	 * library's to do. */
 	rf_cq_clean(qp->send_cq, q->qpn, qp->srq != NULL);
 	if (qp->recv_cq != qp->send_cq)
 		rf_cq_clean(qp->recv_cq, q->qpn, qp->srq != NULL);
