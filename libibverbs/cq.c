@@ -348,11 +348,13 @@ int rf_poll_cq(struct ibv_cq *icq, int n, struct ibv_wc *wc)
 }
 
 /* rf_cq_clean drops the completions of QP qpn that wait in the CQ, as
- * mlx5 does when a QP is reset: a reset QP's old flush completions must
- * not show up as errors of its next life. Only [consumer, producer) is
+ * mlx5 does when a QP is reset or destroyed: a reset QP's old flush
+ * completions must not show up as errors of its next life, nor a destroyed
+ * QP's completions after it is gone. keep_recv keeps its receive
+ * completions (a QP on an SRQ: those WQEs were the SRQ's). Only [consumer, producer) is
  * ours to rewrite; the kept entries slide towards the producer end and the
  * consumer index moves past the dropped ones. */
-void rf_cq_clean(struct ibv_cq *icq, uint32_t qpn)
+void rf_cq_clean(struct ibv_cq *icq, uint32_t qpn, bool keep_recv)
 {
 	struct rf_cq *cq = to_rcq(icq);
 
@@ -362,7 +364,8 @@ void rf_cq_clean(struct ibv_cq *icq, uint32_t qpn)
 	if (n <= cq->ring.slot_count) {
 		for (uint32_t i = n; i-- > 0;) {
 			uint8_t *e = rf_slot(&cq->ring, tail + i);
-			if (rf_get32(e, RDMAFS_CQE_OFF_QP_NUM) == qpn)
+			if (rf_get32(e, RDMAFS_CQE_OFF_QP_NUM) == qpn &&
+			    !(keep_recv && (e[RDMAFS_CQE_OFF_OPCODE] & IBV_WC_RECV)))
 				continue;
 			kept++;
 			uint8_t *to = rf_slot(&cq->ring, prod - kept);

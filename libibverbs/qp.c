@@ -256,6 +256,18 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 
 	if (err)
 		return err;
+	/* The QP's completions still waiting in its CQs go with it, as mlx5
+	 * and mlx4 clean them at destroy (__mlx5_cq_clean): a consumer may
+	 * free what a destroyed QP's wr_ids point to and poll the CQ again
+	 * (libfabric's RxM closes a connection's endpoint, then flushes the
+	 * shared CQ, and reposted a receive on the freed endpoint for a
+	 * completion left behind). Done once the daemon's destroy returned,
+	 * the QP out of its tables. A receive completion taken from an SRQ
+	 * stays: mlx5 would return its WQE to the SRQ, which is not the
+	 * library's to do. */
+	rf_cq_clean(qp->send_cq, q->qpn, qp->srq != NULL);
+	if (qp->recv_cq != qp->send_cq)
+		rf_cq_clean(qp->recv_cq, q->qpn, qp->srq != NULL);
 	rf_untrack(ctx, RF_QP, q->qpn);
 	pthread_mutex_lock(&qp->mutex);
 	while (qp->events_completed != q->async_delivered)
@@ -346,9 +358,9 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 			pthread_spin_lock(&q->sq_lock);
 			q->sq.head = rf_load_acq(q->sq.prod);
 			pthread_spin_unlock(&q->sq_lock);
-			rf_cq_clean(qp->send_cq, q->qpn);
+			rf_cq_clean(qp->send_cq, q->qpn, false);
 			if (qp->recv_cq != qp->send_cq)
-				rf_cq_clean(qp->recv_cq, q->qpn);
+				rf_cq_clean(qp->recv_cq, q->qpn, false);
 		}
 	}
 	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)

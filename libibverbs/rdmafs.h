@@ -273,7 +273,7 @@ int rf_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 int rf_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int rf_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int rf_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
-void rf_cq_clean(struct ibv_cq *cq, uint32_t qpn);
+void rf_cq_clean(struct ibv_cq *cq, uint32_t qpn, bool keep_recv);
 int rf_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct ibv_mw *rf_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int rf_dealloc_mw(struct ibv_mw *mw);

@@ -17,7 +17,8 @@
 # ibv_wr_atomic_write), libibverbs/tests/ucx_verbs (what UCX's verbs
 # transports need: the accessibility check, 32-bit flow labels, inline and
 # SGE sends in one SQ slot), libibverbs/tests/srq_resize (ibv_modify_srq
-# with IBV_SRQ_MAX_WR), libibverbs/tests/timestamps (hca_core_clock,
+# with IBV_SRQ_MAX_WR), libibverbs/tests/destroy_clean (a destroyed QP's
+# completions leave its CQs with it, as mlx5's), libibverbs/tests/timestamps (hca_core_clock,
 # ibv_query_rt_values_ex at its rate, completion timestamps and wall
 # clock against clock_gettime), libibverbs/tests/import (ibv_import_device,
 # _pd, _mr, _dm across a fork with the cmd_fd passed by SCM_RIGHTS, and
@@ -54,6 +55,7 @@ for v in plain asan; do
 	cc $flags -o "$work/atomic_write-$v" "$repo/libibverbs/tests/atomic_write.c" -libverbs
 	cc $flags -o "$work/ucx_verbs-$v" "$repo/libibverbs/tests/ucx_verbs.c" -libverbs
 	cc $flags -o "$work/srq_resize-$v" "$repo/libibverbs/tests/srq_resize.c" -libverbs
+	cc $flags -o "$work/destroy_clean-$v" "$repo/libibverbs/tests/destroy_clean.c" -libverbs
 	cc $flags -o "$work/timestamps-$v" "$repo/libibverbs/tests/timestamps.c" -libverbs
 	cc $flags -o "$work/import-$v" "$repo/libibverbs/tests/import.c" -libverbs
 done
@@ -109,6 +111,7 @@ for v in plain asan; do
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/atomic_write-$v" || die "atomic_write ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/ucx_verbs-$v" || die "ucx_verbs ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/srq_resize-$v" || die "srq_resize ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/destroy_clean-$v" || die "destroy_clean ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/timestamps-$v" || die "timestamps ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/import-$v" || die "import ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
@@ -126,4 +129,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs, srq_resize, timestamps, import and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs, srq_resize, destroy_clean, timestamps, import and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"

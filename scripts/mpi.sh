@@ -22,13 +22,14 @@
 #                InfiniBand ports; a local mount only (udcm needs a LID)
 #   ompi-btlofi  pml ob1, btl ofi,self with btl_ofi_mode=2 (two-sided; the
 #                default, one-sided only, leaves ob1 with no send path and
-#                it SIGSEGVs) over verbs;ofi_rxd, osc pt2pt
+#                it SIGSEGVs) over verbs;ofi_rxd, osc pt2pt; 2 ranks only:
+#                with 4, osc pt2pt deadlocks in its own compare-and-swap
+#                (a blocking send under its accumulate lock; TESTING.md)
 #   ompi-mtlofi  pml cm, mtl ofi over verbs;ofi_rxm, osc pt2pt;
 #                FI_UNIVERSE_SIZE=128 (RxM sizes its CQ past max_cqe:
-#                ofiwg/libfabric#10692). Not run by default: once in 36
-#                runs a rank SIGSEGVs in libfabric under
-#                ompi_mtl_ofi_finalize after its data checked out
-#                (TESTING.md); MPI_TRANSPORTS=ompi-mtlofi runs it
+#                ofiwg/libfabric#10692). RxM closes a connection's QP and
+#                then drains the shared CQ: ibv_destroy_qp must take the
+#                QP's completions with it, as mlx5's does (TESTING.md)
 #   mpich-ucx    MPICH ch4:ucx, UCX's defaults (the same UCX variable
 #                across two mounts)
 # Each on one mount, then across two --addr mounts that speak RoCEv2 on two
@@ -51,7 +52,7 @@
 #                           to 4 MiB, beside perftest's ib_send_lat and
 #                           ib_write_bw and ucx_perftest on the same mount
 #
-# MPI_TRANSPORTS (default all but ompi-mtlofi; bench: all five) and
+# MPI_TRANSPORTS (default all five) and
 # MPI_WHERE ("one two") choose what runs.
 NEED_LIBIBVERBS=1
 NEED_LIBRDMACM=1
@@ -60,8 +61,7 @@ source "$(dirname "$0")/lib.sh"
 mode=${1:-}
 A_ADDR=${A_ADDR:-127.0.91.1}
 B_ADDR=${B_ADDR:-127.0.91.2}
-TRANSPORTS=${MPI_TRANSPORTS:-ompi-ucx ompi-openib ompi-btlofi mpich-ucx}
-[[ $mode == bench && -z ${MPI_TRANSPORTS:-} ]] && TRANSPORTS="ompi-ucx ompi-openib ompi-btlofi ompi-mtlofi mpich-ucx"
+TRANSPORTS=${MPI_TRANSPORTS:-ompi-ucx ompi-openib ompi-btlofi ompi-mtlofi mpich-ucx}
 WHERE=${MPI_WHERE:-one two}
 RANKS4=${MPI_RANKS4-ompi-ucx ompi-openib ompi-mtlofi mpich-ucx}
 TMO=${MPI_TIMEOUT:-150}
