@@ -245,6 +245,15 @@ check() {
 		[[ $t == mpich-* ]] && exe=$work/$p-mpich
 		b0=$(devbytes "${ms[@]}")
 		run "$t" "$np" "$mounts" "$exe" || rc=$?
+		# UCX's async-event assertion after a run whose data checked out
+		# (TESTING.md: once in about 230 runs, openucx/ucx#10432; which
+		# event came twice is not found yet) is run once more, and said.
+		if ((rc != 0)) && grep -q "^$p: ok" "$work/run.log" &&
+			grep -q "Assertion .wait_ctx->cb_id == (-1)' failed\|wait_ctx->cb_id == (-1) failed" "$work/run.log"; then
+			echo "$t $p np=$np $where: UCX's async-event assertion after the data checked out (openucx/ucx#10432); once more"
+			rc=0
+			run "$t" "$np" "$mounts" "$exe" || rc=$?
+		fi
 		b1=$(devbytes "${ms[@]}")
 		moved=$((moved + b1 - b0))
 		if ((rc == 0)) && grep -q "^$p: ok" "$work/run.log"; then
