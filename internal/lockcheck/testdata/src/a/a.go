@@ -6,7 +6,7 @@ import "sync"
 
 type Dev struct {
 	mu     sync.Mutex
-	closed bool // lockcheck:guarded mu
+	closed bool        // lockcheck:guarded mu
 	qps    map[int]*QP // lockcheck:guarded mu
 	rw     sync.RWMutex
 	// conf is read under RLock and written under Lock.
