@@ -20,7 +20,9 @@
 // may touch any guarded field, and what it touches without taking the
 // lock itself (and what the …Locked functions it calls need) becomes what
 // each of its callers must hold. A call of a …Locked function is checked
-// like a touch of the fields it needs.
+// like a touch of the fields it needs. A function whose name cannot say
+// so (a small accessor called everywhere) has lockcheck:locked in its doc
+// comment instead, and is checked the same way.
 //
 // An exception is written on the line of the touch or the call, or on the
 // comment lines just above it, with its reason:
@@ -57,6 +59,9 @@
 //   - A variable that the function made itself (v := &T{…}, new(T), T{…},
 //     var v T) is not yet shared: v.f is free until the function ends.
 //   - RLock allows reads; a write (assignment, ++, --) needs Lock.
+//   - Taking a field's address (&x.f) is not a touch: what is done through
+//     the pointer is not followed (the device's tables are handed by
+//     address to lookup and destroy, which take the lock).
 //   - Atomics are not covered: a field of an atomic type needs no
 //     annotation, and one should not carry any.
 //   - Each package is checked on its own: the annotations, the …Locked
@@ -89,6 +94,7 @@ var guardedRE = regexp.MustCompile(`lockcheck:guarded\s+([A-Za-z_][A-Za-z0-9_.]*
 
 const (
 	okWord      = "lockcheck:ok"
+	lockedWord  = "lockcheck:locked"
 	acquireWord = "lockcheck:acquire"
 	releaseWord = "lockcheck:release"
 )
@@ -149,6 +155,8 @@ type checker struct {
 	acquire, release map[*types.Func]bool
 	// needs is what each …Locked function's callers must hold.
 	needs map[*types.Func]lockSet
+	// locked are the functions marked lockcheck:locked.
+	locked map[*ast.FuncDecl]bool
 	// lineOK maps file and line to the exception that covers it; funcOK
 	// the functions whose doc comment has one.
 	lineOK map[string]map[int]*exception
@@ -164,6 +172,7 @@ func run(pass *analysis.Pass) (any, error) {
 		acquire: map[*types.Func]bool{},
 		release: map[*types.Func]bool{},
 		needs:   map[*types.Func]lockSet{},
+		locked:  map[*ast.FuncDecl]bool{},
 		lineOK:  map[string]map[int]*exception{},
 		funcOK:  map[*ast.FuncDecl]*exception{},
 	}
@@ -181,7 +190,7 @@ func run(pass *analysis.Pass) (any, error) {
 	for changed := true; changed; {
 		changed = false
 		for _, fd := range decls {
-			if !isLocked(fd.Name.Name) {
+			if !c.isLocked(fd) {
 				continue
 			}
 			obj := c.funcObj(fd)
@@ -204,8 +213,11 @@ func run(pass *analysis.Pass) (any, error) {
 	return nil, nil
 }
 
-func isLocked(name string) bool {
-	return len(name) > len("Locked") && strings.HasSuffix(name, "Locked")
+// isLocked reports whether fd runs with its caller's locks: a name
+// ending in Locked, or lockcheck:locked.
+func (c *checker) isLocked(fd *ast.FuncDecl) bool {
+	name := fd.Name.Name
+	return c.locked[fd] || len(name) > len("Locked") && strings.HasSuffix(name, "Locked")
 }
 
 func sameSet(a, b lockSet) bool {
@@ -237,14 +249,10 @@ func (c *checker) collect() {
 					continue
 				}
 				docs[d.Doc] = d
-				text := rawText(d.Doc)
 				if fn := c.funcObj(d); fn != nil {
-					if strings.Contains(text, acquireWord) {
-						c.acquire[fn] = true
-					}
-					if strings.Contains(text, releaseWord) {
-						c.release[fn] = true
-					}
+					c.acquire[fn] = hasDirective(d.Doc, acquireWord)
+					c.release[fn] = hasDirective(d.Doc, releaseWord)
+					c.locked[d] = hasDirective(d.Doc, lockedWord)
 				}
 			case *ast.GenDecl:
 				for _, s := range d.Specs {
@@ -294,6 +302,17 @@ func (c *checker) collectExceptions(g *ast.CommentGroup, fd *ast.FuncDecl) {
 			lines[l] = e
 		}
 	}
+}
+
+// hasDirective reports whether a line of g starts with word (a mention
+// within a sentence is not the directive).
+func hasDirective(g *ast.CommentGroup, word string) bool {
+	for _, c := range g.List {
+		if strings.HasPrefix(strings.TrimSpace(strings.TrimPrefix(c.Text, "//")), word) {
+			return true
+		}
+	}
+	return false
 }
 
 // rawText is a comment group's text with its directives kept (unlike
@@ -405,7 +424,7 @@ type fn struct {
 // check walks a function declaration and returns what its callers must
 // hold (…Locked functions only).
 func (c *checker) check(fd *ast.FuncDecl) lockSet {
-	f := &fn{c: c, locked: isLocked(fd.Name.Name), need: lockSet{}, okAll: c.funcOK[fd], fresh: map[*types.Var]bool{}}
+	f := &fn{c: c, locked: c.isLocked(fd), need: lockSet{}, okAll: c.funcOK[fd], fresh: map[*types.Var]bool{}}
 	f.block(fd.Body.List, lockSet{})
 	return f.need
 }
@@ -680,6 +699,11 @@ func (f *fn) expr(e ast.Expr, s lockSet) lockSet {
 			s = f.exprs(x.Args, s)
 			s = f.call(x, s, true)
 			return false
+		case *ast.UnaryExpr:
+			if sel, ok := ast.Unparen(x.X).(*ast.SelectorExpr); ok && x.Op == token.AND {
+				s = f.expr(sel.X, s) // the address alone is no touch
+				return false
+			}
 		case *ast.SelectorExpr:
 			f.touch(x, s, false)
 		}

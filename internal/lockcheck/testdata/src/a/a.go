@@ -267,3 +267,24 @@ type bad struct {
 	n  int // lockcheck:guarded nu // want `no field nu`
 	m  int // lockcheck:guarded n // want `not a lock`
 }
+
+// An accessor that cannot end in Locked says so.
+//
+// lockcheck:locked
+func (q *QP) inboxLen() int { return len(q.inbox) }
+
+func accessor(q *QP) int {
+	n := q.inboxLen() // want `call of inboxLen needs QP.inMu held`
+	q.inMu.Lock()
+	defer q.inMu.Unlock()
+	return n + q.inboxLen()
+}
+
+// A field's address is no touch: lockedLen takes the lock.
+func address(d *Dev) int { return lockedLen(&d.mu, &d.qps) }
+
+func lockedLen(mu *sync.Mutex, m *map[int]*QP) int {
+	mu.Lock()
+	defer mu.Unlock()
+	return len(*m)
+}
