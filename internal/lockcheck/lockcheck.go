@@ -12,9 +12,17 @@
 //	state qpState // lockcheck:guarded dev.mu
 //
 // The path is read from the field's own struct: mu is a field beside it,
-// dev.mu the field mu of the struct dev points to. Several guarded
-// directives on one field mean all those locks. The last field of the path
-// must be a lock: a type with a Lock method.
+// dev.mu the field mu of the struct dev points to. A path may also start
+// at a type of the package (Device.mu), for a struct that holds no way to
+// its lock. Several guarded directives on one field mean all those locks.
+// The last field of the path must be a lock: a type with a Lock method.
+//
+// A field written with two locks held and read with either names both:
+//
+//	ring *ring.Ring // lockcheck:guarded dev.mu|pollMu
+//
+// A write needs both, a read one of them. (A …Locked function that reads
+// it without either asks its callers for the first.)
 //
 // A function whose name ends in Locked runs with its caller's locks: it
 // may touch any guarded field, and what it touches without taking the
@@ -59,9 +67,10 @@
 //   - A variable that the function made itself (v := &T{…}, new(T), T{…},
 //     var v T) is not yet shared: v.f is free until the function ends.
 //   - RLock allows reads; a write (assignment, ++, --) needs Lock.
-//   - Taking a field's address (&x.f) is not a touch: what is done through
-//     the pointer is not followed (the device's tables are handed by
-//     address to lookup and destroy, which take the lock).
+//   - Handing a field's address to a call (g(&x.f)) is not a touch: what
+//     the callee does through the pointer is not followed (the device's
+//     tables are handed by address to lookup and destroy, which take the
+//     lock). Any other &x.f is a read of x.f.
 //   - Atomics are not covered: a field of an atomic type needs no
 //     annotation, and one should not carry any.
 //   - Each package is checked on its own: the annotations, the …Locked
@@ -90,7 +99,7 @@ var Analyzer = &analysis.Analyzer{
 	Run:  run,
 }
 
-var guardedRE = regexp.MustCompile(`lockcheck:guarded\s+([A-Za-z_][A-Za-z0-9_.]*)`)
+var guardedRE = regexp.MustCompile(`lockcheck:guarded\s+([A-Za-z_][A-Za-z0-9_.|]*)`)
 
 const (
 	okWord      = "lockcheck:ok"
@@ -149,8 +158,9 @@ type exception struct {
 
 type checker struct {
 	pass *analysis.Pass
-	// guards are the locks of each annotated field.
-	guards map[*types.Var][]lockKey
+	// guards are the locks of each annotated field: each guard one lock,
+	// or the locks of which a read needs one and a write all.
+	guards map[*types.Var][][]lockKey
 	// acquire and release are the methods with those directives.
 	acquire, release map[*types.Func]bool
 	// needs is what each …Locked function's callers must hold.
@@ -168,7 +178,7 @@ type checker struct {
 func run(pass *analysis.Pass) (any, error) {
 	c := &checker{
 		pass:    pass,
-		guards:  map[*types.Var][]lockKey{},
+		guards:  map[*types.Var][][]lockKey{},
 		acquire: map[*types.Func]bool{},
 		release: map[*types.Func]bool{},
 		needs:   map[*types.Func]lockSet{},
@@ -343,15 +353,20 @@ func (c *checker) collectStruct(ts *ast.TypeSpec) {
 				text += rawText(g)
 			}
 		}
+	guards:
 		for _, m := range guardedRE.FindAllStringSubmatch(text, -1) {
-			key, err := c.resolve(tn.Type(), m[1])
-			if err != "" {
-				c.pass.Reportf(field.Pos(), "lockcheck:guarded %s: %s", m[1], err)
-				continue
+			var guard []lockKey
+			for _, path := range strings.Split(m[1], "|") {
+				key, err := c.resolve(tn.Type(), path)
+				if err != "" {
+					c.pass.Reportf(field.Pos(), "lockcheck:guarded %s: %s", path, err)
+					continue guards
+				}
+				guard = append(guard, key)
 			}
 			for _, name := range field.Names {
 				if v, ok := c.pass.TypesInfo.Defs[name].(*types.Var); ok {
-					c.guards[v] = append(c.guards[v], key)
+					c.guards[v] = append(c.guards[v], guard)
 				}
 			}
 		}
@@ -362,7 +377,13 @@ func (c *checker) collectStruct(ts *ast.TypeSpec) {
 // declares the lock.
 func (c *checker) resolve(t types.Type, path string) (lockKey, string) {
 	var key lockKey
-	for _, name := range strings.Split(path, ".") {
+	names := strings.Split(path, ".")
+	if obj, _, _ := types.LookupFieldOrMethod(t, true, c.pass.Pkg, names[0]); obj == nil && len(names) > 1 {
+		if tn, ok := c.pass.Pkg.Scope().Lookup(names[0]).(*types.TypeName); ok {
+			t, names = tn.Type(), names[1:]
+		}
+	}
+	for _, name := range names {
 		obj, index, _ := types.LookupFieldOrMethod(t, true, c.pass.Pkg, name)
 		v, ok := obj.(*types.Var)
 		if !ok || !v.IsField() {
@@ -696,14 +717,17 @@ func (f *fn) expr(e ast.Expr, s lockSet) lockSet {
 			} else {
 				s = f.expr(x.Fun, s)
 			}
-			s = f.exprs(x.Args, s)
+			for _, a := range x.Args {
+				// A field's address handed to the callee is no touch.
+				if u, ok := ast.Unparen(a).(*ast.UnaryExpr); ok && u.Op == token.AND {
+					if sel, ok := ast.Unparen(u.X).(*ast.SelectorExpr); ok {
+						a = sel.X
+					}
+				}
+				s = f.expr(a, s)
+			}
 			s = f.call(x, s, true)
 			return false
-		case *ast.UnaryExpr:
-			if sel, ok := ast.Unparen(x.X).(*ast.SelectorExpr); ok && x.Op == token.AND {
-				s = f.expr(sel.X, s) // the address alone is no touch
-				return false
-			}
 		case *ast.SelectorExpr:
 			f.touch(x, s, false)
 		}
@@ -861,29 +885,54 @@ func (f *fn) touch(sel *ast.SelectorExpr, s lockSet, write bool) {
 			return
 		}
 	}
-	for _, k := range guards {
-		if held, ok := s[k]; ok && (held || !write) {
-			continue
-		}
-		if f.exempt(sel.Pos()) {
-			continue
-		}
-		if f.locked {
-			f.need[k] = f.need[k] || write
-			continue
-		}
-		if f.c.report {
-			verb := "read"
+	for _, g := range guards {
+		for _, k := range missing(g, s, write) {
+			if f.exempt(sel.Pos()) {
+				continue
+			}
+			if f.locked {
+				f.need[k] = f.need[k] || write
+				continue
+			}
+			if !f.c.report {
+				continue
+			}
+			verb, name := "read", k.short()
 			if write {
 				verb = "write"
+			} else if len(g) > 1 {
+				var names []string
+				for _, k := range g {
+					names = append(names, k.short())
+				}
+				name = strings.Join(names, " or ")
 			}
 			held := ""
 			if _, ok := s[k]; ok {
 				held = " exclusively (RLock is held)"
 			}
-			f.c.pass.Reportf(sel.Sel.Pos(), "%s of %s without %s held%s: take it, touch it in a …Locked function, or add lockcheck:ok with a reason", verb, sel.Sel.Name, k.short(), held)
+			f.c.pass.Reportf(sel.Sel.Pos(), "%s of %s without %s held%s: take it, touch it in a …Locked function, or add lockcheck:ok with a reason", verb, sel.Sel.Name, name, held)
 		}
 	}
+}
+
+// missing is what of guard g a touch lacks: for a write each lock not
+// held exclusively; for a read, when none of g is held, g's first.
+func missing(g []lockKey, s lockSet, write bool) []lockKey {
+	var out []lockKey
+	for _, k := range g {
+		held, ok := s[k]
+		if !write && ok {
+			return nil
+		}
+		if write && !(ok && held) {
+			out = append(out, k)
+		}
+	}
+	if !write {
+		return g[:1]
+	}
+	return out
 }
 
 // exempt reports whether an exception covers pos, and marks it used.

@@ -10,8 +10,11 @@ type Dev struct {
 	qps    map[int]*QP // lockcheck:guarded mu
 	rw     sync.RWMutex
 	// conf is read under RLock and written under Lock.
-	conf int // lockcheck:guarded rw
-	free int // no annotation: never checked
+	conf   int // lockcheck:guarded rw
+	free   int // no annotation: never checked
+	pollMu sync.Mutex
+	// ring is written with mu and pollMu held, read with either.
+	ring []int // lockcheck:guarded mu|pollMu
 }
 
 type QP struct {
@@ -20,6 +23,8 @@ type QP struct {
 	inbox []int // lockcheck:guarded inMu
 	// state is the device's: guarded by the lock of another struct.
 	state int // lockcheck:guarded dev.mu
+	// seq has no way to its device: its lock is named by type.
+	seq int // lockcheck:guarded Dev.mu
 	// both needs both locks.
 	both int // lockcheck:guarded inMu lockcheck:guarded dev.mu
 }
@@ -287,4 +292,33 @@ func lockedLen(mu *sync.Mutex, m *map[int]*QP) int {
 	mu.Lock()
 	defer mu.Unlock()
 	return len(*m)
+}
+
+// An address that escapes otherwise is a touch.
+func addressOut(d *Dev) *map[int]*QP {
+	return &d.qps // want `read of qps without Dev.mu held`
+}
+
+func byType(d *Dev, q *QP) {
+	q.seq++ // want `write of seq without Dev.mu held`
+	d.mu.Lock()
+	q.seq++
+	d.mu.Unlock()
+}
+
+func either(d *Dev) int {
+	d.pollMu.Lock()
+	n := len(d.ring)
+	d.ring = nil // want `write of ring without Dev.mu held`
+	d.pollMu.Unlock()
+	d.mu.Lock()
+	n += len(d.ring)
+	d.mu.Unlock()
+	n += len(d.ring) // want `read of ring without Dev.mu or Dev.pollMu held`
+	d.pollMu.Lock()
+	d.mu.Lock()
+	d.ring = nil
+	d.mu.Unlock()
+	d.pollMu.Unlock()
+	return n
 }
