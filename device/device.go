@@ -404,15 +404,15 @@ type Device struct {
 	// messages take the packet path (directLocked).
 	odpMRs atomic.Int64
 
-	closed bool // guarded by mu
+	closed bool // lockcheck:guarded mu
 	// engines run the QPs' turns, each QP on one (QP.home); Device.mu has
 	// a stripe per engine (devMutex). nextEngine picks a new QP's.
 	engines    []*engine
-	nextEngine int // guarded by mu
+	nextEngine int // lockcheck:guarded mu
 	// chainMu is the chain's lock while an engine sends on it holding only
 	// its stripe (several engines); chainOwner is that engine.
 	chainMu    sync.Mutex
-	chainOwner *engine
+	chainOwner *engine // lockcheck:guarded chainMu
 	// batchEnds counts the engine batches that ended (Quiesce).
 	batchEnds atomic.Uint64
 	// keepApart leaves connected QPs on the engines they were made on
@@ -444,21 +444,21 @@ type Device struct {
 // queue and counters, and the mutex that guards them (Device.mu).
 type objects struct {
 	mu   devMutex
-	pds  table[PD]
-	mrs  table[MR]
-	mws  table[MW]
-	ahs  table[AH]
-	cqs  table[CQ]
-	srqs table[SRQ]
-	qps  map[uint32]*QP // by QPN
+	pds  table[PD]      // lockcheck:guarded mu
+	mrs  table[MR]      // lockcheck:guarded mu
+	mws  table[MW]      // lockcheck:guarded mu
+	ahs  table[AH]      // lockcheck:guarded mu
+	cqs  table[CQ]      // lockcheck:guarded mu
+	srqs table[SRQ]     // lockcheck:guarded mu
+	qps  map[uint32]*QP // by QPN; lockcheck:guarded mu
 	// mcast are the multicast groups by MGID, mcastAttached their
 	// attachments (mcast.go); changed under all of Device.mu.
-	mcast         map[[16]byte]*mcGroup
-	mcastAttached int
+	mcast         map[[16]byte]*mcGroup // lockcheck:guarded mu
+	mcastAttached int                   // lockcheck:guarded mu
 	// keys maps a key's tag (key >> 8) to its MR or MW (keys.go).
-	keys     keyTable
-	nextQPN  uint32
-	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
+	keys     keyTable // lockcheck:guarded mu
+	nextQPN  uint32   // lockcheck:guarded mu
+	mrBytes  uint64   // registered bytes, against MaxTotalMRBytes; lockcheck:guarded mu
 	events   eventQueue
 	Counters Counters
 }

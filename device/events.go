@@ -44,16 +44,19 @@ const MaxEventReaders = 256
 // eventQueue is the device's event hub.
 type eventQueue struct {
 	mu      sync.Mutex
-	seq     uint64
-	subs    map[*EventReader]struct{}
-	pending map[Owner][]Event // per owner: raised while none of its readers was open
-	queued  map[Owner]int     // events held per viewer: its readers' and its pending ones
-	open    map[Owner]int     // readers open per viewer
-	dropped uint64
-	closed  bool
-	done    chan struct{} // closed with the device
+	seq     uint64                    // lockcheck:guarded mu
+	subs    map[*EventReader]struct{} // lockcheck:guarded mu
+	pending map[Owner][]Event         // per owner: raised while none of its readers was open; lockcheck:guarded mu
+	queued  map[Owner]int             // events held per viewer: its readers' and its pending ones; lockcheck:guarded mu
+	open    map[Owner]int             // readers open per viewer; lockcheck:guarded mu
+	dropped uint64                    // lockcheck:guarded mu
+	closed  bool                      // lockcheck:guarded mu
+	done    chan struct{}             // closed with the device
 }
 
+// init makes the queue's maps.
+//
+// lockcheck:ok New calls it before the device is shared
 func (e *eventQueue) init() {
 	e.subs = map[*EventReader]struct{}{}
 	e.pending = map[Owner][]Event{}
@@ -142,6 +145,8 @@ func (d *Device) eventOwnerLocked(kind string, h uint32) Owner {
 
 // raise queues an async event; Device.mu is held (every caller is in the
 // engine or a verb).
+//
+// lockcheck:locked
 func (d *Device) raise(t EventType, kind string, h uint32) {
 	d.Counters.AsyncEvents.Add(1)
 	d.events.push(Event{Type: t, Kind: kind, Handle: h, Owner: d.eventOwnerLocked(kind, h)})
@@ -154,10 +159,10 @@ var ErrClosed = &Error{Op: "device", Errno: 19, Err: fmt.Errorf("device is close
 type EventReader struct {
 	e       *eventQueue
 	viewer  Owner
-	q       []Event       // guarded by e.mu
+	q       []Event       // lockcheck:guarded e.mu
 	wake    chan struct{} // a push for this reader happened
-	closed  bool          // guarded by e.mu
-	dropped uint64        // events this reader lost to the bounds; guarded by e.mu
+	closed  bool          // lockcheck:guarded e.mu
+	dropped uint64        // events this reader lost to the bounds; lockcheck:guarded e.mu
 }
 
 // Dropped is how many events this reader lost to its bounds.

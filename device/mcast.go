@@ -42,7 +42,7 @@ const (
 // they attached.
 type mcGroup struct {
 	mgid [16]byte
-	qps  []*QP
+	qps  []*QP // lockcheck:guarded Device.mu
 }
 
 // IsMulticastGID reports whether g is a multicast GID: an IPv6 multicast
