@@ -24,7 +24,7 @@ type CQ struct {
 	// region and ring change on Resize, which holds pollMu and Device.mu.
 	region *ring.Region   // lockcheck:guarded dev.mu|pollMu
 	ring   *ring.Ring     // lockcheck:guarded dev.mu|pollMu
-	prod   *ring.Producer // engine side; guarded by Device.mu and, with several engines, prodMu; lockcheck:guarded dev.mu
+	prod   *ring.Producer // engine side; with several engines prodMu too; lockcheck:guarded dev.mu
 	// prodMu serializes the engines' turns that complete into the CQ (a
 	// verb holds all of Device.mu and needs it not).
 	prodMu sync.Mutex
@@ -34,7 +34,7 @@ type CQ struct {
 	overflowed bool   // lockcheck:guarded dev.mu
 	overflows  uint64 // lockcheck:guarded dev.mu
 
-	pollMu sync.Mutex // serializes in-daemon pollers (Poll); orders before Device.mu
+	pollMu sync.Mutex // serializes in-daemon pollers (Poll)
 	gone   bool       // destroyed or device closed: the ring is unmapped; lockcheck:guarded pollMu
 
 	evMu      sync.Mutex

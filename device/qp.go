@@ -37,14 +37,14 @@ type QP struct {
 	sqRegion, rqRegion *ring.Region
 	sq, rq             *ring.Ring
 
-	postMu sync.Mutex // serializes in-daemon posters; orders before Device.mu
+	postMu sync.Mutex // serializes in-daemon posters
 	gone   bool       // destroyed: rings unmapped; lockcheck:guarded postMu
 
-	destroyed bool        // guarded by Device.mu; lockcheck:guarded dev.mu
+	destroyed bool        // lockcheck:guarded dev.mu
 	queued    atomic.Bool // in its engine's run queue; set under engine.mu
 	watched   atomic.Bool // its engine's spin loop polls the SQ (set by that engine)
 	soon      bool        // in its engine's soon list (loopback.go); its stripe; lockcheck:guarded dev.mu
-	inBell    bool        // in dev.bellView; guarded by dev.bellMu; lockcheck:guarded dev.mu
+	inBell    bool        // in dev.bellView (written under bellMu too); lockcheck:guarded dev.mu
 	// home is the engine that runs the QP's turns; it changes only under
 	// all of Device.mu (colocateLocked), and is read without a lock by
 	// whoever schedules the QP. wantAll asks for the next turn under all
@@ -53,11 +53,11 @@ type QP struct {
 	wantAll bool // lockcheck:guarded dev.mu
 	// inbox holds packets other engines delivered to the QP, accepted by
 	// its own engine at its next turn (acceptLocked, takeInboxLocked);
-	// guarded by inMu, which nests inside any stripe. inboxed is
+	// guarded by inMu. inboxed is
 	// len(inbox) > 0, read without inMu.
 	inMu    sync.Mutex
 	inbox   []*packet // lockcheck:guarded inMu
-	spareIn []*packet // guarded by the home's stripe; lockcheck:guarded dev.mu
+	spareIn []*packet // the home's stripe; lockcheck:guarded dev.mu
 	inboxed atomic.Bool
 	// retireLeft counts the engines that have not yet let go of the
 	// destroyed QP's rings (Device.retire).

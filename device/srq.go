@@ -25,13 +25,13 @@ type SRQ struct {
 	// Device.mu.
 	region *ring.Region   // lockcheck:guarded dev.mu|postMu
 	ring   *ring.Ring     // lockcheck:guarded dev.mu|postMu
-	cons   *ring.Consumer // engine side; guarded by Device.mu and, with several engines, takeMu; lockcheck:guarded dev.mu
+	cons   *ring.Consumer // engine side; with several engines takeMu too; lockcheck:guarded dev.mu
 	users  int            // QPs attached; lockcheck:guarded dev.mu
 	// takeMu serializes the engines' turns that take from the SRQ (a
 	// verb holds all of Device.mu and needs it not).
 	takeMu sync.Mutex
 
-	postMu sync.Mutex // serializes in-daemon posters; orders before Device.mu
+	postMu sync.Mutex // serializes in-daemon posters
 	gone   bool       // lockcheck:guarded postMu
 }
 

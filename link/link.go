@@ -289,8 +289,9 @@ type Chain struct {
 
 // Options are what NewChain needs from the device.
 type Options struct {
-	// Lock is the chain's lock (the device's mutex): held for every write
-	// and delivery (Locking in the package doc).
+	// Lock is the chain's lock (the device's mutex), which the chain's own
+	// goroutines take to deliver; the device's writes exclude them
+	// (Locking in the package doc).
 	Lock sync.Locker
 	// Counters receive the link's statistics.
 	Counters *Counters

@@ -35,7 +35,7 @@ const mcastBufBytes = 1 << 20
 type mcSock struct {
 	fd   int
 	done chan struct{}
-	stop bool // set (under mu) before the socket is shut down
+	stop bool // set before the socket is shut down; lockcheck:guarded mu
 	mu   sync.Mutex
 }
 
