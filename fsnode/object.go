@@ -28,7 +28,7 @@ type object struct {
 	gone atomic.Bool
 
 	mu      sync.Mutex
-	lastErr string // guarded by mu
+	lastErr string // lockcheck:guarded mu
 }
 
 // fail records err as the object's last error and returns its errno.

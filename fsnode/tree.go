@@ -30,7 +30,7 @@ type tree struct {
 	cm         *cm.Agent       // the connection manager (cm.go)
 
 	mu       sync.Mutex
-	channels map[*channel]bool // live CQ channels; guarded by mu
+	channels map[*channel]bool // live CQ channels; lockcheck:guarded mu
 }
 
 func newTree(dev *device.Device, runtimeDir string) *tree {
