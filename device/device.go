@@ -411,6 +411,9 @@ func (c *Config) fill() error {
 
 // Device is one virtual RDMA device with a single port.
 type Device struct {
+	// mu is Device.mu, the device's lock: one stripe per engine (devMutex;
+	// Locking in the package doc).
+	mu devMutex
 	*objects
 	cfg   Config
 	clock clock.Clock
@@ -458,24 +461,23 @@ type Device struct {
 }
 
 // objects are a device's verbs objects, its key and QPN tables, its event
-// queue and counters, and the mutex that guards them (Device.mu).
+// queue and counters.
 type objects struct {
-	mu   devMutex
-	pds  table[PD]      // lockcheck:guarded mu
-	mrs  table[MR]      // lockcheck:guarded mu
-	mws  table[MW]      // lockcheck:guarded mu
-	ahs  table[AH]      // lockcheck:guarded mu
-	cqs  table[CQ]      // lockcheck:guarded mu
-	srqs table[SRQ]     // lockcheck:guarded mu
-	qps  map[uint32]*QP // by QPN; lockcheck:guarded mu
+	pds  table[PD]      // lockcheck:guarded Device.mu
+	mrs  table[MR]      // lockcheck:guarded Device.mu
+	mws  table[MW]      // lockcheck:guarded Device.mu
+	ahs  table[AH]      // lockcheck:guarded Device.mu
+	cqs  table[CQ]      // lockcheck:guarded Device.mu
+	srqs table[SRQ]     // lockcheck:guarded Device.mu
+	qps  map[uint32]*QP // by QPN; lockcheck:guarded Device.mu
 	// mcast are the multicast groups by MGID, mcastAttached their
 	// attachments (mcast.go); changed under all of Device.mu.
-	mcast         map[[16]byte]*mcGroup // lockcheck:guarded mu
-	mcastAttached int                   // lockcheck:guarded mu
+	mcast         map[[16]byte]*mcGroup // lockcheck:guarded Device.mu
+	mcastAttached int                   // lockcheck:guarded Device.mu
 	// keys maps a key's tag (key >> 8) to its MR or MW (keys.go).
-	keys     keyTable // lockcheck:guarded mu
-	nextQPN  uint32   // lockcheck:guarded mu
-	mrBytes  uint64   // registered bytes, against MaxTotalMRBytes; lockcheck:guarded mu
+	keys     keyTable // lockcheck:guarded Device.mu
+	nextQPN  uint32   // lockcheck:guarded Device.mu
+	mrBytes  uint64   // registered bytes, against MaxTotalMRBytes; lockcheck:guarded Device.mu
 	events   eventQueue
 	Counters Counters
 }
@@ -497,8 +499,8 @@ func New(cfg Config) (*Device, error) {
 	objs.cqs.init()
 	objs.srqs.init()
 	objs.events.init()
-	objs.mu.init(cfg.Engines)
 	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock, clockBase: cfg.Clock.Now()}
+	d.mu.init(cfg.Engines)
 	for range cfg.Engines {
 		d.engines = append(d.engines, &engine{})
 	}
