@@ -63,7 +63,7 @@ type MR struct {
 	Access  qp.Access
 	LKey    uint32
 	RKey    uint32
-	keyTag  uint32     // the key table's name for it (keys.go)
+	keyTag  uint32     // the key table's name for it (keys.go); lockcheck:guarded dev.mu
 	backing *mrBacking // the memory; shared with the MRs registered on it (share=H); lockcheck:guarded dev.mu
 	mem     []byte     // the MR's bytes in backing, len == Length; lockcheck:guarded dev.mu
 	// MemOffset is where the MR's bytes start in its backing's region (0
@@ -464,7 +464,7 @@ type MW struct {
 	PD     *PD
 	Type   uint8
 	RKey   uint32
-	keyTag uint32
+	keyTag uint32    // lockcheck:guarded dev.mu
 	valid  bool      // bound and not invalidated; lockcheck:guarded dev.mu
 	mr     *MR       // lockcheck:guarded dev.mu
 	addr   uint64    // lockcheck:guarded dev.mu

@@ -94,8 +94,8 @@ type QP struct {
 	reqIn, respIn []*packet // lockcheck:guarded dev.mu
 	inPeak        int       // lockcheck:guarded dev.mu
 
-	retryTimer clock.Timer
-	rnrTimer   clock.Timer
+	retryTimer clock.Timer // lockcheck:guarded dev.mu
+	rnrTimer   clock.Timer // lockcheck:guarded dev.mu
 	// Bumped whenever the timer is armed or stopped: a callback that
 	// already fired and waits for Device.mu while its timer is stopped and
 	// a new one armed must not act (Stop cannot recall it).
