@@ -589,7 +589,11 @@ func (f *fn) stmt(st ast.Stmt, s lockSet) (lockSet, bool) {
 	case *ast.GoStmt:
 		// The arguments are evaluated here; the call runs on a goroutine
 		// that holds nothing and has no caller to pass a need to.
-		g := &fn{c: f.c, need: lockSet{}, okAll: f.okAll, fresh: f.fresh}
+		// What the function made is shared with the goroutine now.
+		g := &fn{c: f.c, need: lockSet{}, okAll: f.okAll, fresh: map[*types.Var]bool{}}
+		if sel, ok := ast.Unparen(st.Call.Fun).(*ast.SelectorExpr); ok {
+			s = f.expr(sel.X, s) // the receiver, evaluated here too
+		}
 		for _, a := range st.Call.Args {
 			s = f.expr(a, s)
 		}

@@ -193,6 +193,10 @@ func newDev() *Dev {
 	f.conf = 2
 	f = d
 	f.conf = 3 // want `write of conf without Dev.rw held`
+	g := &Dev{}
+	go func() {
+		g.closed = true // want `write of closed without Dev.mu held`
+	}()
 	return d
 }
 
