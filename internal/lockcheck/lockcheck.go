@@ -43,8 +43,11 @@
 //
 // A method that takes or lets go of a lock under another name than
 // Lock/RLock/TryLock/Unlock/RUnlock says so in its doc comment with
-// lockcheck:acquire or lockcheck:release; the lock is the field the
-// method is called on.
+// lockcheck:acquire or lockcheck:release. The lock is the field the
+// method is called on, or the path after the word, read from the
+// method's receiver (lockcheck:acquire takeMu: a wrapper that takes its
+// object's takeMu). To the checker it is taken, even where the wrapper
+// takes it only sometimes (an SRQ's takeMu, with several engines only).
 //
 // # What it does not see (the approximations)
 //
@@ -161,8 +164,10 @@ type checker struct {
 	// guards are the locks of each annotated field: each guard one lock,
 	// or the locks of which a read needs one and a write all.
 	guards map[*types.Var][][]lockKey
-	// acquire and release are the methods with those directives.
-	acquire, release map[*types.Func]bool
+	// acquire and release are the methods with those directives, and
+	// acquireAt and releaseAt the locks of those that name theirs.
+	acquire, release     map[*types.Func]bool
+	acquireAt, releaseAt map[*types.Func]lockKey
 	// needs is what each …Locked function's callers must hold.
 	needs map[*types.Func]lockSet
 	// locked are the functions marked lockcheck:locked.
@@ -177,14 +182,16 @@ type checker struct {
 
 func run(pass *analysis.Pass) (any, error) {
 	c := &checker{
-		pass:    pass,
-		guards:  map[*types.Var][][]lockKey{},
-		acquire: map[*types.Func]bool{},
-		release: map[*types.Func]bool{},
-		needs:   map[*types.Func]lockSet{},
-		locked:  map[*ast.FuncDecl]bool{},
-		lineOK:  map[string]map[int]*exception{},
-		funcOK:  map[*ast.FuncDecl]*exception{},
+		pass:      pass,
+		guards:    map[*types.Var][][]lockKey{},
+		acquire:   map[*types.Func]bool{},
+		release:   map[*types.Func]bool{},
+		acquireAt: map[*types.Func]lockKey{},
+		releaseAt: map[*types.Func]lockKey{},
+		needs:     map[*types.Func]lockSet{},
+		locked:    map[*ast.FuncDecl]bool{},
+		lineOK:    map[string]map[int]*exception{},
+		funcOK:    map[*ast.FuncDecl]*exception{},
 	}
 	c.collect()
 	var decls []*ast.FuncDecl
@@ -260,8 +267,8 @@ func (c *checker) collect() {
 				}
 				docs[d.Doc] = d
 				if fn := c.funcObj(d); fn != nil {
-					c.acquire[fn] = hasDirective(d.Doc, acquireWord)
-					c.release[fn] = hasDirective(d.Doc, releaseWord)
+					c.acquire[fn] = c.lockDirective(d, fn, acquireWord, c.acquireAt)
+					c.release[fn] = c.lockDirective(d, fn, releaseWord, c.releaseAt)
 					c.locked[d] = hasDirective(d.Doc, lockedWord)
 				}
 			case *ast.GenDecl:
@@ -317,12 +324,45 @@ func (c *checker) collectExceptions(g *ast.CommentGroup, fd *ast.FuncDecl) {
 // hasDirective reports whether a line of g starts with word (a mention
 // within a sentence is not the directive).
 func hasDirective(g *ast.CommentGroup, word string) bool {
+	ok, _ := directive(g, word)
+	return ok
+}
+
+// directive reports whether a line of g starts with word, and the word
+// after it on that line, if any.
+func directive(g *ast.CommentGroup, word string) (bool, string) {
 	for _, c := range g.List {
-		if strings.HasPrefix(strings.TrimSpace(strings.TrimPrefix(c.Text, "//")), word) {
-			return true
+		rest, ok := strings.CutPrefix(strings.TrimSpace(strings.TrimPrefix(c.Text, "//")), word)
+		if !ok {
+			continue
 		}
+		if f := strings.Fields(rest); len(f) > 0 {
+			return true, f[0]
+		}
+		return true, ""
 	}
-	return false
+	return false, ""
+}
+
+// lockDirective reads an acquire or release directive of fd: whether it
+// has one, and in at the lock it names, read from the receiver.
+func (c *checker) lockDirective(fd *ast.FuncDecl, fn *types.Func, word string, at map[*types.Func]lockKey) bool {
+	ok, path := directive(fd.Doc, word)
+	if !ok || path == "" {
+		return ok
+	}
+	recv := fn.Type().(*types.Signature).Recv()
+	if recv == nil {
+		c.pass.Reportf(fd.Pos(), "%s %s: only a method names its lock", word, path)
+		return false
+	}
+	key, err := c.resolve(recv.Type(), path)
+	if err != "" {
+		c.pass.Reportf(fd.Pos(), "%s %s: %s", word, path, err)
+		return false
+	}
+	at[fn] = key
+	return true
 }
 
 // rawText is a comment group's text with its directives kept (unlike
@@ -754,6 +794,15 @@ func (f *fn) lockCall(call *ast.CallExpr) (key lockKey, name string, fun *types.
 	}
 	fun, _ = m.Obj().(*types.Func)
 	name = m.Obj().Name()
+	if fun != nil {
+		fun = fun.Origin()
+		if k, ok := f.c.acquireAt[fun]; ok {
+			return k, name, fun
+		}
+		if k, ok := f.c.releaseAt[fun]; ok {
+			return k, name, fun
+		}
+	}
 	if idx := m.Index(); len(idx) > 1 {
 		return fieldKey(m.Recv(), idx[:len(idx)-1]), name, fun
 	}

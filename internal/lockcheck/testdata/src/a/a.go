@@ -326,3 +326,43 @@ func either(d *Dev) int {
 	d.pollMu.Unlock()
 	return n
 }
+
+// A wrapper names the lock it takes, even one it takes only sometimes.
+type srq struct {
+	multi  bool
+	takeMu sync.Mutex
+	cons   int // lockcheck:guarded takeMu
+}
+
+// lockTake holds the consumer side.
+//
+// lockcheck:acquire takeMu
+func (s *srq) lockTake() {
+	if s.multi {
+		s.takeMu.Lock()
+	}
+}
+
+// unlockTake lets go of it.
+//
+// lockcheck:release takeMu
+func (s *srq) unlockTake() {
+	if s.multi {
+		s.takeMu.Unlock()
+	}
+}
+
+func (s *srq) takeLocked() { s.cons++ }
+
+func wrapped(s *srq) {
+	s.takeLocked() // want `call of takeLocked needs srq.takeMu held`
+	s.lockTake()
+	s.takeLocked()
+	s.unlockTake()
+	s.cons = 0 // want `write of cons without srq.takeMu held`
+}
+
+// badWrapper names a lock its receiver does not have.
+//
+// lockcheck:acquire nothing
+func (s *srq) badWrapper() {} // want `lockcheck:acquire nothing: no field nothing`
