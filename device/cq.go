@@ -24,7 +24,7 @@ type CQ struct {
 	// region and ring change on Resize, which holds pollMu and Device.mu.
 	region *ring.Region   // lockcheck:guarded dev.mu|pollMu
 	ring   *ring.Ring     // lockcheck:guarded dev.mu|pollMu
-	prod   *ring.Producer // engine side; with several engines prodMu too; lockcheck:guarded dev.mu
+	prod   *ring.Producer // engine side; lockcheck:guarded dev.mu lockcheck:guarded prodMu
 	// prodMu serializes the engines' turns that complete into the CQ (a
 	// verb holds all of Device.mu and needs it not).
 	prodMu sync.Mutex

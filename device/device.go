@@ -130,9 +130,11 @@
 // Each field names the lock that guards it, beside it
 // (lockcheck:guarded), and a function whose name ends in Locked runs
 // with its caller's locks; scripts/test.sh checks both with
-// internal/lockcheck. To the checker a stripe is Device.mu: the rule
-// above, that a turn holding only its stripe writes only its own QP's
-// state, is kept by the code's structure, not by the tool.
+// internal/lockcheck. To the checker a stripe is Device.mu, and all of
+// it (devMutex.Lock) also stands for the locks above (prodMu, takeMu,
+// inMu), since it excludes every turn. The rule that a turn holding
+// only its stripe writes only its own QP's state is kept by the code's
+// structure, not by the tool.
 //
 // Every QP turn does a bounded amount of work (run.go: packet budgets, the
 // READ window), and between two turns an engine lets anyone waiting for

@@ -131,7 +131,10 @@ type stripe struct {
 
 func (m *devMutex) init(engines int) { m.stripes = make([]stripe, engines) }
 
-// Lock takes every stripe.
+// Lock takes every stripe. Its holder excludes every turn, and so needs
+// none of the locks by which turns of different engines share things.
+//
+// lockcheck:covers CQ.prodMu SRQ.takeMu QP.inMu
 func (m *devMutex) Lock() {
 	if m.TryLock() {
 		return
@@ -144,6 +147,8 @@ func (m *devMutex) Lock() {
 }
 
 // Unlock lets go of every stripe.
+//
+// lockcheck:covers CQ.prodMu SRQ.takeMu QP.inMu
 func (m *devMutex) Unlock() {
 	for i := len(m.stripes) - 1; i >= 0; i-- {
 		m.stripes[i].m.Unlock()
@@ -151,6 +156,8 @@ func (m *devMutex) Unlock() {
 }
 
 // TryLock takes every stripe if all are free.
+//
+// lockcheck:covers CQ.prodMu SRQ.takeMu QP.inMu
 func (m *devMutex) TryLock() bool {
 	for i := range m.stripes {
 		if !m.stripes[i].m.TryLock() {

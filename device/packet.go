@@ -180,8 +180,6 @@ const inboxTake = 2 * respondBudget
 // copy, before mr's memory goes away.
 func (d *Device) detachPacketsLocked(mr *MR) {
 	for _, q := range d.qps {
-		// lockcheck:ok all of Device.mu is held: no turn runs, and only
-		// turns deliver to an inbox
 		for _, in := range [][]*packet{q.reqIn, q.respIn, q.inbox} {
 			for _, p := range in {
 				// runLocked clears the slots of packets it has taken.

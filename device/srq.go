@@ -25,7 +25,7 @@ type SRQ struct {
 	// Device.mu.
 	region *ring.Region   // lockcheck:guarded dev.mu|postMu
 	ring   *ring.Ring     // lockcheck:guarded dev.mu|postMu
-	cons   *ring.Consumer // engine side; with several engines takeMu too; lockcheck:guarded dev.mu
+	cons   *ring.Consumer // engine side; lockcheck:guarded dev.mu lockcheck:guarded takeMu
 	users  int            // QPs attached; lockcheck:guarded dev.mu
 	// takeMu serializes the engines' turns that take from the SRQ (a
 	// verb holds all of Device.mu and needs it not).
@@ -235,12 +235,15 @@ func (s *SRQ) releaseLocked() {
 // the take that may follow it (QP.peekRecvLocked, QP.takeRecvLocked):
 // QPs of several engines take from one SRQ. With one engine the stripe
 // already does.
+//
+// lockcheck:acquire takeMu
 func (s *SRQ) lockTake() {
 	if len(s.dev.engines) > 1 {
 		s.takeMu.Lock()
 	}
 }
 
+// lockcheck:release takeMu
 func (s *SRQ) unlockTake() {
 	if len(s.dev.engines) > 1 {
 		s.takeMu.Unlock()

@@ -49,6 +49,12 @@
 // object's takeMu). To the checker it is taken, even where the wrapper
 // takes it only sometimes (an SRQ's takeMu, with several engines only).
 //
+// A lock method may cover other locks: lockcheck:covers T.f U.g in its
+// doc comment says that whoever holds what it takes may touch what T.f
+// and U.g guard, and its release lets go of them too. The device's whole
+// lock does so for the locks its engines' turns take among themselves:
+// a verb holding all of Device.mu excludes every turn.
+//
 // # What it does not see (the approximations)
 //
 //   - A lock is known by its field (the struct type and field that declare
@@ -61,7 +67,11 @@
 //     Unlock removes it, a deferred Unlock holds it to the end. After an
 //     if, switch, select or loop, a lock is held if it is held at the end
 //     of every branch that falls through; a branch that returns, panics,
-//     breaks, continues or jumps does not count. TryLock holds its lock in
+//     breaks, continues or jumps does not count. A lock whose release is
+//     deferred is held after the branch that took it, even if another
+//     branch did not (if several { mu.Lock(); defer mu.Unlock() }: the
+//     code takes the lock for the rest of the function when it needs it,
+//     which the checker cannot tell from the condition). TryLock holds its lock in
 //     the branch where it succeeded (an if or a case of a switch without
 //     a tag).
 //   - A function literal runs with the locks held where it is written
@@ -106,6 +116,7 @@ var guardedRE = regexp.MustCompile(`lockcheck:guarded\s+([A-Za-z_][A-Za-z0-9_.|]
 
 const (
 	okWord      = "lockcheck:ok"
+	coversWord  = "lockcheck:covers"
 	lockedWord  = "lockcheck:locked"
 	acquireWord = "lockcheck:acquire"
 	releaseWord = "lockcheck:release"
@@ -141,12 +152,19 @@ func (s lockSet) clone() lockSet {
 }
 
 // meet is what is held after two paths join: the locks both hold,
-// exclusively only where both do.
-func meet(a, b lockSet) lockSet {
+// exclusively only where both do, and a pinned lock either holds.
+func (f *fn) meet(a, b lockSet) lockSet {
 	m := lockSet{}
 	for k, v := range a {
 		if w, ok := b[k]; ok {
 			m[k] = v && w
+		} else if f.pinned[k] {
+			m[k] = v
+		}
+	}
+	for k, w := range b {
+		if _, ok := a[k]; !ok && f.pinned[k] {
+			m[k] = w
 		}
 	}
 	return m
@@ -168,6 +186,8 @@ type checker struct {
 	// acquireAt and releaseAt the locks of those that name theirs.
 	acquire, release     map[*types.Func]bool
 	acquireAt, releaseAt map[*types.Func]lockKey
+	// covers are the locks a lock method takes or lets go of with its own.
+	covers map[*types.Func][]lockKey
 	// needs is what each …Locked function's callers must hold.
 	needs map[*types.Func]lockSet
 	// locked are the functions marked lockcheck:locked.
@@ -187,6 +207,7 @@ func run(pass *analysis.Pass) (any, error) {
 		acquire:   map[*types.Func]bool{},
 		release:   map[*types.Func]bool{},
 		acquireAt: map[*types.Func]lockKey{},
+		covers:    map[*types.Func][]lockKey{},
 		releaseAt: map[*types.Func]lockKey{},
 		needs:     map[*types.Func]lockSet{},
 		locked:    map[*ast.FuncDecl]bool{},
@@ -269,6 +290,7 @@ func (c *checker) collect() {
 				if fn := c.funcObj(d); fn != nil {
 					c.acquire[fn] = c.lockDirective(d, fn, acquireWord, c.acquireAt)
 					c.release[fn] = c.lockDirective(d, fn, releaseWord, c.releaseAt)
+					c.coverDirective(d, fn)
 					c.locked[d] = hasDirective(d.Doc, lockedWord)
 				}
 			case *ast.GenDecl:
@@ -342,6 +364,30 @@ func directive(g *ast.CommentGroup, word string) (bool, string) {
 		return true, ""
 	}
 	return false, ""
+}
+
+// coverDirective reads the locks a lock method covers, each path read
+// from its receiver (or from a type of the package).
+func (c *checker) coverDirective(fd *ast.FuncDecl, fn *types.Func) {
+	recv := fn.Type().(*types.Signature).Recv()
+	for _, cm := range fd.Doc.List {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(strings.TrimPrefix(cm.Text, "//")), coversWord)
+		if !ok {
+			continue
+		}
+		if recv == nil {
+			c.pass.Reportf(fd.Pos(), "%s: only a lock method covers locks", coversWord)
+			return
+		}
+		for _, path := range strings.Fields(rest) {
+			key, err := c.resolve(recv.Type(), path)
+			if err != "" {
+				c.pass.Reportf(fd.Pos(), "%s %s: %s", coversWord, path, err)
+				continue
+			}
+			c.covers[fn] = append(c.covers[fn], key)
+		}
+	}
 }
 
 // lockDirective reads an acquire or release directive of fd: whether it
@@ -480,12 +526,15 @@ type fn struct {
 	need   lockSet             // what a …Locked function's callers must hold
 	okAll  *exception          // the function's own exception, if any
 	fresh  map[*types.Var]bool // variables the function made itself
+	// pinned are the locks whose release is deferred: held to the end.
+	pinned map[lockKey]bool
 }
 
 // check walks a function declaration and returns what its callers must
 // hold (…Locked functions only).
 func (c *checker) check(fd *ast.FuncDecl) lockSet {
-	f := &fn{c: c, locked: c.isLocked(fd), need: lockSet{}, okAll: c.funcOK[fd], fresh: map[*types.Var]bool{}}
+	f := &fn{c: c, locked: c.isLocked(fd), need: lockSet{}, okAll: c.funcOK[fd],
+		fresh: map[*types.Var]bool{}, pinned: map[lockKey]bool{}}
 	f.block(fd.Body.List, lockSet{})
 	return f.need
 }
@@ -504,7 +553,7 @@ func (f *fn) block(list []ast.Stmt, s lockSet) (lockSet, bool) {
 
 // join is the state after branches: the meet of those that fall through
 // (ends with term false), or term if none does.
-func join(ends []lockSet, terms []bool) (lockSet, bool) {
+func (f *fn) join(ends []lockSet, terms []bool) (lockSet, bool) {
 	var out lockSet
 	for i, e := range ends {
 		if terms[i] {
@@ -513,7 +562,7 @@ func join(ends []lockSet, terms []bool) (lockSet, bool) {
 		if out == nil {
 			out = e
 		} else {
-			out = meet(out, e)
+			out = f.meet(out, e)
 		}
 	}
 	if out == nil {
@@ -584,7 +633,7 @@ func (f *fn) stmt(st ast.Stmt, s lockSet) (lockSet, bool) {
 		if st.Else != nil {
 			e2, t2 = f.stmt(st.Else, no)
 		}
-		return join([]lockSet{e1, e2}, []bool{t1, t2})
+		return f.join([]lockSet{e1, e2}, []bool{t1, t2})
 	case *ast.ForStmt:
 		if st.Init != nil {
 			s, _ = f.stmt(st.Init, s)
@@ -596,7 +645,7 @@ func (f *fn) stmt(st ast.Stmt, s lockSet) (lockSet, bool) {
 		if st.Post != nil && !term {
 			end, _ = f.stmt(st.Post, end)
 		}
-		out, _ := join([]lockSet{s, end}, []bool{false, term})
+		out, _ := f.join([]lockSet{s, end}, []bool{false, term})
 		return out, false
 	case *ast.RangeStmt:
 		s = f.expr(st.X, s)
@@ -608,7 +657,7 @@ func (f *fn) stmt(st ast.Stmt, s lockSet) (lockSet, bool) {
 			}
 		}
 		end, term := f.block(st.Body.List, s.clone())
-		out, _ := join([]lockSet{s, end}, []bool{false, term})
+		out, _ := f.join([]lockSet{s, end}, []bool{false, term})
 		return out, false
 	case *ast.SwitchStmt:
 		if st.Init != nil {
@@ -630,7 +679,7 @@ func (f *fn) stmt(st ast.Stmt, s lockSet) (lockSet, bool) {
 		// The arguments are evaluated here; the call runs on a goroutine
 		// that holds nothing and has no caller to pass a need to.
 		// What the function made is shared with the goroutine now.
-		g := &fn{c: f.c, need: lockSet{}, okAll: f.okAll, fresh: map[*types.Var]bool{}}
+		g := &fn{c: f.c, need: lockSet{}, okAll: f.okAll, fresh: map[*types.Var]bool{}, pinned: map[lockKey]bool{}}
 		if sel, ok := ast.Unparen(st.Call.Fun).(*ast.SelectorExpr); ok {
 			s = f.expr(sel.X, s) // the receiver, evaluated here too
 		}
@@ -647,6 +696,10 @@ func (f *fn) stmt(st ast.Stmt, s lockSet) (lockSet, bool) {
 		// the lock held to the end); its effects are not followed.
 		if lit, ok := ast.Unparen(st.Call.Fun).(*ast.FuncLit); ok {
 			f.block(lit.Body.List, s.clone())
+		} else if key, release := f.releaseOp(st.Call); release {
+			if _, held := s[key]; held {
+				f.pinned[key] = true
+			}
 		} else if !f.isLockOp(st.Call) {
 			f.expr(st.Call, s.clone())
 		}
@@ -685,7 +738,7 @@ func (f *fn) clauses(body *ast.BlockStmt, s lockSet, cond bool) (lockSet, bool) 
 	if !hasDefault {
 		ends, terms = append(ends, s), append(terms, false)
 	}
-	return join(ends, terms)
+	return f.join(ends, terms)
 }
 
 // cond walks a condition and returns what is held where it is true and
@@ -702,17 +755,21 @@ func (f *fn) cond(e ast.Expr, s lockSet) (yes, no lockSet) {
 		case token.LAND:
 			ay, an := f.cond(x.X, s)
 			by, bn := f.cond(x.Y, ay.clone())
-			return by, meet(an, bn)
+			return by, f.meet(an, bn)
 		case token.LOR:
 			ay, an := f.cond(x.X, s)
 			by, bn := f.cond(x.Y, an.clone())
-			return meet(ay, by), bn
+			return f.meet(ay, by), bn
 		}
 	case *ast.CallExpr:
 		if key, shared, ok := f.tryLock(x); ok {
 			s = f.exprs(x.Args, f.expr(x.Fun, s))
 			yes = s.clone()
 			yes[key] = !shared
+			_, _, fun := f.lockCall(x)
+			for _, k := range f.c.covers[fun] {
+				yes[k] = !shared
+			}
 			return yes, s
 		}
 	}
@@ -822,6 +879,15 @@ func (f *fn) tryLock(call *ast.CallExpr) (lockKey, bool, bool) {
 	return key, name == "TryRLock", true
 }
 
+// releaseOp reports whether call lets go of a lock, and which.
+func (f *fn) releaseOp(call *ast.CallExpr) (lockKey, bool) {
+	key, name, fun := f.lockCall(call)
+	if key == "" {
+		return "", false
+	}
+	return key, name == "Unlock" || name == "RUnlock" || fun != nil && f.c.release[fun]
+}
+
 func (f *fn) isLockOp(call *ast.CallExpr) bool {
 	_, name, fun := f.lockCall(call)
 	switch name {
@@ -841,6 +907,9 @@ func (f *fn) call(call *ast.CallExpr, s lockSet, passOn bool) lockSet {
 		case name == "Lock" || fun != nil && f.c.acquire[fun]:
 			s = s.clone()
 			s[key] = true
+			for _, k := range f.c.covers[fun] {
+				s[k] = true
+			}
 			return s
 		case name == "RLock":
 			s = s.clone()
@@ -851,6 +920,9 @@ func (f *fn) call(call *ast.CallExpr, s lockSet, passOn bool) lockSet {
 		case name == "Unlock" || name == "RUnlock" || fun != nil && f.c.release[fun]:
 			s = s.clone()
 			delete(s, key)
+			for _, k := range f.c.covers[fun] {
+				delete(s, k)
+			}
 			return s
 		}
 	}

@@ -366,3 +366,62 @@ func wrapped(s *srq) {
 //
 // lockcheck:acquire nothing
 func (s *srq) badWrapper() {} // want `lockcheck:acquire nothing: no field nothing`
+
+// A lock taken in a branch with its release deferred is held after it;
+// one released in the branch is not.
+func pinned(d *Dev, several bool) {
+	if several {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+	}
+	d.closed = true
+}
+
+func notPinned(d *Dev, several bool) {
+	if several {
+		d.mu.Lock()
+	}
+	d.closed = true // want `write of closed without Dev.mu held`
+	if several {
+		d.mu.Unlock()
+	}
+}
+
+// A lock that covers others: holding all of it excludes whoever takes
+// the covered one.
+type whole struct{ m sync.Mutex }
+
+// Lock takes the whole lock.
+//
+// lockcheck:covers part.mu
+func (w *whole) Lock() { w.m.Lock() }
+
+// TryLock takes it if it is free.
+//
+// lockcheck:covers part.mu
+func (w *whole) TryLock() bool { return w.m.TryLock() }
+
+// Unlock lets go of it.
+//
+// lockcheck:covers part.mu
+func (w *whole) Unlock() { w.m.Unlock() }
+
+type part struct {
+	all *whole
+	mu  sync.Mutex
+	n   int // lockcheck:guarded mu
+}
+
+func covered(p *part) {
+	p.all.Lock()
+	p.n++
+	p.all.Unlock()
+	p.n++ // want `write of n without part.mu held`
+	if p.all.TryLock() {
+		p.n++
+		p.all.Unlock()
+	}
+}
+
+// lockcheck:covers nothing.mu
+func (w *whole) badCover() {} // want `lockcheck:covers nothing.mu: no field nothing`
