@@ -149,9 +149,10 @@
 //  3. chainMu or an SRQ's takeMu, never both (a direct SEND or
 //     WRITE_WITH_IMM holds takeMu while it completes);
 //  4. a CQ's prodMu;
-//  5. the leaves, of which nothing is taken while one is held: a CQ's
-//     evMu, eventQueue.mu, the link's capture lock, bellMu, a QP's inMu
-//     and the scheduler's lock (engine.mu).
+//  5. a CQ's evMu, eventQueue.mu, the link's capture lock, bellMu or a
+//     QP's inMu, one at a time (a turn accepts its inbox's packets under
+//     inMu, and may schedule its QP);
+//  6. the scheduler's lock (engine.mu), the innermost.
 //
 // The transport's timers take no lock but the scheduler's: they mark a
 // QP runnable and wake its engine. The doorbell takes no lock but the
