@@ -146,8 +146,8 @@
 //  1. a queue's in-daemon producer or consumer lock (QP.postMu,
 //     SRQ.postMu, CQ.pollMu), one at a time;
 //  2. Device.mu, its stripes in engine order;
-//  3. chainMu or an SRQ's takeMu, never both (a direct SEND or
-//     WRITE_WITH_IMM holds takeMu while it completes);
+//  3. chainMu or an SRQ's takeMu (a direct SEND or WRITE_WITH_IMM holds
+//     takeMu while it completes);
 //  4. a CQ's prodMu;
 //  5. a CQ's evMu, eventQueue.mu, the link's capture lock, bellMu or a
 //     QP's inMu, one at a time (a turn accepts its inbox's packets under
