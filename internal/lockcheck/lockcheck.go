@@ -95,6 +95,7 @@
 package lockcheck
 
 import (
+	"fmt"
 	"go/ast"
 	"go/token"
 	"go/types"
@@ -182,6 +183,9 @@ type checker struct {
 	// guards are the locks of each annotated field: each guard one lock,
 	// or the locks of which a read needs one and a write all.
 	guards map[*types.Var][][]lockKey
+	// sibling maps a field guarded by a lock of its own struct to that
+	// lock: the one held must be the same object's.
+	sibling map[*types.Var]lockKey
 	// acquire and release are the methods with those directives, and
 	// acquireAt and releaseAt the locks of those that name theirs.
 	acquire, release     map[*types.Func]bool
@@ -204,6 +208,7 @@ func run(pass *analysis.Pass) (any, error) {
 	c := &checker{
 		pass:      pass,
 		guards:    map[*types.Var][][]lockKey{},
+		sibling:   map[*types.Var]lockKey{},
 		acquire:   map[*types.Func]bool{},
 		release:   map[*types.Func]bool{},
 		acquireAt: map[*types.Func]lockKey{},
@@ -450,13 +455,29 @@ func (c *checker) collectStruct(ts *ast.TypeSpec) {
 				}
 				guard = append(guard, key)
 			}
+			// A lock beside the field guards its own object's: the
+			// instance is checked too.
+			sibling := !strings.ContainsAny(m[1], ".|") && guard[0] == ownKey(tn, m[1])
 			for _, name := range field.Names {
 				if v, ok := c.pass.TypesInfo.Defs[name].(*types.Var); ok {
 					c.guards[v] = append(c.guards[v], guard)
+					if sibling {
+						c.sibling[v] = guard[0]
+					}
 				}
 			}
 		}
 	}
+}
+
+// ownKey is the key of tn's own field name (declared in tn, not
+// promoted).
+func ownKey(tn *types.TypeName, name string) lockKey {
+	pkg := ""
+	if tn.Pkg() != nil {
+		pkg = tn.Pkg().Path() + "."
+	}
+	return lockKey(pkg + tn.Name() + "." + name)
 }
 
 // resolve follows a lock's path from the struct type t to the field that
@@ -528,13 +549,15 @@ type fn struct {
 	fresh  map[*types.Var]bool // variables the function made itself
 	// pinned are the locks whose release is deferred: held to the end.
 	pinned map[lockKey]bool
+	// alias maps a variable defined from a path (d := q.dev) to it.
+	alias map[*types.Var]string
 }
 
 // check walks a function declaration and returns what its callers must
 // hold (…Locked functions only).
 func (c *checker) check(fd *ast.FuncDecl) lockSet {
 	f := &fn{c: c, locked: c.isLocked(fd), need: lockSet{}, okAll: c.funcOK[fd],
-		fresh: map[*types.Var]bool{}, pinned: map[lockKey]bool{}}
+		fresh: map[*types.Var]bool{}, pinned: map[lockKey]bool{}, alias: map[*types.Var]string{}}
 	f.block(fd.Body.List, lockSet{})
 	return f.need
 }
@@ -679,7 +702,8 @@ func (f *fn) stmt(st ast.Stmt, s lockSet) (lockSet, bool) {
 		// The arguments are evaluated here; the call runs on a goroutine
 		// that holds nothing and has no caller to pass a need to.
 		// What the function made is shared with the goroutine now.
-		g := &fn{c: f.c, need: lockSet{}, okAll: f.okAll, fresh: map[*types.Var]bool{}, pinned: map[lockKey]bool{}}
+		g := &fn{c: f.c, need: lockSet{}, okAll: f.okAll, fresh: map[*types.Var]bool{},
+			pinned: map[lockKey]bool{}, alias: f.alias}
 		if sel, ok := ast.Unparen(st.Call.Fun).(*ast.SelectorExpr); ok {
 			s = f.expr(sel.X, s) // the receiver, evaluated here too
 		}
@@ -879,6 +903,64 @@ func (f *fn) tryLock(call *ast.CallExpr) (lockKey, bool, bool) {
 	return key, name == "TryRLock", true
 }
 
+// instance names the object whose lock a lock call takes: key@path, or
+// key@? when the path is not known (then any object's will do).
+func (f *fn) instance(key lockKey, call *ast.CallExpr) lockKey {
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok {
+		return key + "@?"
+	}
+	if x, ok := ast.Unparen(sel.X).(*ast.SelectorExpr); ok {
+		if p, ok := f.path(x.X); ok && x.Sel.Name == string(key[strings.LastIndex(string(key), ".")+1:]) {
+			return key + "@" + lockKey(p)
+		}
+	}
+	return key + "@?"
+}
+
+// drop lets go of instance inst of lock key; the lock is no longer held
+// when no instance of it is.
+func (f *fn) drop(s lockSet, key, inst lockKey) {
+	delete(s, inst)
+	for k := range s {
+		if strings.HasPrefix(string(k), string(key)+"@") {
+			return
+		}
+	}
+	delete(s, key)
+}
+
+// path names the object an expression denotes, as far as the function
+// can tell: a variable (or the path it was defined from) and the fields
+// after it.
+func (f *fn) path(e ast.Expr) (string, bool) {
+	info := f.c.pass.TypesInfo
+	switch x := ast.Unparen(e).(type) {
+	case *ast.Ident:
+		v, ok := info.Uses[x].(*types.Var)
+		if !ok {
+			return "", false
+		}
+		if p, ok := f.alias[v]; ok {
+			return p, p != ""
+		}
+		return fmt.Sprintf("%s#%d", v.Name(), v.Pos()), true
+	case *ast.SelectorExpr:
+		if m, ok := info.Selections[x]; !ok || m.Kind() != types.FieldVal {
+			return "", false
+		}
+		p, ok := f.path(x.X)
+		return p + "." + x.Sel.Name, ok
+	case *ast.StarExpr:
+		return f.path(x.X)
+	case *ast.UnaryExpr:
+		if x.Op == token.AND {
+			return f.path(x.X)
+		}
+	}
+	return "", false
+}
+
 // releaseOp reports whether call lets go of a lock, and which.
 func (f *fn) releaseOp(call *ast.CallExpr) (lockKey, bool) {
 	key, name, fun := f.lockCall(call)
@@ -907,8 +989,10 @@ func (f *fn) call(call *ast.CallExpr, s lockSet, passOn bool) lockSet {
 		case name == "Lock" || fun != nil && f.c.acquire[fun]:
 			s = s.clone()
 			s[key] = true
+			s[f.instance(key, call)] = true
 			for _, k := range f.c.covers[fun] {
 				s[k] = true
+				s[k+"@?"] = true // every object's
 			}
 			return s
 		case name == "RLock":
@@ -916,12 +1000,13 @@ func (f *fn) call(call *ast.CallExpr, s lockSet, passOn bool) lockSet {
 			if !s[key] {
 				s[key] = false
 			}
+			s[f.instance(key, call)] = true
 			return s
 		case name == "Unlock" || name == "RUnlock" || fun != nil && f.c.release[fun]:
 			s = s.clone()
-			delete(s, key)
+			f.drop(s, key, f.instance(key, call))
 			for _, k := range f.c.covers[fun] {
-				delete(s, k)
+				f.drop(s, k, k+"@?")
 			}
 			return s
 		}
@@ -1010,6 +1095,9 @@ func (f *fn) touch(sel *ast.SelectorExpr, s lockSet, write bool) {
 			return
 		}
 	}
+	if k, ok := f.c.sibling[v.Origin()]; ok {
+		f.sameObject(sel, k, s)
+	}
 	for _, g := range guards {
 		for _, k := range missing(g, s, write) {
 			if f.exempt(sel.Pos()) {
@@ -1060,6 +1148,53 @@ func missing(g []lockKey, s lockSet, write bool) []lockKey {
 	return out
 }
 
+// sameObject reports a touch of sel with its lock held only for other
+// objects: every instance of k held is known, and none is sel's.
+func (f *fn) sameObject(sel *ast.SelectorExpr, k lockKey, s lockSet) {
+	p, ok := f.path(sel.X)
+	if !ok {
+		return
+	}
+	if _, ok := s[k+"@"+lockKey(p)]; ok {
+		return
+	}
+	var others []string
+	for h := range s {
+		rest, ok := strings.CutPrefix(string(h), string(k)+"@")
+		if !ok {
+			continue
+		}
+		if rest == "?" {
+			return
+		}
+		others = append(others, readable(rest))
+	}
+	if len(others) == 0 || f.exempt(sel.Pos()) || !f.c.report {
+		return
+	}
+	sort.Strings(others)
+	f.c.pass.Reportf(sel.Sel.Pos(), "%s touched with %s held for another object (%s's), not %s's",
+		sel.Sel.Name, k.short(), strings.Join(others, ", "), readable(p))
+}
+
+// readable is a path without its variables' positions.
+func readable(p string) string {
+	var b strings.Builder
+	skip := false
+	for _, r := range p {
+		switch {
+		case r == '#':
+			skip = true
+		case r == '.':
+			skip = false
+			b.WriteRune(r)
+		case !skip:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
 // exempt reports whether an exception covers pos, and marks it used.
 func (f *fn) exempt(pos token.Pos) bool {
 	if f.okAll != nil {
@@ -1089,6 +1224,15 @@ func (f *fn) assign(id *ast.Ident, val ast.Expr) {
 		f.fresh[v] = true
 	} else {
 		delete(f.fresh, v)
+	}
+	// An alias is known while the variable holds what it was defined
+	// from; assigned again, it names no known object ("").
+	if _, defined := f.alias[v]; defined || info.Defs[id] == nil {
+		f.alias[v] = ""
+	} else if val != nil {
+		if p, ok := f.path(val); ok {
+			f.alias[v] = p
+		}
 	}
 }
 

@@ -425,3 +425,24 @@ func covered(p *part) {
 
 // lockcheck:covers nothing.mu
 func (w *whole) badCover() {} // want `lockcheck:covers nothing.mu: no field nothing`
+
+// A lock beside the field must be the same object's, as far as the
+// function can tell.
+func otherObject(q, peer *QP, qs []*QP) {
+	q.inMu.Lock()
+	peer.inbox = nil // want `inbox touched with QP.inMu held for another object \(q's\), not peer's`
+	q.inbox = nil
+	p := q
+	p.inbox = nil
+	p = peer
+	p.inbox = nil // p is no longer known: no instance check
+	q.inMu.Unlock()
+	for _, x := range qs {
+		x.inMu.Lock()
+		x.inbox = nil
+		x.inMu.Unlock()
+	}
+	q.dev.mu.Lock()
+	peer.state = 1 // a lock through another struct: any instance
+	q.dev.mu.Unlock()
+}
