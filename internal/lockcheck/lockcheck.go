@@ -58,11 +58,15 @@
 // # What it does not see (the approximations)
 //
 //   - A lock is known by its field (the struct type and field that declare
-//     it), not by its instance: holding one QP's inMu satisfies a touch of
-//     another QP's inbox. The check is that the right lock is held, not
-//     that it is the right object's. (The device's objects reach their
-//     Device.mu through different paths, d.mu and q.dev.mu, and must
-//     match.)
+//     it). Whether it is the right object's is checked only for a lock
+//     beside its field (inbox and inMu), and only where the function
+//     names both objects by the same variables and fields (q.inMu.Lock()
+//     then peer.inbox is reported; a variable defined as d := q.dev
+//     stands for q.dev, one assigned again for nothing known). A lock
+//     reached through another struct (dev.mu, Device.mu) is any
+//     object's: the device's objects reach their Device.mu through
+//     different paths, d.mu and q.dev.mu, and must match. Across a call
+//     of a …Locked function only the lock's field is checked.
 //   - The flow is the function's syntax in order: Lock adds the lock,
 //     Unlock removes it, a deferred Unlock holds it to the end. After an
 //     if, switch, select or loop, a lock is held if it is held at the end
