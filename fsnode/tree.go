@@ -652,16 +652,11 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 		named("counters", o.privFile(func() string { return qpCountersText(q) })),
 	)
 	t.publish(ctx, o, func() string {
-		a := q.Query()
-		s := qp.FormatAttr(&a, q.Type) + lines("qp_num", q.QPN, "qp_type", q.Type,
-			"pd", q.PDHandle(), "send_cq", q.SendCQHandle(), "recv_cq", q.RecvCQHandle(),
-			"srq", q.SRQHandle(), "sq_sig_all", boolNum(q.SQSigAll))
-		if g := q.McastGroups(); len(g) > 0 {
-			// The groups attach_mcast joined (a UD QP's only).
-			slices.Sort(g)
-			s += lines("mcast_groups", strings.Join(g, ","))
-		}
-		return s
+		f := qp.AttrFile{Attr: q.Query(), QPN: q.QPN, Type: q.Type, PD: q.PDHandle(),
+			SendCQ: q.SendCQHandle(), RecvCQ: q.RecvCQHandle(), SRQ: q.SRQHandle(), SQSigAll: q.SQSigAll,
+			McastGroups: q.McastGroups()}
+		slices.Sort(f.McastGroups)
+		return qp.FormatAttrFile(&f)
 	}, entries...)
 	return o.name, nil
 }
