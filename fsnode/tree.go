@@ -28,6 +28,7 @@ type tree struct {
 	kinds      map[string]*dir // pd, mr, ... once OnAdd ran
 	maxLease   int             // objects one open lease file holds
 	cm         *cm.Agent       // the connection manager (cm.go)
+	logf       logFunc         // the daemon's log (Options.Logf); never nil
 
 	mu       sync.Mutex
 	channels map[*channel]bool // live CQ channels; guarded by mu
@@ -35,7 +36,7 @@ type tree struct {
 
 func newTree(dev *device.Device, runtimeDir string) *tree {
 	t := &tree{dev: dev, runtimeDir: runtimeDir, born: time.Now(),
-		kinds: map[string]*dir{}, channels: map[*channel]bool{}}
+		kinds: map[string]*dir{}, channels: map[*channel]bool{}, logf: func(string, ...any) {}}
 	t.root = &root{t: t}
 	t.root.owner = owner{perm: 0755, born: t.born}
 	return t
@@ -296,8 +297,11 @@ func (t *tree) newFile(k kind) *file {
 				name, err = k.create(t, ctx, text)
 			}
 			if err != nil {
-				h.emit("error: " + reason(k.op, err) + "\n")
-				return 0, errnoOf(err)
+				r := reason(k.op, err)
+				h.emit("error: " + r + "\n")
+				e := errnoOf(err)
+				t.logf.refused(k.op, k.name+"/new", e, r)
+				return 0, e
 			}
 			h.emit(name + "\n")
 			return uint32(len(data)), 0
@@ -312,7 +316,7 @@ func (t *tree) newFile(k kind) *file {
 func (t *tree) newObject(ctx context.Context, kind string, handle uint32) *object {
 	uid, gid := caller(ctx)
 	return &object{owner: owner{uid: uid, gid: gid, born: time.Now()}, kind: kind,
-		name: strconv.FormatUint(uint64(handle), 10)}
+		name: strconv.FormatUint(uint64(handle), 10), logf: t.logf}
 }
 
 // publish makes the object's directory appear, with attr, error and
