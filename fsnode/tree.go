@@ -414,7 +414,7 @@ func (t *tree) createPD(ctx context.Context, text string) (string, error) {
 	}
 	o := t.newObject(ctx, "pd", pd.Handle)
 	o.destroy = pd.Dealloc
-	t.publish(ctx, o, func() string { return lines("handle", pd.Handle) })
+	t.publish(ctx, o, func() string { return qp.FormatPDAttr(&qp.PDAttr{Handle: pd.Handle}) })
 	return o.name, nil
 }
 
@@ -465,9 +465,8 @@ func (t *tree) createMR(ctx context.Context, text string) (string, error) {
 	entries = append(entries, named("ctl", ctl))
 	t.publish(ctx, o, func() string {
 		a := mr.Attr()
-		return lines("pd", a.PD, "length", a.Length, "iova", a.IOVA,
-			"access", a.Access, "lkey", a.LKey, "rkey", a.RKey, "valid", boolNum(a.Valid),
-			"mem_offset", a.MemOffset, "memory", a.Memory)
+		return qp.FormatMRAttr(&qp.MRAttr{PD: a.PD, Length: a.Length, IOVA: a.IOVA, Access: a.Access,
+			LKey: a.LKey, RKey: a.RKey, Valid: a.Valid, MemOffset: a.MemOffset, Memory: a.Memory})
 	}, entries...)
 	return o.name, nil
 }
@@ -486,8 +485,8 @@ func (t *tree) createMW(ctx context.Context, text string) (string, error) {
 	o.destroy = mw.Dealloc
 	t.publish(ctx, o, func() string {
 		a := mw.Attr()
-		return lines("pd", a.PD, "type", a.Type, "rkey", a.RKey, "bound", boolNum(a.Bound),
-			"mr", a.MR, "addr", a.Addr, "length", a.Length, "access", a.Access)
+		return qp.FormatMWAttr(&qp.MWAttr{PD: a.PD, Type: a.Type, RKey: a.RKey, Bound: a.Bound, MR: a.MR,
+			Addr: a.Addr, Length: a.Length, Access: a.Access})
 	})
 	return o.name, nil
 }
@@ -505,10 +504,7 @@ func (t *tree) createAH(ctx context.Context, text string) (string, error) {
 	o := t.newObject(ctx, "ah", ah.Handle)
 	o.destroy = ah.Destroy
 	t.publish(ctx, o, func() string {
-		a := ah.Attr
-		return lines("pd", ah.PD.Handle, "dgid", qp.FormatGID(a.DGID), "sgid_index", a.SGIDIndex,
-			"hop_limit", a.HopLimit, "traffic_class", a.TrafficClass, "flow_label", a.FlowLabel,
-			"sl", a.SL, "dlid", a.DLID, "port_num", a.PortNum, "static_rate", a.StaticRate)
+		return qp.FormatAHAttr(&qp.AHAttr{PD: ah.PD.Handle, AH: ah.Attr})
 	})
 	return o.name, nil
 }
@@ -567,7 +563,8 @@ func (t *tree) createSRQ(ctx context.Context, text string) (string, error) {
 	})
 	t.publish(ctx, o, func() string {
 		a := srq.Attr()
-		return lines("pd", a.PD, "max_wr", a.MaxWR, "max_sge", a.MaxSGE, "srq_limit", a.SRQLimit, "pending", a.Pending)
+		return qp.FormatSRQAttr(&qp.SRQAttr{PD: a.PD, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit,
+			Pending: a.Pending})
 	}, ring, named("ctl", ctl), named("post_recv", post))
 	return o.name, nil
 }
@@ -772,8 +769,8 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 	ow.perm = 0777
 	t.publish(ctx, o, func() string {
 		s := cq.Status()
-		return lines("cqe", s.CQE, "wc_flags", cq.WCFlags, "overflowed", boolNum(s.Overflowed),
-			"pending", s.Pending, "armed", s.Armed, "overflows", s.Overflows)
+		return qp.FormatCQAttr(&qp.CQAttr{CQE: s.CQE, WCFlags: cq.WCFlags, Overflowed: s.Overflowed,
+			Pending: s.Pending, Armed: s.Armed, Overflows: s.Overflows})
 	}, ringEntry, named("poll", entry{node: poll, mode: syscall.S_IFREG}),
 		named("notify", entry{node: notify, mode: syscall.S_IFREG}),
 		named("ctl", ctl),

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -113,18 +114,11 @@ func (pd *PD) regMR(length int, req qp.CreateMR) (*MR, error) {
 		c.destroy(op, "mr", name)
 		return nil, err
 	}
-	m, err := c.keyValues(op, "mr", name, "attr")
+	a, err := c.mrAttr(op, name)
 	if err != nil {
 		return fail(err)
 	}
-	d := kv{op: op, m: m}
-	mr.LKey, mr.RKey, mr.IOVA, mr.Length = d.u32("lkey"), d.u32("rkey"), d.u64("iova"), d.u64("length")
-	if d.err != nil {
-		return fail(d.err)
-	}
-	if mr.Access, err = qp.ParseAccess(m["access"]); err != nil {
-		return fail(errorf(op, syscall.EIO, "access=%q: %v", m["access"], err))
-	}
+	mr.LKey, mr.RKey, mr.IOVA, mr.Length, mr.Access = a.LKey, a.RKey, a.IOVA, a.Length, a.Access
 	if !req.HasAddr {
 		// device memory: the MR's mem file, mapped
 		reg, err := ring.MapFile(c.path("mr", name, "mem"))
@@ -143,6 +137,19 @@ func (pd *PD) regMR(length int, req qp.CreateMR) (*MR, error) {
 	c.objs[mr] = struct{}{}
 	c.mu.Unlock()
 	return mr, nil
+}
+
+// mrAttr reads mr/NAME/attr.
+func (c *Context) mrAttr(op, name string) (qp.MRAttr, error) {
+	b, err := os.ReadFile(c.path("mr", name, "attr"))
+	if err != nil {
+		return qp.MRAttr{}, opError(op, err, "")
+	}
+	a, err := qp.ParseMRAttr(string(b))
+	if err != nil {
+		return qp.MRAttr{}, errorf(op, syscall.EIO, "mr/%s/attr: %v", name, err)
+	}
+	return a, nil
 }
 
 // PD is the protection domain the MR was registered in.
@@ -244,20 +251,13 @@ func (pd *PD) ImportMR(handle uint32) (*MR, error) {
 	const op = "import_mr"
 	c := pd.ctx
 	name := hname(handle)
-	m, err := c.keyValues(op, "mr", name, "attr")
+	a, err := c.mrAttr(op, name)
 	if err != nil {
 		return nil, err
 	}
-	mr := &MR{ctx: c, pd: pd, Handle: handle}
-	d := kv{op: op, m: m}
-	mr.LKey, mr.RKey, mr.IOVA, mr.Length = d.u32("lkey"), d.u32("rkey"), d.u64("iova"), d.u64("length")
-	if d.err != nil {
-		return nil, d.err
-	}
-	if mr.Access, err = qp.ParseAccess(m["access"]); err != nil {
-		return nil, errorf(op, syscall.EIO, "access=%q: %v", m["access"], err)
-	}
-	if m["memory"] == "device" {
+	mr := &MR{ctx: c, pd: pd, Handle: handle, LKey: a.LKey, RKey: a.RKey, IOVA: a.IOVA, Length: a.Length,
+		Access: a.Access}
+	if a.Memory == "device" {
 		reg, err := ring.MapFile(c.path("mr", name, "mem"))
 		if err != nil {
 			return nil, opError(op, err, "")

@@ -1,12 +1,13 @@
 // Package show reads an rdmafs mount as rdmafs show and rdmafs trace
 // present it: the objects of each kind as tables or JSON (Collect, Watch),
 // and one QP's packets decoded from the device's capture (Tracer). It
-// reads the mount's files as any user reads them, through qp's grammar
-// for a QP's attr file; an object whose attr the caller may not read
-// (another user's: attr is 0600) is not shown, so a user sees its own
-// objects and root sees all. Nothing here talks to the daemon other than
-// through those files. The command line (flags, arguments, signals) is
-// cmd/rdmafs's.
+// reads the mount's files as any user reads them: each object's attr file
+// with qp's parser of it (the daemon prints it with qp's formatter), the
+// counters and the port file, lists of numbers, as key=value maps. An
+// object whose attr the caller may not read (another user's: attr is
+// 0600) is not shown, so a user sees its own objects and root sees all.
+// Nothing here talks to the daemon other than through those files. The
+// command line (flags, arguments, signals) is cmd/rdmafs's.
 package show
 
 import (
@@ -410,31 +411,44 @@ func (v *View) read(kind string, o object) error {
 	if kind == "qp" {
 		return v.readQP(o)
 	}
-	a, err := readAttrs(filepath.Join(o.dir, "attr"))
+	b, err := readFile(filepath.Join(o.dir, "attr"))
 	if err != nil {
 		return err
 	}
+	text := string(b)
 	switch kind {
 	case "pd":
+		_, err = qp.ParsePDAttr(text)
 		v.pd = append(v.pd, pdRow{Handle: o.handle, Owner: o.uid})
 	case "mr":
-		v.mr = append(v.mr, mrRow{Handle: o.handle, Owner: o.uid, PD: a.u32("pd"), Length: a.u64("length"),
-			IOVA: a.u64("iova"), Access: a["access"], LKey: a.u32("lkey"), RKey: a.u32("rkey"),
-			Valid: a["valid"] == "1", MemOffset: a.u64("mem_offset")})
+		var a qp.MRAttr
+		a, err = qp.ParseMRAttr(text)
+		v.mr = append(v.mr, mrRow{Handle: o.handle, Owner: o.uid, PD: a.PD, Length: a.Length, IOVA: a.IOVA,
+			Access: a.Access.String(), LKey: a.LKey, RKey: a.RKey, Valid: a.Valid, MemOffset: a.MemOffset})
 	case "mw":
-		v.mw = append(v.mw, mwRow{Handle: o.handle, Owner: o.uid, PD: a.u32("pd"), Type: a.u32("type"),
-			RKey: a.u32("rkey"), Bound: a["bound"] == "1", MR: a.u32("mr"), Addr: a.u64("addr"),
-			Length: a.u64("length"), Access: a["access"]})
+		var a qp.MWAttr
+		a, err = qp.ParseMWAttr(text)
+		v.mw = append(v.mw, mwRow{Handle: o.handle, Owner: o.uid, PD: a.PD, Type: a.Type, RKey: a.RKey,
+			Bound: a.Bound, MR: a.MR, Addr: a.Addr, Length: a.Length, Access: a.Access.String()})
 	case "cq":
-		v.cq = append(v.cq, cqRow{Handle: o.handle, Owner: o.uid, CQE: a.u32("cqe"), Pending: a.u32("pending"),
-			Armed: a["armed"], Overflowed: a["overflowed"] == "1", Overflows: a.u64("overflows")})
+		var a qp.CQAttr
+		a, err = qp.ParseCQAttr(text)
+		v.cq = append(v.cq, cqRow{Handle: o.handle, Owner: o.uid, CQE: a.CQE, Pending: a.Pending, Armed: a.Armed,
+			Overflowed: a.Overflowed, Overflows: a.Overflows})
 	case "srq":
-		v.srq = append(v.srq, srqRow{Handle: o.handle, Owner: o.uid, PD: a.u32("pd"), MaxWR: a.u32("max_wr"),
-			MaxSGE: a.u32("max_sge"), SRQLimit: a.u32("srq_limit"), Pending: a.u32("pending")})
+		var a qp.SRQAttr
+		a, err = qp.ParseSRQAttr(text)
+		v.srq = append(v.srq, srqRow{Handle: o.handle, Owner: o.uid, PD: a.PD, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE,
+			SRQLimit: a.SRQLimit, Pending: a.Pending})
 	case "ah":
-		v.ah = append(v.ah, ahRow{Handle: o.handle, Owner: o.uid, PD: a.u32("pd"), DGID: a["dgid"],
-			SL: a.u32("sl"), HopLimit: a.u32("hop_limit"), TrafficClass: a.u32("traffic_class"),
-			FlowLabel: a.u32("flow_label"), SGIDIndex: a.u32("sgid_index")})
+		var a qp.AHAttr
+		a, err = qp.ParseAHAttr(text)
+		v.ah = append(v.ah, ahRow{Handle: o.handle, Owner: o.uid, PD: a.PD, DGID: qp.FormatGID(a.AH.DGID),
+			SL: uint32(a.AH.SL), HopLimit: uint32(a.AH.HopLimit), TrafficClass: uint32(a.AH.TrafficClass),
+			FlowLabel: a.AH.FlowLabel, SGIDIndex: uint32(a.AH.SGIDIndex)})
+	}
+	if err != nil {
+		return fmt.Errorf("attr: %w", err)
 	}
 	return nil
 }
