@@ -30,7 +30,7 @@ ALL_CFLAGS  = $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE $(SAN) $(CPPFLAGS)
 ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 
 SRCS := $(sort $(wildcard *.c))
-HDRS := $(wildcard *.h)
+HDRS := $(wildcard *.h) $(EXTRA_HDRS)
 OBJS := $(SRCS:%.c=$(B)/%.o)
 GEN  := $(B)/gen
 LIB  := $(B)/$(NAME).so.1

@@ -150,6 +150,21 @@ static const struct {
 #define RDMAFS_MODIFY_MASK (IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN)
 #define RDMAFS_MODIFY_UNSUPPORTED (IBV_QP_ALT_PATH | IBV_QP_RATE_LIMIT)
 
+/* The attributes besides IBV_QP_STATE a modify must carry to move a QP
+ * of a type from one state to another (qp.Transition's required set),
+ * indexed [type][current][next]; 0 for a move that needs none or is not
+ * legal. rdma_init_qp_attr answers with these. */
+static const uint32_t rdmafs_modify_required[IBV_QPT_UD + 1][IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
+	[IBV_QPT_RC][IBV_QPS_RESET][IBV_QPS_INIT] = (IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT),
+	[IBV_QPT_RC][IBV_QPS_INIT][IBV_QPS_RTR] = (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_RQ_PSN | IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN),
+	[IBV_QPT_RC][IBV_QPS_RTR][IBV_QPS_RTS] = (IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_SQ_PSN),
+	[IBV_QPT_UC][IBV_QPS_RESET][IBV_QPS_INIT] = (IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT),
+	[IBV_QPT_UC][IBV_QPS_INIT][IBV_QPS_RTR] = (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_RQ_PSN | IBV_QP_DEST_QPN),
+	[IBV_QPT_UC][IBV_QPS_RTR][IBV_QPS_RTS] = (IBV_QP_SQ_PSN),
+	[IBV_QPT_UD][IBV_QPS_RESET][IBV_QPS_INIT] = (IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+	[IBV_QPT_UD][IBV_QPS_RTR][IBV_QPS_RTS] = (IBV_QP_SQ_PSN),
+};
+
 /* The QP types that may post each send opcode, a bit (1u << enum
  * ibv_qp_type) each (qp.OpInfo); 0: not an opcode of rdmafs. */
 static const uint32_t rdmafs_wr_qp_types[] = {

@@ -3,9 +3,10 @@
 // request, as a C header: the events file's name of each ibv_event_type,
 // the names of QP states, types, migration states and access flags, every
 // key of a QP's attr file and modify command, which ibv_qp_attr_mask bits
-// a modify may set, and which QP types may post each send opcode. Read from
-// qp itself, so each exists once and reaches C at the next go generate;
-// qp's TestCTextFresh fails until it does.
+// a modify may set and which ones each state transition requires, and
+// which QP types may post each send opcode. Read from qp itself, so each
+// exists once and reaches C at the next go generate; qp's TestCTextFresh
+// fails until it does.
 //
 // Every table is indexed or keyed by the C enum's own names, and every
 // number qp uses is checked against the enum by a _Static_assert, so a
@@ -182,6 +183,28 @@ static const struct {
 			asserts = append(asserts, fmt.Sprintf("%s == 1u << %d", n, bits.TrailingZeros32(uint32(b))))
 		}
 	}
+
+	types := qp.Types()
+	last := enumName("IBV_QPT_", types[len(types)-1].String())
+	p(`/* The attributes besides IBV_QP_STATE a modify must carry to move a QP
+ * of a type from one state to another (qp.Transition's required set),
+ * indexed [type][current][next]; 0 for a move that needs none or is not
+ * legal. rdma_init_qp_attr answers with these. */
+static const uint32_t rdmafs_modify_required[%s + 1][IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
+`, last)
+	for _, t := range types {
+		for cur := qp.State(0); cur.Valid(); cur++ {
+			for next := qp.State(0); next.Valid(); next++ {
+				req, _, ok := qp.Transition(cur, next, t)
+				if !ok || req == 0 {
+					continue
+				}
+				p("\t[%s][%s][%s] = %s,\n", enumName("IBV_QPT_", t.String()), enumName("IBV_QPS_", cur.String()),
+					enumName("IBV_QPS_", next.String()), maskExpr(req))
+			}
+		}
+	}
+	b.WriteString("};\n\n")
 
 	p("/* The QP types that may post each send opcode, a bit (1u << enum\n * ibv_qp_type) each (qp.OpInfo); 0: not an opcode of rdmafs. */\n")
 	p("static const uint32_t rdmafs_wr_qp_types[] = {\n")
