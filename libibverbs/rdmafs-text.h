@@ -182,6 +182,25 @@ static const uint32_t rdmafs_wr_qp_types[] = {
 };
 
 /* qp's numbering is <infiniband/verbs.h>'s. */
+_Static_assert(IBV_EVENT_CQ_ERR == 0, "IBV_EVENT_CQ_ERR == 0");
+_Static_assert(IBV_EVENT_QP_FATAL == 1, "IBV_EVENT_QP_FATAL == 1");
+_Static_assert(IBV_EVENT_QP_REQ_ERR == 2, "IBV_EVENT_QP_REQ_ERR == 2");
+_Static_assert(IBV_EVENT_QP_ACCESS_ERR == 3, "IBV_EVENT_QP_ACCESS_ERR == 3");
+_Static_assert(IBV_EVENT_COMM_EST == 4, "IBV_EVENT_COMM_EST == 4");
+_Static_assert(IBV_EVENT_SQ_DRAINED == 5, "IBV_EVENT_SQ_DRAINED == 5");
+_Static_assert(IBV_EVENT_PATH_MIG == 6, "IBV_EVENT_PATH_MIG == 6");
+_Static_assert(IBV_EVENT_PATH_MIG_ERR == 7, "IBV_EVENT_PATH_MIG_ERR == 7");
+_Static_assert(IBV_EVENT_DEVICE_FATAL == 8, "IBV_EVENT_DEVICE_FATAL == 8");
+_Static_assert(IBV_EVENT_PORT_ACTIVE == 9, "IBV_EVENT_PORT_ACTIVE == 9");
+_Static_assert(IBV_EVENT_PORT_ERR == 10, "IBV_EVENT_PORT_ERR == 10");
+_Static_assert(IBV_EVENT_LID_CHANGE == 11, "IBV_EVENT_LID_CHANGE == 11");
+_Static_assert(IBV_EVENT_PKEY_CHANGE == 12, "IBV_EVENT_PKEY_CHANGE == 12");
+_Static_assert(IBV_EVENT_SM_CHANGE == 13, "IBV_EVENT_SM_CHANGE == 13");
+_Static_assert(IBV_EVENT_SRQ_ERR == 14, "IBV_EVENT_SRQ_ERR == 14");
+_Static_assert(IBV_EVENT_SRQ_LIMIT_REACHED == 15, "IBV_EVENT_SRQ_LIMIT_REACHED == 15");
+_Static_assert(IBV_EVENT_QP_LAST_WQE_REACHED == 16, "IBV_EVENT_QP_LAST_WQE_REACHED == 16");
+_Static_assert(IBV_EVENT_CLIENT_REREGISTER == 17, "IBV_EVENT_CLIENT_REREGISTER == 17");
+_Static_assert(IBV_EVENT_GID_CHANGE == 18, "IBV_EVENT_GID_CHANGE == 18");
 _Static_assert(IBV_QPS_RESET == 0, "IBV_QPS_RESET == 0");
 _Static_assert(IBV_QPS_INIT == 1, "IBV_QPS_INIT == 1");
 _Static_assert(IBV_QPS_RTR == 2, "IBV_QPS_RTR == 2");

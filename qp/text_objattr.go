@@ -200,62 +200,54 @@ func parseFields(s string, fs []textField) error {
 	return nil
 }
 
+// objAttr is an attr file's record: a pointer to it lists its fields.
+type objAttr[T any] interface {
+	*T
+	fields() []textField
+}
+
+// formatAttr prints a's file.
+func formatAttr[T any, P objAttr[T]](a *T) string { return formatFields(P(a).fields()) }
+
+// parseAttr reads a T's file.
+func parseAttr[T any, P objAttr[T]](s string) (T, error) {
+	var a T
+	err := parseFields(s, P(&a).fields())
+	return a, err
+}
+
 // FormatPDAttr prints pd/N/attr.
-func FormatPDAttr(a *PDAttr) string { return formatFields(a.fields()) }
+func FormatPDAttr(a *PDAttr) string { return formatAttr(a) }
 
 // ParsePDAttr reads what FormatPDAttr prints.
-func ParsePDAttr(s string) (PDAttr, error) {
-	var a PDAttr
-	err := parseFields(s, a.fields())
-	return a, err
-}
+func ParsePDAttr(s string) (PDAttr, error) { return parseAttr[PDAttr](s) }
 
 // FormatMRAttr prints mr/N/attr.
-func FormatMRAttr(a *MRAttr) string { return formatFields(a.fields()) }
+func FormatMRAttr(a *MRAttr) string { return formatAttr(a) }
 
 // ParseMRAttr reads what FormatMRAttr prints.
-func ParseMRAttr(s string) (MRAttr, error) {
-	var a MRAttr
-	err := parseFields(s, a.fields())
-	return a, err
-}
+func ParseMRAttr(s string) (MRAttr, error) { return parseAttr[MRAttr](s) }
 
 // FormatMWAttr prints mw/N/attr.
-func FormatMWAttr(a *MWAttr) string { return formatFields(a.fields()) }
+func FormatMWAttr(a *MWAttr) string { return formatAttr(a) }
 
 // ParseMWAttr reads what FormatMWAttr prints.
-func ParseMWAttr(s string) (MWAttr, error) {
-	var a MWAttr
-	err := parseFields(s, a.fields())
-	return a, err
-}
+func ParseMWAttr(s string) (MWAttr, error) { return parseAttr[MWAttr](s) }
 
 // FormatCQAttr prints cq/N/attr.
-func FormatCQAttr(a *CQAttr) string { return formatFields(a.fields()) }
+func FormatCQAttr(a *CQAttr) string { return formatAttr(a) }
 
 // ParseCQAttr reads what FormatCQAttr prints.
-func ParseCQAttr(s string) (CQAttr, error) {
-	var a CQAttr
-	err := parseFields(s, a.fields())
-	return a, err
-}
+func ParseCQAttr(s string) (CQAttr, error) { return parseAttr[CQAttr](s) }
 
 // FormatSRQAttr prints srq/N/attr.
-func FormatSRQAttr(a *SRQAttr) string { return formatFields(a.fields()) }
+func FormatSRQAttr(a *SRQAttr) string { return formatAttr(a) }
 
 // ParseSRQAttr reads what FormatSRQAttr prints.
-func ParseSRQAttr(s string) (SRQAttr, error) {
-	var a SRQAttr
-	err := parseFields(s, a.fields())
-	return a, err
-}
+func ParseSRQAttr(s string) (SRQAttr, error) { return parseAttr[SRQAttr](s) }
 
 // FormatAHAttr prints ah/N/attr.
-func FormatAHAttr(a *AHAttr) string { return formatFields(a.fields()) }
+func FormatAHAttr(a *AHAttr) string { return formatAttr(a) }
 
 // ParseAHAttr reads what FormatAHAttr prints.
-func ParseAHAttr(s string) (AHAttr, error) {
-	var a AHAttr
-	err := parseFields(s, a.fields())
-	return a, err
-}
+func ParseAHAttr(s string) (AHAttr, error) { return parseAttr[AHAttr](s) }

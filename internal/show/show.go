@@ -11,7 +11,6 @@
 package show
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -29,6 +28,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"rdmafs/internal/execview"
 	"rdmafs/qp"
 )
 
@@ -70,51 +70,22 @@ func ResolveMount(mnt string) (string, error) {
 // FindMount returns the one mount of type fuse.rdmafs in a mountinfo
 // listing, or says why there is not exactly one.
 func FindMount(mountinfo io.Reader) (string, error) {
-	var found []string
-	sc := bufio.NewScanner(mountinfo)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint options [optional...] - fstype source superoptions
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		if t := strings.Fields(post); len(t) == 0 || t[0] != "fuse.rdmafs" {
-			continue
-		}
-		f := strings.Fields(pre)
-		if len(f) < 5 || f[3] != "/" { // not a bind of a subtree (rdmafs exec's sys/ view)
-			continue
-		}
-		found = append(found, unescapeMountinfo(f[4]))
-	}
-	if err := sc.Err(); err != nil {
+	// The devices a program of rdmafs exec would see: the same scan.
+	devs, err := execview.Devices(mountinfo, "", func(string) bool { return true })
+	if err != nil {
 		return "", err
 	}
-	switch len(found) {
+	switch len(devs) {
 	case 0:
 		return "", errors.New("no rdmafs mount on this machine (/proc/self/mountinfo has no fuse.rdmafs); mount one with rdmafs mount DIR")
 	case 1:
-		return found[0], nil
+		return devs[0].Mount, nil
+	}
+	var found []string
+	for _, d := range devs {
+		found = append(found, d.Mount)
 	}
 	return "", fmt.Errorf("%d rdmafs mounts (%s): name one", len(found), strings.Join(found, ", "))
-}
-
-// unescapeMountinfo undoes mountinfo's \ooo escapes (space, tab, newline,
-// backslash).
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // --- reading the tree ----------------------------------------------------

@@ -41,7 +41,7 @@ type tmount struct {
 // Without root or FUSE the test skips, except in CI, where it fails.
 func mountDevice(t *testing.T) *tmount {
 	t.Helper()
-	needRoot(t)
+	testmount.NeedRoot(t)
 	dev := testmount.Device(t, device.Config{})
 	dir, _ := testmount.Mount(t, dev, fsnode.Options{})
 	return &tmount{t: t, dir: dir, dev: dev}
@@ -300,28 +300,6 @@ func runShow(t *testing.T, args ...string) string {
 	return out.String()
 }
 
-// needRoot skips a test that mounts without root, except in CI, where it
-// fails.
-func needRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI runs as root; mounting must work")
-		}
-		t.Skip("needs root")
-	}
-}
-
-// buildBinary builds rdmafs, for the tests that run it as another user
-// or end it with a signal.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "rdmafs")
-	if out, err := exec.Command("go", "build", "-o", bin, "rdmafs/cmd/rdmafs").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // liveDevice is a device with every kind of object and traffic in
 // progress: qa has a SEND waiting out an RNR NAK (qb has no receive
 // posted) behind a completed WRITE, three receives posted and a failed
@@ -534,7 +512,7 @@ func slicesOf(m map[string]json.RawMessage) []string {
 // A second user sees only its own objects; root sees both users'.
 func TestShowOtherUser(t *testing.T) {
 	m := mountDevice(t)
-	bin := buildBinary(t)
+	bin := testmount.Rdmafs(t)
 	chmodUp(t, bin)
 	p := m.newPair(16, 12)
 	const nobody = 65534

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"rdmafs/internal/testmount"
 	"rdmafs/roce"
 )
 
@@ -210,7 +211,7 @@ func TestTraceDecodeUD(t *testing.T) {
 // bytes each way, the retransmission after an RNR NAK, the NAKs by kind.
 func TestTraceLive(t *testing.T) {
 	m := mountDevice(t)
-	bin := buildBinary(t)
+	bin := testmount.Rdmafs(t)
 	p := m.newPair(64, 0) // qb's RNR timer: 655 ms, one NAK
 	drops := m.kv("counters")["capture_drops"]
 	tr := exec.Command(bin, "trace", m.dir, p.qa)
@@ -300,7 +301,7 @@ func TestTraceLive(t *testing.T) {
 // capture); a QP that does not exist neither.
 func TestTraceRefuses(t *testing.T) {
 	m := mountDevice(t)
-	bin := buildBinary(t)
+	bin := testmount.Rdmafs(t)
 	p := m.newPair(16, 12)
 	out, err := exec.Command(bin, "trace", m.dir, "4242").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "qp 4242 does not exist") {
