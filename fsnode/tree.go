@@ -229,8 +229,12 @@ func countersText(cs []device.Counter) string {
 // openEvents opens a reader of the async events of the opener's objects
 // (root: of all). The first read blocks until there are events and takes
 // those that fit; later reads take the rest without blocking, and once
-// they are read the handle is at end of file (one ibv_get_async_event
-// batch per open). Each read returns whole lines.
+// they are read one read returns end of file (so "cat events" shows one
+// batch and ends). The read after that blocks for the next batch: a
+// program that keeps the file open misses nothing between batches, as one
+// that reopened it could (another reader of its owner would take the
+// events raised between the close and the open). Each read returns whole
+// lines.
 func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	uid, _ := caller(ctx)
 	r, err := t.dev.OpenEventsLimited(device.Owner(uid))
@@ -250,6 +254,7 @@ func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uin
 			}
 			done = true
 		} else if evs = r.TryRead(most); len(evs) == 0 {
+			done = false // end of this batch; the next read waits for another
 			return nil, nil
 		}
 		var b []byte

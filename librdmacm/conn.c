@@ -12,7 +12,7 @@
 #include <sys/random.h>
 
 #include "rdmacm.h"
-#include "../libibverbs/rdmafs-text.h" /* qp/'s transition table, generated */
+#include "rdmafs-text.h" /* qp/'s transition table, generated (libibverbs/) */
 
 static int fail(int err)
 {
