@@ -2,12 +2,16 @@ package logger_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"rdmafs/fsnode"
 	"rdmafs/internal/logger"
 	"rdmafs/internal/testmount"
+	"rdmafs/roce"
 )
 
 // buffer is the log's file: written by the daemon's goroutines, read by
@@ -158,5 +163,48 @@ func TestRefusedInput(t *testing.T) {
 	}
 	if n := count(out.lines(), "refused "); n != logger.Burst {
 		t.Errorf("201 refused writes and 1 bad line left %d lines, want the burst %d", n, logger.Burst)
+	}
+}
+
+// A device speaking RoCEv2 logs the datagrams it drops: one too short to
+// be RoCE (malformed) and one whose ICRC does not match.
+func TestDroppedDatagrams(t *testing.T) {
+	var out buffer
+	l := logger.New(&out, clock.Real{})
+	addr := netip.AddrFrom4([4]byte{127, 0, 93, 1})
+	dev, err := device.New(device.Config{Addr: addr, Logf: l.Logf})
+	for i := byte(2); errors.Is(err, syscall.EADDRINUSE) && i < 32; i++ { // another test's device
+		addr = netip.AddrFrom4([4]byte{127, 0, 93, i})
+		dev, err = device.New(device.Config{Addr: addr, Logf: l.Logf})
+	}
+	if errors.Is(err, syscall.EPERM) && os.Getenv("CI") != "true" {
+		t.Skipf("no CAP_NET_RAW: %v", err) // CI runs as root: there it fails
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	conn, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: addr.AsSlice(), Port: roce.UDPPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A BTH for qp 0x42 and an ICRC of zeros.
+	badICRC := []byte{0x64, 0, 0xff, 0xff, 0, 0, 0, 0x42, 0, 0, 0, 1, 0, 0, 0, 0}
+	for _, d := range [][]byte{{1, 2, 3}, badICRC} {
+		if _, err := conn.Write(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"dropped a malformed datagram of", "dropped a packet for qp 66: bad ICRC"}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		lines := out.lines()
+		if count(lines, want[0]) == 1 && count(lines, want[1]) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log lacks %q after 10 s:\n%s", want, strings.Join(lines, "\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
