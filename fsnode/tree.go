@@ -108,88 +108,29 @@ func (r *root) OnAdd(ctx context.Context) {
 
 func (t *tree) deviceText() string {
 	a := t.dev.Attr()
-	var b strings.Builder
-	kv := func(k string, v any) { fmt.Fprintf(&b, "%s=%v\n", k, v) }
-	kv("fw_ver", a.FwVer)
-	kv("node_guid", fmt.Sprintf("0x%016x", a.NodeGUID))
-	kv("sys_image_guid", fmt.Sprintf("0x%016x", a.SysImageGUID))
-	kv("max_mr_size", a.MaxMRSize)
-	kv("page_size_cap", a.PageSizeCap)
-	kv("vendor_id", a.VendorID)
-	kv("vendor_part_id", a.VendorPartID)
-	kv("hw_ver", a.HwVer)
-	kv("max_qp", a.MaxQP)
-	kv("max_qp_wr", a.MaxQPWR)
-	kv("device_cap_flags", a.DeviceCapFlags)
-	kv("device_cap_flags_ex", a.DeviceCapFlagsEx)
-	kv("max_sge", a.MaxSGE)
-	kv("max_sge_rd", a.MaxSGERd)
-	kv("max_cq", a.MaxCQ)
-	kv("max_cqe", a.MaxCQE)
-	kv("max_mr", a.MaxMR)
-	kv("max_pd", a.MaxPD)
-	kv("max_qp_rd_atom", a.MaxQPRdAtom)
-	kv("max_res_rd_atom", a.MaxResRdAtom)
-	kv("max_qp_init_rd_atom", a.MaxQPInitRdAtom)
-	kv("atomic_cap", a.AtomicCap)
-	kv("max_mw", a.MaxMW)
-	kv("max_ah", a.MaxAH)
-	kv("max_srq", a.MaxSRQ)
-	kv("max_srq_wr", a.MaxSRQWR)
-	kv("max_srq_sge", a.MaxSRQSGE)
-	kv("max_pkeys", a.MaxPKeys)
-	kv("local_ca_ack_delay", a.LocalCAAckDelay)
-	kv("phys_port_cnt", a.PhysPortCnt)
-	kv("max_inline_data", a.MaxInlineData)
-	kv("reserved_operations", a.ReservedOps)
-	kv("max_mcast_grp", a.MaxMcastGrp)
-	kv("max_mcast_qp_attach", a.MaxMcastQPAttach)
-	kv("max_total_mcast_qp_attach", a.MaxTotalMcastQPAttach)
-	kv("engines", t.dev.Config().Engines)
-	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
-	kv("hca_core_clock", a.HCACoreClock)
-	kv("completion_timestamp_mask", fmt.Sprintf("0x%016x", a.CompletionTimestampMask))
-	// What one user other than root may take (root: the limits above).
 	cfg := t.dev.Config()
 	sh := cfg.UserShares()
-	kv("user_share", cfg.UserShare)
-	kv("max_qp_per_user", sh.QP)
-	kv("max_cq_per_user", sh.CQ)
-	kv("max_mr_per_user", sh.MR)
-	kv("max_pd_per_user", sh.PD)
-	kv("max_mw_per_user", sh.MW)
-	kv("max_ah_per_user", sh.AH)
-	kv("max_srq_per_user", sh.SRQ)
-	kv("max_total_mr_bytes_per_user", sh.MRBytes)
-	kv("max_mcast_grp_per_user", device.UserShareOf(uint64(a.MaxMcastGrp), cfg.UserShare))
-	kv("max_total_mcast_qp_attach_per_user", device.UserShareOf(uint64(a.MaxTotalMcastQPAttach), cfg.UserShare))
-	// Opens of events and capture one user may hold (EMFILE beyond).
-	kv("max_event_readers_per_user", device.MaxEventReaders)
-	kv("max_captures_per_user", device.MaxCaptureReaders)
-	return b.String()
+	f := qp.DeviceFile{Attr: a, Engines: uint32(cfg.Engines), UserShare: cfg.UserShare,
+		// What one user other than root may take (root: the limits).
+		PerUser: qp.UserLimits{QP: sh.QP, CQ: sh.CQ, MR: sh.MR, PD: sh.PD, MW: sh.MW, AH: sh.AH, SRQ: sh.SRQ,
+			TotalMRBytes:       sh.MRBytes,
+			McastGrp:           device.UserShareOf(uint64(a.MaxMcastGrp), cfg.UserShare),
+			TotalMcastQPAttach: device.UserShareOf(uint64(a.MaxTotalMcastQPAttach), cfg.UserShare),
+			EventReaders:       device.MaxEventReaders, Captures: device.MaxCaptureReaders}}
+	return qp.FormatDeviceFile(&f)
 }
 
 // clockText is the device clock and the wall clock at one instant.
 func (t *tree) clockText() string {
 	ticks, wall := t.dev.RawClock()
-	return lines("raw_clock", ticks, "wallclock_ns", wall)
+	return qp.FormatClockFile(&qp.ClockFile{RawClock: ticks, WallclockNS: wall})
 }
 
 func (t *tree) portText() string {
 	p := t.dev.Port()
-	var b strings.Builder
-	kv := func(k string, v any) { fmt.Fprintf(&b, "%s=%v\n", k, v) }
-	kv("port_num", 1)
-	kv("state", p.State)
-	kv("max_mtu", p.MaxMTU.Bytes())
-	kv("active_mtu", p.ActiveMTU.Bytes())
-	kv("gid", qp.FormatGID(p.GID))
-	kv("lid", p.LID)
-	kv("link_layer", p.LinkLayer)
-	kv("gid_tbl_len", p.GIDTblLen)
-	kv("pkey_tbl_len", p.PKeyTblLen)
-	kv("max_msg_sz", p.MaxMsgSz)
-	return b.String()
+	return qp.FormatPortAttr(&qp.PortAttr{PortNum: 1, State: p.State, MaxMTU: p.MaxMTU, ActiveMTU: p.ActiveMTU,
+		GID: p.GID, LID: p.LID, LinkLayer: p.LinkLayer, GIDTblLen: p.GIDTblLen, PKeyTblLen: p.PKeyTblLen,
+		MaxMsgSz: p.MaxMsgSz})
 }
 
 // countersText is the device's counters and, last, the daemon's own

@@ -22,10 +22,11 @@
 //     file, work request and completion line has a parser and a formatter
 //     here, and Parse(Format(x)) is x (the tests check it; the fuzz targets
 //     feed the parsers arbitrary bytes).
-//   - text_attrfile.go, text_objattr.go: the attr file of every object
-//     (AttrFile for a QP: its attributes and its identity; PDAttr, MRAttr,
-//     MWAttr, CQAttr, SRQAttr, AHAttr), printed by the daemon and read by
-//     the verbs library and rdmafs show and trace.
+//   - text_attrfile.go, text_objattr.go, text_devfile.go: the attr file
+//     of every object (AttrFile for a QP: its attributes and its
+//     identity; PDAttr, MRAttr, MWAttr, CQAttr, SRQAttr, AHAttr) and the
+//     mount's device, port and clock files, printed by the daemon and
+//     read by the verbs library and rdmafs show and trace.
 //   - gen_ctext.go and internal/ctext: libibverbs/rdmafs-text.h,
 //     generated from this package (go generate ./qp): the words of these
 //     files the C library writes and matches (event, state, type,

@@ -24,7 +24,22 @@ func objAttrCases() []objAttrCase {
 	srq := SRQAttr{PD: 1, MaxWR: 64, MaxSGE: 2, SRQLimit: 8, Pending: 5}
 	ah := AHAttr{PD: 1, AH: AH{DGID: [16]byte{0xfe, 0x80, 15: 1}, SGIDIndex: 1, HopLimit: 64, TrafficClass: 3,
 		FlowLabel: 0xfffff, SL: 15, DLID: 0xffff, PortNum: 1, StaticRate: 2}}
+	dev := DeviceFile{Attr: DeviceAttr{FwVer: "rdmafs 0.1", NodeGUID: 0x0200_00ff_fe00_0001, SysImageGUID: 1,
+		MaxMRSize: 1 << 40, PageSizeCap: 4096, VendorID: 1, VendorPartID: 2, HwVer: 3, MaxQP: 4, MaxQPWR: 5,
+		DeviceCapFlags: 6, DeviceCapFlagsEx: 1 << 40, MaxSGE: 7, MaxSGERd: 8, MaxCQ: 9, MaxCQE: 10, MaxMR: 11,
+		MaxPD: 12, MaxQPRdAtom: 13, MaxResRdAtom: 14, MaxQPInitRdAtom: 15, AtomicCap: "hca", MaxMW: 16,
+		MaxAH: 17, MaxSRQ: 18, MaxSRQWR: 19, MaxSRQSGE: 20, MaxPKeys: 21, LocalCAAckDelay: 22, PhysPortCnt: 1,
+		MaxInlineData: 23, MaxTotalMRBytes: 1 << 33, ReservedOps: 24, HCACoreClock: 1000000,
+		CompletionTimestampMask: ^uint64(0), MaxMcastGrp: 25, MaxMcastQPAttach: 26, MaxTotalMcastQPAttach: 27},
+		Engines: 2, UserShare: 50, PerUser: UserLimits{QP: 1, CQ: 2, MR: 3, PD: 4, MW: 5, AH: 6, SRQ: 7,
+			TotalMRBytes: 8, McastGrp: 9, TotalMcastQPAttach: 10, EventReaders: 11, Captures: 12}}
+	port := PortAttr{PortNum: 1, State: "ACTIVE", MaxMTU: MTU4096, ActiveMTU: MTU1024, GID: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1},
+		LID: 0, LinkLayer: "Ethernet", GIDTblLen: 1, PKeyTblLen: 1, MaxMsgSz: 1 << 31}
+	clk := ClockFile{RawClock: 123456789, WallclockNS: 1 << 62}
 	return []objAttrCase{
+		{"device", dev, func() string { return FormatDeviceFile(&dev) }, func(s string) (any, error) { return ParseDeviceFile(s) }},
+		{"port", port, func() string { return FormatPortAttr(&port) }, func(s string) (any, error) { return ParsePortAttr(s) }},
+		{"clock", clk, func() string { return FormatClockFile(&clk) }, func(s string) (any, error) { return ParseClockFile(s) }},
 		{"pd", pd, func() string { return FormatPDAttr(&pd) }, func(s string) (any, error) { return ParsePDAttr(s) }},
 		{"mr", mr, func() string { return FormatMRAttr(&mr) }, func(s string) (any, error) { return ParseMRAttr(s) }},
 		{"mw", mw, func() string { return FormatMWAttr(&mw) }, func(s string) (any, error) { return ParseMWAttr(s) }},
@@ -117,6 +132,28 @@ func formatAny(v any) string {
 		return FormatSRQAttr(&a)
 	case AHAttr:
 		return FormatAHAttr(&a)
+	case DeviceFile:
+		return FormatDeviceFile(&a)
+	case PortAttr:
+		return FormatPortAttr(&a)
+	case ClockFile:
+		return FormatClockFile(&a)
 	}
 	panic("formatAny: unknown attr")
+}
+
+// The device file prints GUIDs and the timestamp mask as 16 hex digits,
+// the firmware version with its space, MTUs in bytes.
+func TestDeviceFileForms(t *testing.T) {
+	f := DeviceFile{Attr: DeviceAttr{FwVer: "rdmafs 0.1", NodeGUID: 0x20000fffe000001, CompletionTimestampMask: 0xff}}
+	text := FormatDeviceFile(&f)
+	for _, want := range []string{"fw_ver=rdmafs 0.1\n", "node_guid=0x020000fffe000001\n", "completion_timestamp_mask=0x00000000000000ff\n"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("device file lacks %q:\n%s", want, text)
+		}
+	}
+	p := PortAttr{MaxMTU: MTU4096, ActiveMTU: MTU256}
+	if text := FormatPortAttr(&p); !strings.Contains(text, "max_mtu=4096\nactive_mtu=256\n") {
+		t.Errorf("port file:\n%s", text)
+	}
 }

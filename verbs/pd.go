@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -114,7 +113,7 @@ func (pd *PD) regMR(length int, req qp.CreateMR) (*MR, error) {
 		c.destroy(op, "mr", name)
 		return nil, err
 	}
-	a, err := c.mrAttr(op, name)
+	a, err := readParsed(c, op, qp.ParseMRAttr, "mr", name, "attr")
 	if err != nil {
 		return fail(err)
 	}
@@ -137,19 +136,6 @@ func (pd *PD) regMR(length int, req qp.CreateMR) (*MR, error) {
 	c.objs[mr] = struct{}{}
 	c.mu.Unlock()
 	return mr, nil
-}
-
-// mrAttr reads mr/NAME/attr.
-func (c *Context) mrAttr(op, name string) (qp.MRAttr, error) {
-	b, err := os.ReadFile(c.path("mr", name, "attr"))
-	if err != nil {
-		return qp.MRAttr{}, opError(op, err, "")
-	}
-	a, err := qp.ParseMRAttr(string(b))
-	if err != nil {
-		return qp.MRAttr{}, errorf(op, syscall.EIO, "mr/%s/attr: %v", name, err)
-	}
-	return a, nil
 }
 
 // PD is the protection domain the MR was registered in.
@@ -233,7 +219,7 @@ func (ah *AH) Destroy() error { return ah.ctx.destroy("destroy_ah", "ah", hname(
 // alone, so another user's PD is EACCES. Dealloc destroys the PD;
 // Unimport only forgets it here.
 func (c *Context) ImportPD(handle uint32) (*PD, error) {
-	if _, err := c.keyValues("import_pd", "pd", hname(handle), "attr"); err != nil {
+	if _, err := readParsed(c, "import_pd", qp.ParsePDAttr, "pd", hname(handle), "attr"); err != nil {
 		return nil, err
 	}
 	return &PD{ctx: c, Handle: handle}, nil
@@ -251,7 +237,7 @@ func (pd *PD) ImportMR(handle uint32) (*MR, error) {
 	const op = "import_mr"
 	c := pd.ctx
 	name := hname(handle)
-	a, err := c.mrAttr(op, name)
+	a, err := readParsed(c, op, qp.ParseMRAttr, "mr", name, "attr")
 	if err != nil {
 		return nil, err
 	}

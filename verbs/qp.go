@@ -170,13 +170,12 @@ func (q *QP) Query() (*QPAttr, error) {
 }
 
 func (q *QP) query(op string) (*QPAttr, error) {
-	b, err := os.ReadFile(q.ctx.path("qp", hname(q.QPN), "attr"))
+	f, err := readParsed(q.ctx, op, func(s string) (qp.AttrFile, error) {
+		f, _, err := qp.ParseAttrFile(s)
+		return f, err
+	}, "qp", hname(q.QPN), "attr")
 	if err != nil {
-		return nil, opError(op, err, "")
-	}
-	f, _, err := qp.ParseAttrFile(string(b))
-	if err != nil {
-		return nil, &Error{Op: op, Errno: syscall.EIO, Reason: "qp/" + hname(q.QPN) + "/attr: " + err.Error()}
+		return nil, err
 	}
 	a := f.Attr
 	a.CurQPState = a.QPState

@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"fmt"
-	"os"
 	"syscall"
 
 	"rdmafs/qp"
@@ -66,13 +65,9 @@ type SRQAttr struct {
 // Query is ibv_query_srq.
 func (s *SRQ) Query() (*SRQAttr, error) {
 	const op = "query_srq"
-	b, err := os.ReadFile(s.ctx.path("srq", hname(s.Handle), "attr"))
+	a, err := readParsed(s.ctx, op, qp.ParseSRQAttr, "srq", hname(s.Handle), "attr")
 	if err != nil {
-		return nil, opError(op, err, "")
-	}
-	a, err := qp.ParseSRQAttr(string(b))
-	if err != nil {
-		return nil, errorf(op, syscall.EIO, "srq/%d/attr: %v", s.Handle, err)
+		return nil, err
 	}
 	return &SRQAttr{MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit, Pending: a.Pending}, nil
 }

@@ -2,8 +2,8 @@
 // present it: the objects of each kind as tables or JSON (Collect, Watch),
 // and one QP's packets decoded from the device's capture (Tracer). It
 // reads the mount's files as any user reads them: each object's attr file
-// with qp's parser of it (the daemon prints it with qp's formatter), the
-// counters and the port file, lists of numbers, as key=value maps. An
+// and the port file with qp's parser of it (the daemon prints it with
+// qp's formatter), the counters, lists of numbers, as key=value maps. An
 // object whose attr the caller may not read (another user's: attr is
 // 0600) is not shown, so a user sees its own objects and root sees all.
 // Nothing here talks to the daemon other than through those files. The

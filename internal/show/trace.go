@@ -109,11 +109,11 @@ func NewTracer(mnt string, qpn uint32) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	gid := parseKV(port)["gid"]
-	if t.addr, err = netip.ParseAddr(gid); err != nil {
-		return nil, fmt.Errorf("%s/port: gid %q: %v", mnt, gid, err)
+	p, err := qp.ParsePortAttr(string(port))
+	if err != nil {
+		return nil, fmt.Errorf("%s/port: %w", mnt, err)
 	}
-	t.addr = t.addr.Unmap()
+	t.addr = netip.AddrFrom16(p.GID).Unmap()
 	switch err := t.readAttr(); {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("qp %d does not exist on %s", qpn, mnt)
