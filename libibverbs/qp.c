@@ -93,12 +93,6 @@ static const char *type_name(enum ibv_qp_type t)
 	return (unsigned)t < NELEMS(rdmafs_qp_type_names) ? rdmafs_qp_type_names[t] : NULL;
 }
 
-#define RF_QP_EX_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-		      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | \
-		      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
-		      IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV | \
-		      IBV_QP_EX_WITH_ATOMIC_WRITE)
-
 struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *init)
 {
 	struct rf_context *ctx = to_rctx(context);
@@ -123,7 +117,7 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if ((init->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (init->send_ops_flags & ~(uint64_t)RF_QP_EX_OPS)) {
+	if ((init->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (init->send_ops_flags & ~(uint64_t)RDMAFS_QP_EX_OPS)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -293,7 +287,7 @@ static unsigned int attr_value(const struct ibv_qp_attr *a, unsigned int bit)
 	case IBV_QP_STATE: return a->qp_state;
 	case IBV_QP_CUR_STATE: return a->cur_qp_state;
 	case IBV_QP_EN_SQD_ASYNC_NOTIFY: return a->en_sqd_async_notify ? 1 : 0;
-	case IBV_QP_ACCESS_FLAGS: return a->qp_access_flags & 0x1f;
+	case IBV_QP_ACCESS_FLAGS: return a->qp_access_flags & RDMAFS_QP_ACCESS_FLAGS;
 	case IBV_QP_PKEY_INDEX: return a->pkey_index;
 	case IBV_QP_PORT: return a->port_num;
 	case IBV_QP_QKEY: return a->qkey;
@@ -452,7 +446,7 @@ int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_
 /* One send WQE into slot s; 0 or an errno for a WR that cannot be posted. */
 int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 {
-	uint32_t flags = wr->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+	uint32_t flags = wr->send_flags & RDMAFS_SEND_FLAGS;
 	uint32_t imm = 0, rkey = 0, ah = 0, rqpn = 0, rqkey = 0;
 	uint64_t raddr = 0, cadd = 0, swap = 0;
 	enum ibv_qp_type t = q->qpx.qp_base.qp_type;
@@ -521,7 +515,7 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		rkey = wr->bind_mw.rkey;
 		raddr = bi->addr;
 		cadd = bi->length;
-		swap = (uint64_t)(bi->mr ? bi->mr->lkey : 0) | (uint64_t)(bi->mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED)) << 32;
+		swap = (uint64_t)(bi->mr ? bi->mr->lkey : 0) | (uint64_t)(bi->mw_access_flags & RDMAFS_MW_ACCESS_FLAGS) << 32;
 		break;
 	}
 	default:

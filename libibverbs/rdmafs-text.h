@@ -61,6 +61,15 @@ static const char *const rdmafs_mig_state_names[] = {
 	[IBV_MIG_ARMED] = "armed",
 };
 
+/* The access flags a QP's qp_access_flags and a memory window bind may
+ * carry (qp.AccessSupportedQP, qp.AccessSupportedMW). */
+#define RDMAFS_QP_ACCESS_FLAGS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
+#define RDMAFS_MW_ACCESS_FLAGS (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED)
+/* The send flags a WQE carries (the others are the library's). */
+#define RDMAFS_SEND_FLAGS (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)
+/* The ibv_wr_* builders a QP may ask for: one a send opcode of rdmafs. */
+#define RDMAFS_QP_EX_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE)
+
 /* The names of access flags in qp_access_flags= and access= lists. */
 static const struct {
 	const char *name;
@@ -182,77 +191,81 @@ static const uint32_t rdmafs_wr_qp_types[] = {
 };
 
 /* qp's numbering is <infiniband/verbs.h>'s. */
-_Static_assert(IBV_EVENT_CQ_ERR == 0, "IBV_EVENT_CQ_ERR == 0");
-_Static_assert(IBV_EVENT_QP_FATAL == 1, "IBV_EVENT_QP_FATAL == 1");
-_Static_assert(IBV_EVENT_QP_REQ_ERR == 2, "IBV_EVENT_QP_REQ_ERR == 2");
-_Static_assert(IBV_EVENT_QP_ACCESS_ERR == 3, "IBV_EVENT_QP_ACCESS_ERR == 3");
+_Static_assert(IBV_ACCESS_LOCAL_WRITE == 0x1, "IBV_ACCESS_LOCAL_WRITE == 0x1");
+_Static_assert(IBV_ACCESS_MW_BIND == 0x10, "IBV_ACCESS_MW_BIND == 0x10");
+_Static_assert(IBV_ACCESS_ON_DEMAND == 0x40, "IBV_ACCESS_ON_DEMAND == 0x40");
+_Static_assert(IBV_ACCESS_REMOTE_ATOMIC == 0x8, "IBV_ACCESS_REMOTE_ATOMIC == 0x8");
+_Static_assert(IBV_ACCESS_REMOTE_READ == 0x4, "IBV_ACCESS_REMOTE_READ == 0x4");
+_Static_assert(IBV_ACCESS_REMOTE_WRITE == 0x2, "IBV_ACCESS_REMOTE_WRITE == 0x2");
+_Static_assert(IBV_ACCESS_ZERO_BASED == 0x20, "IBV_ACCESS_ZERO_BASED == 0x20");
+_Static_assert(IBV_EVENT_CLIENT_REREGISTER == 17, "IBV_EVENT_CLIENT_REREGISTER == 17");
 _Static_assert(IBV_EVENT_COMM_EST == 4, "IBV_EVENT_COMM_EST == 4");
-_Static_assert(IBV_EVENT_SQ_DRAINED == 5, "IBV_EVENT_SQ_DRAINED == 5");
+_Static_assert(IBV_EVENT_CQ_ERR == 0, "IBV_EVENT_CQ_ERR == 0");
+_Static_assert(IBV_EVENT_DEVICE_FATAL == 8, "IBV_EVENT_DEVICE_FATAL == 8");
+_Static_assert(IBV_EVENT_GID_CHANGE == 18, "IBV_EVENT_GID_CHANGE == 18");
+_Static_assert(IBV_EVENT_LID_CHANGE == 11, "IBV_EVENT_LID_CHANGE == 11");
 _Static_assert(IBV_EVENT_PATH_MIG == 6, "IBV_EVENT_PATH_MIG == 6");
 _Static_assert(IBV_EVENT_PATH_MIG_ERR == 7, "IBV_EVENT_PATH_MIG_ERR == 7");
-_Static_assert(IBV_EVENT_DEVICE_FATAL == 8, "IBV_EVENT_DEVICE_FATAL == 8");
+_Static_assert(IBV_EVENT_PKEY_CHANGE == 12, "IBV_EVENT_PKEY_CHANGE == 12");
 _Static_assert(IBV_EVENT_PORT_ACTIVE == 9, "IBV_EVENT_PORT_ACTIVE == 9");
 _Static_assert(IBV_EVENT_PORT_ERR == 10, "IBV_EVENT_PORT_ERR == 10");
-_Static_assert(IBV_EVENT_LID_CHANGE == 11, "IBV_EVENT_LID_CHANGE == 11");
-_Static_assert(IBV_EVENT_PKEY_CHANGE == 12, "IBV_EVENT_PKEY_CHANGE == 12");
+_Static_assert(IBV_EVENT_QP_ACCESS_ERR == 3, "IBV_EVENT_QP_ACCESS_ERR == 3");
+_Static_assert(IBV_EVENT_QP_FATAL == 1, "IBV_EVENT_QP_FATAL == 1");
+_Static_assert(IBV_EVENT_QP_LAST_WQE_REACHED == 16, "IBV_EVENT_QP_LAST_WQE_REACHED == 16");
+_Static_assert(IBV_EVENT_QP_REQ_ERR == 2, "IBV_EVENT_QP_REQ_ERR == 2");
 _Static_assert(IBV_EVENT_SM_CHANGE == 13, "IBV_EVENT_SM_CHANGE == 13");
+_Static_assert(IBV_EVENT_SQ_DRAINED == 5, "IBV_EVENT_SQ_DRAINED == 5");
 _Static_assert(IBV_EVENT_SRQ_ERR == 14, "IBV_EVENT_SRQ_ERR == 14");
 _Static_assert(IBV_EVENT_SRQ_LIMIT_REACHED == 15, "IBV_EVENT_SRQ_LIMIT_REACHED == 15");
-_Static_assert(IBV_EVENT_QP_LAST_WQE_REACHED == 16, "IBV_EVENT_QP_LAST_WQE_REACHED == 16");
-_Static_assert(IBV_EVENT_CLIENT_REREGISTER == 17, "IBV_EVENT_CLIENT_REREGISTER == 17");
-_Static_assert(IBV_EVENT_GID_CHANGE == 18, "IBV_EVENT_GID_CHANGE == 18");
-_Static_assert(IBV_QPS_RESET == 0, "IBV_QPS_RESET == 0");
+_Static_assert(IBV_MIG_ARMED == 2, "IBV_MIG_ARMED == 2");
+_Static_assert(IBV_MIG_MIGRATED == 0, "IBV_MIG_MIGRATED == 0");
+_Static_assert(IBV_MIG_REARM == 1, "IBV_MIG_REARM == 1");
+_Static_assert(IBV_QPS_ERR == 6, "IBV_QPS_ERR == 6");
 _Static_assert(IBV_QPS_INIT == 1, "IBV_QPS_INIT == 1");
+_Static_assert(IBV_QPS_RESET == 0, "IBV_QPS_RESET == 0");
 _Static_assert(IBV_QPS_RTR == 2, "IBV_QPS_RTR == 2");
 _Static_assert(IBV_QPS_RTS == 3, "IBV_QPS_RTS == 3");
 _Static_assert(IBV_QPS_SQD == 4, "IBV_QPS_SQD == 4");
 _Static_assert(IBV_QPS_SQE == 5, "IBV_QPS_SQE == 5");
-_Static_assert(IBV_QPS_ERR == 6, "IBV_QPS_ERR == 6");
 _Static_assert(IBV_QPT_RC == 2, "IBV_QPT_RC == 2");
 _Static_assert(IBV_QPT_UC == 3, "IBV_QPT_UC == 3");
 _Static_assert(IBV_QPT_UD == 4, "IBV_QPT_UD == 4");
-_Static_assert(IBV_MIG_MIGRATED == 0, "IBV_MIG_MIGRATED == 0");
-_Static_assert(IBV_MIG_REARM == 1, "IBV_MIG_REARM == 1");
-_Static_assert(IBV_MIG_ARMED == 2, "IBV_MIG_ARMED == 2");
-_Static_assert(IBV_ACCESS_LOCAL_WRITE == 0x1, "IBV_ACCESS_LOCAL_WRITE == 0x1");
-_Static_assert(IBV_ACCESS_REMOTE_WRITE == 0x2, "IBV_ACCESS_REMOTE_WRITE == 0x2");
-_Static_assert(IBV_ACCESS_REMOTE_READ == 0x4, "IBV_ACCESS_REMOTE_READ == 0x4");
-_Static_assert(IBV_ACCESS_REMOTE_ATOMIC == 0x8, "IBV_ACCESS_REMOTE_ATOMIC == 0x8");
-_Static_assert(IBV_ACCESS_MW_BIND == 0x10, "IBV_ACCESS_MW_BIND == 0x10");
-_Static_assert(IBV_ACCESS_ZERO_BASED == 0x20, "IBV_ACCESS_ZERO_BASED == 0x20");
-_Static_assert(IBV_ACCESS_ON_DEMAND == 0x40, "IBV_ACCESS_ON_DEMAND == 0x40");
-_Static_assert(IBV_QP_STATE == 1u << 0, "IBV_QP_STATE == 1u << 0");
-_Static_assert(IBV_QP_CUR_STATE == 1u << 1, "IBV_QP_CUR_STATE == 1u << 1");
-_Static_assert(IBV_QP_EN_SQD_ASYNC_NOTIFY == 1u << 2, "IBV_QP_EN_SQD_ASYNC_NOTIFY == 1u << 2");
 _Static_assert(IBV_QP_ACCESS_FLAGS == 1u << 3, "IBV_QP_ACCESS_FLAGS == 1u << 3");
+_Static_assert(IBV_QP_ALT_PATH == 1u << 14, "IBV_QP_ALT_PATH == 1u << 14");
+_Static_assert(IBV_QP_AV == 1u << 7, "IBV_QP_AV == 1u << 7");
+_Static_assert(IBV_QP_CAP == 1u << 19, "IBV_QP_CAP == 1u << 19");
+_Static_assert(IBV_QP_CUR_STATE == 1u << 1, "IBV_QP_CUR_STATE == 1u << 1");
+_Static_assert(IBV_QP_DEST_QPN == 1u << 20, "IBV_QP_DEST_QPN == 1u << 20");
+_Static_assert(IBV_QP_EN_SQD_ASYNC_NOTIFY == 1u << 2, "IBV_QP_EN_SQD_ASYNC_NOTIFY == 1u << 2");
+_Static_assert(IBV_QP_MAX_DEST_RD_ATOMIC == 1u << 17, "IBV_QP_MAX_DEST_RD_ATOMIC == 1u << 17");
+_Static_assert(IBV_QP_MAX_QP_RD_ATOMIC == 1u << 13, "IBV_QP_MAX_QP_RD_ATOMIC == 1u << 13");
+_Static_assert(IBV_QP_MIN_RNR_TIMER == 1u << 15, "IBV_QP_MIN_RNR_TIMER == 1u << 15");
+_Static_assert(IBV_QP_PATH_MIG_STATE == 1u << 18, "IBV_QP_PATH_MIG_STATE == 1u << 18");
+_Static_assert(IBV_QP_PATH_MTU == 1u << 8, "IBV_QP_PATH_MTU == 1u << 8");
 _Static_assert(IBV_QP_PKEY_INDEX == 1u << 4, "IBV_QP_PKEY_INDEX == 1u << 4");
 _Static_assert(IBV_QP_PORT == 1u << 5, "IBV_QP_PORT == 1u << 5");
 _Static_assert(IBV_QP_QKEY == 1u << 6, "IBV_QP_QKEY == 1u << 6");
-_Static_assert(IBV_QP_AV == 1u << 7, "IBV_QP_AV == 1u << 7");
-_Static_assert(IBV_QP_PATH_MTU == 1u << 8, "IBV_QP_PATH_MTU == 1u << 8");
-_Static_assert(IBV_QP_TIMEOUT == 1u << 9, "IBV_QP_TIMEOUT == 1u << 9");
+_Static_assert(IBV_QP_RATE_LIMIT == 1u << 25, "IBV_QP_RATE_LIMIT == 1u << 25");
 _Static_assert(IBV_QP_RETRY_CNT == 1u << 10, "IBV_QP_RETRY_CNT == 1u << 10");
 _Static_assert(IBV_QP_RNR_RETRY == 1u << 11, "IBV_QP_RNR_RETRY == 1u << 11");
 _Static_assert(IBV_QP_RQ_PSN == 1u << 12, "IBV_QP_RQ_PSN == 1u << 12");
-_Static_assert(IBV_QP_MAX_QP_RD_ATOMIC == 1u << 13, "IBV_QP_MAX_QP_RD_ATOMIC == 1u << 13");
-_Static_assert(IBV_QP_ALT_PATH == 1u << 14, "IBV_QP_ALT_PATH == 1u << 14");
-_Static_assert(IBV_QP_MIN_RNR_TIMER == 1u << 15, "IBV_QP_MIN_RNR_TIMER == 1u << 15");
 _Static_assert(IBV_QP_SQ_PSN == 1u << 16, "IBV_QP_SQ_PSN == 1u << 16");
-_Static_assert(IBV_QP_MAX_DEST_RD_ATOMIC == 1u << 17, "IBV_QP_MAX_DEST_RD_ATOMIC == 1u << 17");
-_Static_assert(IBV_QP_PATH_MIG_STATE == 1u << 18, "IBV_QP_PATH_MIG_STATE == 1u << 18");
-_Static_assert(IBV_QP_CAP == 1u << 19, "IBV_QP_CAP == 1u << 19");
-_Static_assert(IBV_QP_DEST_QPN == 1u << 20, "IBV_QP_DEST_QPN == 1u << 20");
-_Static_assert(IBV_QP_RATE_LIMIT == 1u << 25, "IBV_QP_RATE_LIMIT == 1u << 25");
+_Static_assert(IBV_QP_STATE == 1u << 0, "IBV_QP_STATE == 1u << 0");
+_Static_assert(IBV_QP_TIMEOUT == 1u << 9, "IBV_QP_TIMEOUT == 1u << 9");
+_Static_assert(IBV_SEND_FENCE == 0x1, "IBV_SEND_FENCE == 0x1");
+_Static_assert(IBV_SEND_INLINE == 0x8, "IBV_SEND_INLINE == 0x8");
+_Static_assert(IBV_SEND_SIGNALED == 0x2, "IBV_SEND_SIGNALED == 0x2");
+_Static_assert(IBV_SEND_SOLICITED == 0x4, "IBV_SEND_SOLICITED == 0x4");
+_Static_assert(IBV_WR_ATOMIC_CMP_AND_SWP == 5, "IBV_WR_ATOMIC_CMP_AND_SWP == 5");
+_Static_assert(IBV_WR_ATOMIC_FETCH_AND_ADD == 6, "IBV_WR_ATOMIC_FETCH_AND_ADD == 6");
+_Static_assert(IBV_WR_ATOMIC_WRITE == 15, "IBV_WR_ATOMIC_WRITE == 15");
+_Static_assert(IBV_WR_BIND_MW == 8, "IBV_WR_BIND_MW == 8");
+_Static_assert(IBV_WR_LOCAL_INV == 7, "IBV_WR_LOCAL_INV == 7");
+_Static_assert(IBV_WR_RDMA_READ == 4, "IBV_WR_RDMA_READ == 4");
 _Static_assert(IBV_WR_RDMA_WRITE == 0, "IBV_WR_RDMA_WRITE == 0");
 _Static_assert(IBV_WR_RDMA_WRITE_WITH_IMM == 1, "IBV_WR_RDMA_WRITE_WITH_IMM == 1");
 _Static_assert(IBV_WR_SEND == 2, "IBV_WR_SEND == 2");
 _Static_assert(IBV_WR_SEND_WITH_IMM == 3, "IBV_WR_SEND_WITH_IMM == 3");
-_Static_assert(IBV_WR_RDMA_READ == 4, "IBV_WR_RDMA_READ == 4");
-_Static_assert(IBV_WR_ATOMIC_CMP_AND_SWP == 5, "IBV_WR_ATOMIC_CMP_AND_SWP == 5");
-_Static_assert(IBV_WR_ATOMIC_FETCH_AND_ADD == 6, "IBV_WR_ATOMIC_FETCH_AND_ADD == 6");
-_Static_assert(IBV_WR_LOCAL_INV == 7, "IBV_WR_LOCAL_INV == 7");
-_Static_assert(IBV_WR_BIND_MW == 8, "IBV_WR_BIND_MW == 8");
 _Static_assert(IBV_WR_SEND_WITH_INV == 9, "IBV_WR_SEND_WITH_INV == 9");
-_Static_assert(IBV_WR_ATOMIC_WRITE == 15, "IBV_WR_ATOMIC_WRITE == 15");
 
 #endif

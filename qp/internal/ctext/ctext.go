@@ -3,8 +3,9 @@
 // request, as a C header: the events file's name of each ibv_event_type,
 // the names of QP states, types, migration states and access flags, every
 // key of a QP's attr file and modify command, which ibv_qp_attr_mask bits
-// a modify may set and which ones each state transition requires, and
-// which QP types may post each send opcode. Read from qp itself, so each
+// a modify may set and which ones each state transition requires, which
+// QP types may post each send opcode, and the access, send and ibv_wr_*
+// flag sets the library masks a caller's flags with. Read from qp itself, so each
 // exists once and reaches C at the next go generate; qp's TestCTextFresh
 // fails until it does.
 //
@@ -17,6 +18,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 
 	"rdmafs/qp"
@@ -103,6 +105,20 @@ func (g *gen) nameTable(comment, array, prefix string, vals []named) {
 	g.b.WriteString("};\n\n")
 }
 
+// flagsExpr is the C expression of the flags set in v, each the enum
+// constant prefix+NAME of its name, each asserted to have qp's bit.
+func (g *gen) flagsExpr(prefix string, v uint32, name func(bit uint32) string) string {
+	var parts []string
+	for i := 0; i < 32; i++ {
+		if bit := uint32(1) << i; v&bit != 0 {
+			c := enumName(prefix, name(bit))
+			parts = append(parts, c)
+			g.asserts = append(g.asserts, fmt.Sprintf("%s == %#x", c, bit))
+		}
+	}
+	return "(" + strings.Join(parts, " | ") + ")"
+}
+
 // Generate returns the header.
 func Generate() []byte {
 	var g gen
@@ -146,6 +162,25 @@ func Generate() []byte {
 		migs = append(migs, named{m.String(), uint64(m)})
 	}
 	g.nameTable("attr's path_mig_state names.", "rdmafs_mig_state_names", "IBV_MIG_", migs)
+
+	// Flag sets the library masks a caller's flags with, from qp's own.
+	p("/* The access flags a QP's qp_access_flags and a memory window bind may\n * carry (qp.AccessSupportedQP, qp.AccessSupportedMW). */\n")
+	p("#define RDMAFS_QP_ACCESS_FLAGS %s\n", g.flagsExpr("IBV_ACCESS_", uint32(qp.AccessSupportedQP), func(b uint32) string { return qp.Access(b).String() }))
+	p("#define RDMAFS_MW_ACCESS_FLAGS %s\n", g.flagsExpr("IBV_ACCESS_", uint32(qp.AccessSupportedMW), func(b uint32) string { return qp.Access(b).String() }))
+	p("/* The send flags a WQE carries (the others are the library's). */\n")
+	var send uint32
+	for i := 0; i < 32; i++ {
+		if n := qp.SendFlags(1 << i).String(); !strings.HasPrefix(n, "0x") {
+			send |= 1 << i
+		}
+	}
+	p("#define RDMAFS_SEND_FLAGS %s\n", g.flagsExpr("IBV_SEND_", send, func(b uint32) string { return qp.SendFlags(b).String() }))
+	p("/* The ibv_wr_* builders a QP may ask for: one a send opcode of rdmafs. */\n")
+	var ops []string
+	for _, o := range qp.WROpcodes() {
+		ops = append(ops, enumName("IBV_QP_EX_WITH_", o.String()))
+	}
+	p("#define RDMAFS_QP_EX_OPS (%s)\n\n", strings.Join(ops, " | "))
 
 	p("/* The names of access flags in qp_access_flags= and access= lists. */\n")
 	p("static const struct {\n\tconst char *name;\n\tunsigned int bit;\n} rdmafs_access_names[] = {\n")
@@ -235,7 +270,8 @@ static const uint32_t rdmafs_modify_required[%s + 1][IBV_QPS_ERR + 1][IBV_QPS_ER
 	b.WriteString("};\n\n")
 
 	p("/* qp's numbering is <infiniband/verbs.h>'s. */\n")
-	for _, a := range g.asserts {
+	slices.Sort(g.asserts)
+	for _, a := range slices.Compact(g.asserts) {
 		p("_Static_assert(%s, %q);\n", a, a)
 	}
 	b.WriteString("\n#endif\n")
