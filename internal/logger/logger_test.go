@@ -1,7 +1,6 @@
 package logger_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,23 +21,30 @@ import (
 	"rdmafs/roce"
 )
 
-// buffer is the log's file: written by the daemon's goroutines, read by
-// the test.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// logFile is the log, a file as the daemon's is: the daemon's goroutines
+// write it while the test reads it.
+type logFile struct {
+	t    *testing.T
+	f    *os.File
+	path string
 }
 
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
+func newLogFile(t *testing.T) *logFile {
+	path := filepath.Join(t.TempDir(), "daemon.log")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &logFile{t: t, f: f, path: path}
 }
 
-func (b *buffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSuffix(b.b.String(), "\n")
+func (l *logFile) lines() []string {
+	b, err := os.ReadFile(l.path)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	s := strings.TrimSuffix(string(b), "\n")
 	if s == "" {
 		return nil
 	}
@@ -61,8 +66,8 @@ func count(lines []string, sub string) int {
 // another kind is not held back by it.
 func TestFlood(t *testing.T) {
 	clk := clock.NewFake()
-	var out buffer
-	l := logger.New(&out, clk)
+	out := newLogFile(t)
+	l := logger.New(out.f, clk)
 	for i := 0; i < 1000; i++ {
 		l.Logf("dropped a malformed datagram of %d bytes", i)
 	}
@@ -116,8 +121,8 @@ func TestRefusedInput(t *testing.T) {
 		t.Skip("needs root")
 	}
 	clk := clock.NewFake()
-	var out buffer
-	l := logger.New(&out, clk)
+	out := newLogFile(t)
+	l := logger.New(out.f, clk)
 	dev := testmount.Device(t, device.Config{Logf: l.Logf})
 	dir, _ := testmount.Mount(t, dev, fsnode.Options{Logf: l.Logf})
 	create := func(kind, line string) string {
@@ -169,8 +174,8 @@ func TestRefusedInput(t *testing.T) {
 // A device speaking RoCEv2 logs the datagrams it drops: one too short to
 // be RoCE (malformed) and one whose ICRC does not match.
 func TestDroppedDatagrams(t *testing.T) {
-	var out buffer
-	l := logger.New(&out, clock.Real{})
+	out := newLogFile(t)
+	l := logger.New(out.f, clock.Real{})
 	addr := netip.AddrFrom4([4]byte{127, 0, 93, 1})
 	dev, err := device.New(device.Config{Addr: addr, Logf: l.Logf})
 	for i := byte(2); errors.Is(err, syscall.EADDRINUSE) && i < 32; i++ { // another test's device
