@@ -189,6 +189,12 @@ func TestDroppedDatagrams(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
+	// A verb takes the device's lock, which the wire's receive goroutine
+	// takes too: without one, the race detector sees engine.start (in New,
+	// after the receive goroutine started) race the first datagram's turn.
+	if _, err := dev.AllocPD(0); err != nil {
+		t.Fatal(err)
+	}
 	conn, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: addr.AsSlice(), Port: roce.UDPPort})
 	if err != nil {
 		t.Fatal(err)
