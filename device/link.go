@@ -223,9 +223,11 @@ func (x *dispatcher) DeliverDatagrams(dgs []link.Datagram) (busy func() bool) {
 			if q := d.qps[dg.BadQPN]; q != nil {
 				q.Counters.ICRCErrors++
 			}
+			d.cfg.Logf("dropped a packet for qp %d: bad ICRC", dg.BadQPN)
 			continue
 		case link.OK:
 		default:
+			d.cfg.Logf("dropped a malformed datagram of %d bytes", len(dg.Raw))
 			continue
 		}
 		p := e.pool.get()

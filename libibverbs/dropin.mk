@@ -30,11 +30,12 @@ ALL_CFLAGS  = $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -I$(MOUNTIO) $(SAN) $(CPPFLA
 ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 
 # mountio.c, the file operations on a mount, is libibverbs's source and
-# part of every drop-in library.
+# part of every drop-in library; so is rdmafs-text.h, qp/'s words and
+# rules, generated.
 MOUNTIO := $(GEN_DIR)/..
 vpath mountio.c $(MOUNTIO)
 SRCS := $(sort $(wildcard *.c) mountio.c)
-HDRS := $(wildcard *.h) $(MOUNTIO)/mountio.h
+HDRS := $(wildcard *.h) $(MOUNTIO)/mountio.h $(MOUNTIO)/rdmafs-text.h
 OBJS := $(SRCS:%.c=$(B)/%.o)
 GEN  := $(B)/gen
 LIB  := $(B)/$(NAME).so.1
