@@ -508,15 +508,24 @@ func New(cfg Config) (*Device, error) {
 		d.engines = append(d.engines, &engine{})
 	}
 	d.Counters.shard(cfg.Engines)
+	// The engines first: the wire's receive goroutine, started with the
+	// chain, may schedule a turn with the first datagram.
+	for i, e := range d.engines {
+		e.start(d, i)
+	}
+	stopEngines := func() {
+		for _, e := range d.engines {
+			e.stop()
+		}
+	}
 	if err := d.newChain(); err != nil {
+		stopEngines()
 		return nil, err
 	}
 	if err := d.startDoorbell(); err != nil {
+		stopEngines()
 		d.chain.Close()
 		return nil, err
-	}
-	for i, e := range d.engines {
-		e.start(d, i)
 	}
 	return d, nil
 }
