@@ -11,7 +11,10 @@
 # accounts for every datagram (taken, or dropped by its group's socket and
 # counted in wire_mcast_overruns), uses at most about one core, and
 # afterwards still serves and the group still works. Every program is under timeout and must exit 0 and
-# print its result. Needs root (FUSE, raw sockets) and rdmacm-utils.
+# print its result. Before mckey, librdmacm/tests/mcast_api (the calls'
+# errors, JOIN events, send-only and full members, leave) on the local
+# mount and on A, plainly and built with ASan/UBSan. Needs root (FUSE,
+# raw sockets) and rdmacm-utils.
 NEED_LIBIBVERBS=1
 NEED_LIBRDMACM=1
 source "$(dirname "$0")/lib.sh"
@@ -78,6 +81,31 @@ round() {
 	grep -h "joined dgid" "$work/r1.log"
 }
 
+echo "== librdmacm/tests/mcast_api on the local mount (InfiniBand-style) and on A (RoCEv2), plainly and under ASan/UBSan"
+make -s -C "$repo/librdmacm" tests >"$work/make.log" 2>&1 || { cat "$work/make.log"; die "make -C librdmacm tests"; }
+"$RDMAFS" exec --mount "$M" -- timeout "$TMO" "$repo/librdmacm/build/tests/mcast_api" 224.22.0.9 ||
+	die "librdmacm/tests/mcast_api on the local mount failed"
+"$RDMAFS" exec --mount "$MA" -- timeout "$TMO" "$repo/librdmacm/build/tests/mcast_api" 224.22.0.9 "$A_ADDR" ||
+	die "librdmacm/tests/mcast_api on $MA failed"
+# the sanitizers' builds of both libraries and of the test, leaks included
+for t in "librdmacm asan" "libibverbs asan" "librdmacm B=build-asan SANITIZE=1 tests"; do
+	# shellcheck disable=SC2086
+	make -s -C "$repo"/$t >"$work/make.log" 2>&1 || { cat "$work/make.log"; die "make -C $t"; }
+done
+mkdir -p "$work/asanlib"
+ln -sf "$repo/libibverbs/build-asan/libibverbs.so.1" "$work/asanlib/libibverbs.so.1"
+ln -sf "$repo/librdmacm/build-asan/librdmacm.so.1" "$work/asanlib/librdmacm.so.1"
+for m in "$M" "$MA"; do
+	b=()
+	[[ $m == "$MA" ]] && b=("$A_ADDR")
+	RDMAFS_LIBDIR=$work/asanlib "$RDMAFS" exec --mount "$m" -- timeout "$TMO" \
+		"$repo/librdmacm/build-asan/tests/mcast_api" 224.22.0.10 "${b[@]}" >"$work/asan.log" 2>&1 ||
+		{ cat "$work/asan.log"; die "mcast_api under ASan on $m failed"; }
+	! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$work/asan.log" || { cat "$work/asan.log"; die "a sanitizer report"; }
+	cat "$work/asan.log"
+done
+
+echo
 echo "== one local mount: a sender and two receivers, three processes"
 before=$(counter "$M" multicast_delivered)
 round 224.22.0.1 10 "$M" "$M" "$M"
