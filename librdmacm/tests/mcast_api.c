@@ -9,7 +9,8 @@
  * and no LID on RoCEv2, the IPoIB MGID and a multicast LID on
  * InfiniBand). A send-only join is not attached: its QP does not receive
  * what it sends to the group, a full member's does, and after
- * rdma_leave_multicast the full member no longer does.
+ * rdma_leave_multicast the full member no longer does. An id holds at most
+ * 1024 joins.
  *
  *   mcast_api GROUP [BIND_ADDR]   (GROUP an IPv4 multicast address)
  */
@@ -196,6 +197,33 @@ static void bad_joins(struct rdma_event_channel *ch, struct member *m, bool eth)
 	}
 }
 
+/* an id holds at most 1024 joins (the library's bound; the attachments of
+ * full joins are the daemon's, bounded per user there): send-only joins of
+ * 1024 groups, then one more is ENOMEM */
+static void join_bound(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_join_mc_attr_ex a = {.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+					    .join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER};
+	struct rdma_cm_id *id = resolved(ch, RDMA_PS_UDP);
+	struct sockaddr_in g = group;
+	int i;
+
+	a.addr = (struct sockaddr *)&g;
+	for (i = 0; i <= 1024; i++) {
+		g.sin_addr.s_addr = htonl(0xef400000u + (uint32_t)i); /* 239.64.x.y */
+		if (rdma_join_multicast_ex(id, &a, NULL))
+			break;
+	}
+	CHECK(i == 1024 && errno == ENOMEM, "join %d of one id failed (want the 1025th, ENOMEM)", i);
+	for (i = 0; i < 1024; i++)
+		rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_MULTICAST_JOIN, id));
+	g.sin_addr.s_addr = htonl(0xef400000u + 7);
+	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&g) == 0, "leave one of 1024");
+	CHECK(rdma_join_multicast_ex(id, &a, NULL) == 0, "join again after a leave");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_MULTICAST_JOIN, id));
+	CHECK(rdma_destroy_id(id) == 0, "destroy an id with 1024 joins");
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
@@ -216,6 +244,7 @@ int main(int argc, char **argv)
 	CHECK(ibv_query_port(full.id->verbs, 1, &pa) == 0, "query_port");
 	eth = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
 	bad_joins(ch, &full, eth);
+	join_bound(ch);
 
 	member_join(&full, ch, RDMA_MC_JOIN_FLAG_FULLMEMBER, CTX_FULL, eth);
 	member_join(&sendonly, ch, RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER, CTX_SEND, eth);
@@ -238,7 +267,7 @@ int main(int argc, char **argv)
 		free(m->buf);
 	}
 	rdma_destroy_event_channel(ch);
-	printf("mcast_api: %s mount, group %s: bad joins refused, JOIN events, send-only and full members, leave: ok\n",
+	printf("mcast_api: %s mount, group %s: bad joins refused, 1024 joins an id, JOIN events, send-only and full members, leave: ok\n",
 	       eth ? "RoCEv2" : "InfiniBand", argv[1]);
 	return 0;
 }
