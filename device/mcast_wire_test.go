@@ -1,6 +1,7 @@
 package device
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -45,7 +46,7 @@ func TestWireMcastGroups(t *testing.T) {
 	ea, eb := newWirePair(t)
 	envs := []*env{ea, eb}
 	const qkey = "0x11111111"
-	mgid, _ := randomGroup()
+	mgid, group := randomGroup()
 	a, acq, _ := ea.udQPOf(0, qkey)
 	l, lcq, _ := ea.udQPOf(0, qkey) // a member on the sender's device
 	b, bcq, _ := eb.udQPOf(0, qkey)
@@ -65,6 +66,9 @@ func TestWireMcastGroups(t *testing.T) {
 	ea.postRecv(l, fmt.Sprintf("wr_id=1 sge=%d:0:1024", ldst.LKey), fmt.Sprintf("wr_id=2 sge=%d:1024:1024", ldst.LKey))
 	eb.postRecv(b, fmt.Sprintf("wr_id=1 sge=%d:0:1024", bdst.LKey), fmt.Sprintf("wr_id=2 sge=%d:1024:1024", bdst.LKey))
 
+	capA, capB := ea.d.OpenCapture(), eb.d.OpenCapture()
+	defer capA.Close()
+	defer capB.Close()
 	ea.mcastSend(a, src, ea.ah(mgid), 1, 200, qkey)
 	wexpect(t, acq, envs, sendWC(1, "success", "send", a, 200))
 	wexpect(t, bcq, envs, recvWC(1, "success", "recv", b, 240, a, "wc_flags=grh"))
@@ -74,6 +78,39 @@ func TestWireMcastGroups(t *testing.T) {
 	if sent != 1 {
 		t.Fatalf("wire_packets_sent %d after one datagram to an IPv4 group", sent)
 	}
+	// Both captures show it: an IPv4 datagram to the group, QPN 0xFFFFFF,
+	// with a good ICRC; A's as sent (the host's multicast loop brings it
+	// back to A's own member, which its capture shows too), B's as received.
+	for name, c := range map[string]*CaptureReader{"sender": capA, "receiver": capB} {
+		n := 0
+		for rec, err := range roce.ReadPcap(bytes.NewReader(readCapture(t, c))) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			pkt, ok := rec.IP()
+			if !ok || len(pkt) < roce.HeadroomIPv4+roce.BTHLen || roce.CheckIPv4(pkt) != nil {
+				t.Fatalf("%s's capture: a record that is not a good RoCEv2 datagram: % x", name, pkt)
+			}
+			bth := pkt[roce.HeadroomIPv4:]
+			if netip.AddrFrom4([4]byte(pkt[16:20])) != group || [3]byte(bth[5:8]) != [3]byte{0xff, 0xff, 0xff} {
+				t.Fatalf("%s's capture: a datagram to %v QPN % x, want %v QPN ff ff ff", name, netip.AddrFrom4([4]byte(pkt[16:20])), bth[5:8], group)
+			}
+			n++
+		}
+		if n == 0 {
+			t.Fatalf("%s's capture has no datagram to the group", name)
+		}
+	}
+	// The sender's fault injector drops it like any packet.
+	ea.setFaults(Faults{Drop: 1, Seed: 1})
+	ea.mcastSend(a, src, ea.ah(mgid), 3, 10, qkey)
+	wexpect(t, acq, envs, sendWC(3, "success", "send", a, 10))
+	wexpect(t, bcq, envs)
+	wexpect(t, lcq, envs)
+	if ea.d.Counters.FaultDrops.Load() == 0 || ea.d.Counters.WirePacketsSent.Load() != sent {
+		t.Fatalf("fault_drops %d, wire_packets_sent %d: the datagram was not dropped", ea.d.Counters.FaultDrops.Load(), ea.d.Counters.WirePacketsSent.Load())
+	}
+	ea.setFaults(Faults{})
 
 	ea.mcastSend(a, src, ea.ah(mgid6), 2, 100, qkey)
 	wexpect(t, acq, envs, sendWC(2, "success", "send", a, 100))
