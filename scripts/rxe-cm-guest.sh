@@ -13,9 +13,7 @@
 #   cmtimeclient  cmtime -s PEER -c ITERS (ITERS connections)
 #   udaddyserver  loop: udaddy -b IP -C ITERS (UD, SIDR_REQ/SIDR_REP)
 #   udaddyclient  udaddy -s PEER -C ITERS (retried while it fails)
-# Multicast (mckey, group rxe.group=A.B.C.D on the kernel command line):
-#   mckeyrecv     mckey -m GROUP -b IP -C ITERS -S SIZE: joins, waits for ITERS
-#   mckeysend     mckey -m GROUP -b IP -s -C ITERS -S SIZE: joins, sends ITERS
+#   mckeyrecv, mckeysend: multicast (their block below)
 # Every mode logs "MODE rc=N" as the harness's modes do.
 set -euo pipefail
 H=$1 OUT=$2
@@ -68,7 +66,10 @@ cat >"$OUT/modes.sh" <<'MODES'
     cat /tmp/client.out
     log "udaddy client rc=$rc wall_ms=$(( (t1 - t0) / 1000000 ))" ;;
 MODES
-# The multicast modes (their own block: other modes are added above).
+# The multicast modes, mckey in group rxe.group=A.B.C.D (kernel command
+# line), in their own block (other modes are added above):
+#   mckeyrecv     mckey -m GROUP -b IP -C ITERS -S SIZE: joins, waits for ITERS
+#   mckeysend     mckey -m GROUP -b IP -s -C ITERS -S SIZE: joins, sends ITERS
 cat >>"$OUT/modes.sh" <<'MCAST'
   mckeyrecv|mckeysend)
     GROUP=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^rxe\.group=//p')
