@@ -131,8 +131,9 @@ func TestWireMcastGroups(t *testing.T) {
 	}
 }
 
-// A flood to a joined group from a plain UDP socket: junk, datagrams with
-// a bad ICRC, and good UD datagrams to QPN 0xFFFFFF that nobody has a
+// A flood to a joined group from a plain UDP socket. Junk alone never
+// needs the device's lock. Then junk, datagrams with a bad ICRC, and good
+// UD datagrams to QPN 0xFFFFFF that nobody has a
 // receive WQE for, while the device is busy (its lock held), so that the
 // group's socket overflows. Every datagram is accounted for (received and
 // counted by kind, or dropped by the kernel and counted as an overrun),
@@ -189,6 +190,26 @@ func TestWireMcastFlood(t *testing.T) {
 	junk := []byte{0x64, 0, 0xff, 0xff, 0, 0xff, 0xff, 0xff, 1, 2, 3}
 
 	c := &eb.d.Counters
+	// Junk to the group is counted without the device's lock (which the
+	// engines need): it goes on while the lock is held.
+	eb.d.mu.Lock()
+	for i := range 200 {
+		if _, err := conn.WriteToUDP([][]byte{bad, junk}[i%2], to); err != nil {
+			eb.d.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	var junkSeen uint64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if junkSeen = c.MalformedPackets.Load() + c.ICRCErrors.Load(); junkSeen >= 200 {
+			break
+		}
+	}
+	eb.d.mu.Unlock()
+	if junkSeen != 200 {
+		t.Fatalf("%d of 200 junk datagrams counted while the device's lock was held", junkSeen)
+	}
+
 	recv0 := c.WirePacketsRecv.Load()
 	var m0, m1 runtime.MemStats
 	runtime.GC()

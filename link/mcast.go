@@ -27,7 +27,19 @@ import (
 // main one does and delivers it; it never backs off, so a flood to a
 // group costs the socket buffer (mcastBufBytes, the kernel drops beyond,
 // counted in WireMcastOverruns) and a bounded delivery each, never the
-// unicast path.
+// unicast path; a datagram that fails the checks is counted there and
+// never takes the chain's lock (which the engines need) unless a capture
+// is open.
+
+// mcastQPN is the destination QPN of a multicast datagram.
+const mcastQPN = 0xFFFFFF
+
+// capturing reports whether the wire's dispatcher is a capture that
+// someone reads (it then records every datagram, bad ones too).
+func (w *WireEndpoint) capturing() bool {
+	c, ok := w.disp.(interface{ On() bool })
+	return !ok || c.On()
+}
 
 // mcastBufBytes is a group socket's receive buffer: what a flood can
 // queue before the kernel drops.
@@ -204,7 +216,17 @@ func (w *WireEndpoint) groupLoop(s *mcSock) {
 		}
 		dgs := [1]Datagram{{Raw: buf[:n]}}
 		out = w.verifyTo(dgs[:], out[:0], true)
-		if len(out) == 0 {
+		good := false
+		for i := range out {
+			// Its QPN is the group's: a bad one names no QP to count
+			// it against.
+			out[i].BadQPN = mcastQPN
+			good = good || out[i].Status == OK
+		}
+		if len(out) == 0 || !good && !w.capturing() {
+			// Counted (verifyTo) and of no use to the device: junk
+			// to a group never takes the chain's lock, unless a
+			// capture is there to show it.
 			continue
 		}
 		w.lock.Lock()
