@@ -27,20 +27,21 @@ mkdir -p "$MA" "$MB"
 command -v mckey >/dev/null || die "mckey is missing: apt-get install rdmacm-utils"
 TMO=${TMO:-30}
 
+pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
+pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
+pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
+at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null'
+
 # rdmafs exec puts the tree's librdmacm/build beside libibverbs/build when
 # rdmafs was built from this tree; a binary from elsewhere gets both
-# libraries through one directory.
-if ! "$RDMAFS" exec -- sh -c 'echo "$LD_LIBRARY_PATH"' | grep -q "$repo/librdmacm/build"; then
+# libraries through one directory. (--mount: without it exec looks at
+# every rdmafs mount of the host, and waits on one whose daemon hangs.)
+if ! "$RDMAFS" exec --mount "$M" -- sh -c 'echo "$LD_LIBRARY_PATH"' | grep -q "$repo/librdmacm/build"; then
 	mkdir -p "$work/lib"
 	ln -sf "$RDMAFS_LIBDIR/libibverbs.so.1" "$work/lib/libibverbs.so.1"
 	ln -sf "$repo/librdmacm/build/librdmacm.so.1" "$work/lib/librdmacm.so.1"
 	export RDMAFS_LIBDIR=$work/lib
 fi
-
-pp "$RDMAFS" mount --log "$work/daemon.log" "$M"
-pp "$RDMAFS" mount --log "$work/daemon-a.log" --addr "$A_ADDR" "$MA"
-pp "$RDMAFS" mount --log "$work/daemon-b.log" --addr "$B_ADDR" "$MB"
-at_exit '"$RDMAFS" umount "$MA" 2>/dev/null; "$RDMAFS" umount "$MB" 2>/dev/null'
 
 counter() { # MOUNT NAME
 	awk -F= -v k="$2" '$1 == k {print $2}' "$1/counters"
