@@ -894,6 +894,7 @@ func (c *Counters) List() []Counter {
 		{"wire_recv_calls", c.WireRecvCalls.Load()},
 		{"wire_send_full", c.WireSendFull.Load()},
 		{"wire_recv_overruns", c.WireRecvOverruns.Load()},
+		{"wire_mcast_overruns", c.WireMcastOverruns.Load()},
 		{"wire_coalesced_sends", c.WireCoalescedSends.Load()},
 		{"wire_coalesced_recv", c.WireCoalescedRecv.Load()},
 		{"wire_coalesce_refused", c.WireCoalesceRefused.Load()},

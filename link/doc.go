@@ -58,7 +58,8 @@
 // (started by NewChain once the dispatcher is attached, stopped by Close,
 // which shuts the socket down to wake it), one receive goroutine per IPv4
 // multicast group joined (mcast.go: it delivers as the main one does, one
-// datagram at a time under the chain's lock, and ends when the group is
+// datagram at a time under the chain's lock, a datagram that fails the
+// checks without it unless a capture is open, and ends when the group is
 // left or the chain closes), and the timers of delayed
 // packets (the device's clock; each takes the chain's lock, and sends the
 // packet only if the fault settings it was delayed under are still in

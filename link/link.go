@@ -180,6 +180,8 @@ type Counters struct {
 	WireRecvCalls    atomic.Uint64
 	WireSendFull     atomic.Uint64
 	WireRecvOverruns atomic.Uint64
+	// The datagrams multicast groups' sockets dropped (mcast.go).
+	WireMcastOverruns atomic.Uint64
 	// Coalesced runs (gso.go): sends that carried more than one datagram,
 	// received datagrams that held more than one packet, the refusal that
 	// turned coalescing off, source ports sent through the raw socket,
