@@ -451,6 +451,10 @@ type objects struct {
 	cqs  table[CQ]
 	srqs table[SRQ]
 	qps  map[uint32]*QP // by QPN
+	// xrcds are the XRC domain handles, xrcDomains the domains of files
+	// by inode (xrc.go).
+	xrcds      table[XRCD]
+	xrcDomains map[FileKey]*xrcDomain
 	// mcast are the multicast groups by MGID, mcastAttached their
 	// attachments (mcast.go); changed under all of Device.mu.
 	mcast         map[[16]byte]*mcGroup
@@ -479,6 +483,8 @@ func New(cfg Config) (*Device, error) {
 	objs.ahs.init()
 	objs.cqs.init()
 	objs.srqs.init()
+	objs.xrcds.init()
+	objs.xrcDomains = map[FileKey]*xrcDomain{}
 	objs.events.init()
 	objs.mu.init(cfg.Engines)
 	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock, clockBase: cfg.Clock.Now()}
