@@ -577,6 +577,7 @@ const (
 	capRCRNRNakGen   = 1 << 12
 	capSRQResize     = 1 << 13
 	capMemWindow     = 1 << 17
+	capXRC           = 1 << 20 // IBV_DEVICE_XRC (xrc.go)
 	capMemWindowType = 1 << 23 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
 
 	// capAtomicWrite is IB_UVERBS_DEVICE_ATOMIC_WRITE of the kernel's
@@ -584,7 +585,7 @@ const (
 	capAtomicWrite = 1 << 40
 )
 
-const deviceCaps = capBadPKeyCntr | capRCRNRNakGen | capSRQResize | capMemWindow | capMemWindowType
+const deviceCaps = capBadPKeyCntr | capRCRNRNakGen | capSRQResize | capMemWindow | capMemWindowType | capXRC
 
 // Attr is ibv_query_device.
 func (d *Device) Attr() DeviceAttr {

@@ -55,6 +55,7 @@ var kinds = []kind{
 	{"srq", "create_srq", (*tree).createSRQ},
 	{"ah", "create_ah", (*tree).createAH},
 	{"qp", "create_qp", (*tree).createQP},
+	{"xrcd", "open_xrcd", (*tree).createXRCD},
 }
 
 // root is the mount's root directory; it builds the static tree.
@@ -563,7 +564,12 @@ func (t *tree) createSRQ(ctx context.Context, text string) (string, error) {
 	})
 	t.publish(ctx, o, func() string {
 		a := srq.Attr()
-		return lines("pd", a.PD, "max_wr", a.MaxWR, "max_sge", a.MaxSGE, "srq_limit", a.SRQLimit, "pending", a.Pending)
+		s := lines("pd", a.PD, "max_wr", a.MaxWR, "max_sge", a.MaxSGE, "srq_limit", a.SRQLimit, "pending", a.Pending)
+		if n := srq.SRQNum(); n != 0 {
+			// ibv_get_srq_num's number, what XRC senders name.
+			s += lines("srq_type", "xrc", "srq_num", n, "cq", srq.XRCInfo())
+		}
+		return s
 	}, ring, named("ctl", ctl), named("post_recv", post))
 	return o.name, nil
 }
@@ -573,6 +579,9 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if req.Open != 0 {
+		return t.openQP(ctx, req)
+	}
 	uid, _ := caller(ctx)
 	q, err := t.dev.CreateQP(device.Owner(uid), req)
 	if err != nil {
@@ -581,8 +590,11 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 	o := t.newObject(ctx, "qp", q.QPN)
 	o.destroy = q.Destroy
 	var entries []entry
-	sq, _, err := o.sharedEntry("sq", q.SQ().Fd(), uint64(q.SQ().Size()), preadFd, doorbell(q.Kick))
-	if err == nil {
+	var sq entry
+	if q.Type == qp.TypeXRCRecv {
+		// Responses are all it sends: no queue of its own to show.
+		xrcRecvHooks(o, q)
+	} else if sq, _, err = o.sharedEntry("sq", q.SQ().Fd(), uint64(q.SQ().Size()), preadFd, doorbell(q.Kick)); err == nil {
 		entries = append(entries, sq)
 		if rq := q.RQ(); rq != nil {
 			var e entry

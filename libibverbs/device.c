@@ -623,6 +623,10 @@ static struct ibv_context *open_ctx(struct rf_device *d, int cmd_fd, int importe
 	ctx->vctx.create_qp_ex = rf_create_qp_ex;
 	ctx->vctx.create_cq_ex = rf_create_cq_ex;
 	ctx->vctx.create_srq_ex = rf_create_srq_ex;
+	ctx->vctx.open_xrcd = rf_open_xrcd;
+	ctx->vctx.close_xrcd = rf_close_xrcd;
+	ctx->vctx.get_srq_num = rf_get_srq_num;
+	ctx->vctx.open_qp = rf_open_qp;
 	ctx->vctx.alloc_parent_domain = rf_alloc_parent_domain;
 	ctx->vctx.alloc_td = rf_alloc_td;
 	ctx->vctx.alloc_dm = rf_alloc_dm;

@@ -85,12 +85,51 @@ static uint32_t u32kv(const char *text, const char *key)
 
 static int qp_type_ok(enum ibv_qp_type t)
 {
-	return t == IBV_QPT_RC || t == IBV_QPT_UC || t == IBV_QPT_UD;
+	return t == IBV_QPT_RC || t == IBV_QPT_UC || t == IBV_QPT_UD || t == IBV_QPT_XRC_SEND ||
+	       t == IBV_QPT_XRC_RECV;
 }
 
 static const char *type_name(enum ibv_qp_type t)
 {
-	return t == IBV_QPT_RC ? "rc" : t == IBV_QPT_UC ? "uc" : "ud";
+	switch (t) {
+	case IBV_QPT_RC: return "rc";
+	case IBV_QPT_UC: return "uc";
+	case IBV_QPT_XRC_SEND: return "xrc_send";
+	case IBV_QPT_XRC_RECV: return "xrc_recv";
+	default: return "ud";
+	}
+}
+
+/* RC and XRC's requester: READ and the atomics are theirs. */
+static bool reliable_sender(enum ibv_qp_type t) { return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND; }
+
+/* An XRC_RECV QP: made with its domain alone, no rings, no PD or CQs. */
+static struct ibv_qp *create_xrc_recv(struct ibv_context *context, struct ibv_qp_init_attr_ex *init)
+{
+	struct rf_context *ctx = to_rctx(context);
+	struct rf_qp *qp;
+	char req[96];
+	uint32_t qpn;
+	int err;
+
+	if (!(init->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !init->xrcd || init->xrcd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	snprintf(req, sizeof(req), "qp_type=xrc_recv xrcd=%u", to_rxrcd(init->xrcd)->handle);
+	if ((err = rf_transact(ctx, "qp", req, &qpn))) {
+		free(qp);
+		errno = err;
+		return NULL;
+	}
+	rf_qp_init_xrc_recv(ctx, qp, qpn, init->qp_context);
+	memset(&init->cap, 0, sizeof(init->cap));
+	return &qp->qpx.qp_base;
 }
 
 #define RF_QP_EX_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
@@ -106,7 +145,11 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	char req[512], text[4096], path[64];
 	int err;
 
-	/* Creation flags, TSO headers, XRC, RSS, source QPNs: absent; a mask
+	if (init->qp_type == IBV_QPT_XRC_RECV &&
+	    !(init->comp_mask & ~(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) &&
+	    !((init->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && init->create_flags))
+		return create_xrc_recv(context, init);
+	/* Creation flags, TSO headers, RSS, source QPNs: absent; a mask
 	 * that names them with nothing asked for is fine. */
 	if ((init->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
 				 IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER)) ||
@@ -119,18 +162,20 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!qp_type_ok(init->qp_type)) {
-		errno = EOPNOTSUPP;
+	if (!qp_type_ok(init->qp_type) || init->qp_type == IBV_QPT_XRC_RECV) {
+		errno = init->qp_type == IBV_QPT_XRC_RECV ? EINVAL : EOPNOTSUPP;
 		return NULL;
 	}
+	bool xrc = init->qp_type == IBV_QPT_XRC_SEND;
 	if ((init->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (init->send_ops_flags & ~(uint64_t)RF_QP_EX_OPS)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	/* Objects of another context are not this one's to use (their
 	 * handles belong to its lease), as a kernel uverbs file refuses. */
-	if (!init->send_cq || !init->recv_cq || init->pd->context != context || init->send_cq->context != context ||
-	    init->recv_cq->context != context || (init->srq && init->srq->context != context)) {
+	if (!init->send_cq || (!init->recv_cq && !xrc) || init->pd->context != context ||
+	    init->send_cq->context != context || (init->recv_cq && init->recv_cq->context != context) ||
+	    (init->srq && (xrc || init->srq->context != context))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -139,14 +184,14 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = ENOMEM;
 		return NULL;
 	}
-	int n = snprintf(req, sizeof(req),
-			 "pd=%u qp_type=%s send_cq=%u recv_cq=%u max_send_wr=%u max_send_sge=%u max_inline_data=%u",
+	int n = snprintf(req, sizeof(req), "pd=%u qp_type=%s send_cq=%u max_send_wr=%u max_send_sge=%u max_inline_data=%u",
 			 to_rpd(init->pd)->handle, type_name(init->qp_type), to_rcq(init->send_cq)->handle,
-			 to_rcq(init->recv_cq)->handle, init->cap.max_send_wr, init->cap.max_send_sge,
-			 init->cap.max_inline_data);
+			 init->cap.max_send_wr, init->cap.max_send_sge, init->cap.max_inline_data);
+	if (init->recv_cq)
+		n += snprintf(req + n, sizeof(req) - n, " recv_cq=%u", to_rcq(init->recv_cq)->handle);
 	if (init->srq)
 		n += snprintf(req + n, sizeof(req) - n, " srq=%u", to_rsrq(init->srq)->handle);
-	else
+	else if (!xrc)
 		n += snprintf(req + n, sizeof(req) - n, " max_recv_wr=%u max_recv_sge=%u", init->cap.max_recv_wr,
 			      init->cap.max_recv_sge);
 	if (init->sq_sig_all)
@@ -156,16 +201,16 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	if ((err = read_attr(ctx, qp->qpn, text, sizeof(text))))
 		goto fail_destroy;
 	qp->cap.max_send_wr = u32kv(text, "max_send_wr");
-	qp->cap.max_recv_wr = init->srq ? 0 : u32kv(text, "max_recv_wr");
+	qp->cap.max_recv_wr = init->srq || xrc ? 0 : u32kv(text, "max_recv_wr");
 	qp->cap.max_send_sge = u32kv(text, "max_send_sge");
-	qp->cap.max_recv_sge = init->srq ? 0 : u32kv(text, "max_recv_sge");
+	qp->cap.max_recv_sge = init->srq || xrc ? 0 : u32kv(text, "max_recv_sge");
 	qp->cap.max_inline_data = u32kv(text, "max_inline_data");
 	snprintf(path, sizeof(path), "qp/%u/sq", qp->qpn);
 	if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_SQ, &qp->sq)))
 		goto fail_destroy;
 	qp->sq.head = rf_load_acq(qp->sq.prod);
 	qp->rq.fd = -1;
-	if (!init->srq) {
+	if (!init->srq && !xrc) {
 		snprintf(path, sizeof(path), "qp/%u/rq", qp->qpn);
 		if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_RQ, &qp->rq)))
 			goto fail_unmap;
@@ -252,7 +297,10 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	int err;
 
 	drain_sends(qp, q);
-	err = rf_destroy(ctx, "qp", q->qpn);
+	if (qp->qp_type == IBV_QPT_XRC_RECV)
+		err = rf_close_xrc_recv(ctx, q->qpn); /* other contexts may hold it */
+	else
+		err = rf_destroy(ctx, "qp", q->qpn);
 
 	if (err)
 		return err;
@@ -265,8 +313,9 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	 * the QP out of its tables. A receive completion taken from an SRQ
 	 * stays: mlx5 would return its WQE to the SRQ, which is not the
 	 * library's to do. */
-	rf_cq_clean(qp->send_cq, q->qpn, qp->srq != NULL);
-	if (qp->recv_cq != qp->send_cq)
+	if (qp->send_cq)
+		rf_cq_clean(qp->send_cq, q->qpn, qp->srq != NULL);
+	if (qp->recv_cq && qp->recv_cq != qp->send_cq)
 		rf_cq_clean(qp->recv_cq, q->qpn, qp->srq != NULL);
 	rf_untrack(ctx, RF_QP, q->qpn);
 	pthread_mutex_lock(&qp->mutex);
@@ -358,8 +407,9 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 			pthread_spin_lock(&q->sq_lock);
 			q->sq.head = rf_load_acq(q->sq.prod);
 			pthread_spin_unlock(&q->sq_lock);
-			rf_cq_clean(qp->send_cq, q->qpn, false);
-			if (qp->recv_cq != qp->send_cq)
+			if (qp->send_cq)
+				rf_cq_clean(qp->send_cq, q->qpn, false);
+			if (qp->recv_cq && qp->recv_cq != qp->send_cq)
 				rf_cq_clean(qp->recv_cq, q->qpn, false);
 		}
 	}
@@ -472,14 +522,14 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		rkey = wr->wr.rdma.rkey;
 		break;
 	case IBV_WR_RDMA_READ:
-		if (t != IBV_QPT_RC)
+		if (!reliable_sender(t))
 			return EINVAL;
 		raddr = wr->wr.rdma.remote_addr;
 		rkey = wr->wr.rdma.rkey;
 		break;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		if (t != IBV_QPT_RC)
+		if (!reliable_sender(t))
 			return EINVAL;
 		raddr = wr->wr.atomic.remote_addr;
 		rkey = wr->wr.atomic.rkey;
@@ -530,6 +580,8 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		ah = to_rah(wr->wr.ud.ah)->handle;
 		rqpn = wr->wr.ud.remote_qpn;
 		rqkey = wr->wr.ud.remote_qkey;
+	} else if (t == IBV_QPT_XRC_SEND) {
+		rqpn = wr->qp_type.xrc.remote_srqn; /* the WQE's remote_qpn field carries it */
 	}
 	if (atomic_write) {
 		/* no SGEs, no inline data: the bytes are in the header */
@@ -579,7 +631,7 @@ int rf_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 	int err = 0, posted = 0;
 
 	pthread_spin_lock(&q->sq_lock);
-	if (qp->state < IBV_QPS_RTS) {
+	if (qp->state < IBV_QPS_RTS || qp->qp_type == IBV_QPT_XRC_RECV) {
 		err = EINVAL;
 		goto out;
 	}
@@ -673,7 +725,7 @@ int rf_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 	struct rf_qp *q = to_rqp(qp);
 	int err;
 
-	if (qp->srq || qp->state == IBV_QPS_RESET) {
+	if (qp->srq || qp->state == IBV_QPS_RESET || qp->qp_type == IBV_QPT_XRC_SEND || qp->qp_type == IBV_QPT_XRC_RECV) {
 		*bad = wr;
 		errno = EINVAL;
 		return EINVAL;

@@ -1,0 +1,80 @@
+package fsnode
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"rdmafs/device"
+	"rdmafs/qp"
+)
+
+// createXRCD is xrcd/new, ibv_open_xrcd. A domain of a file is named by a
+// descriptor of the caller's (fd=N): the daemon looks at what that
+// descriptor of the requesting thread refers to (/proc/PID/fd/N, the PID
+// the kernel put in the FUSE request), never at an inode number a program
+// claims, so a program reaches the domains of files it could open and no
+// others, whatever its uid.
+func (t *tree) createXRCD(ctx context.Context, text string) (string, error) {
+	const op = "open_xrcd"
+	req, err := qp.ParseOpenXRCD(text)
+	if err != nil {
+		return "", err
+	}
+	var file *device.FileKey
+	if req.HasFD {
+		k, err := callerFile(ctx, int(req.FD))
+		if err != nil {
+			return "", &device.Error{Op: op, Errno: syscall.EBADF, Err: err}
+		}
+		file = &k
+	}
+	uid, _ := caller(ctx)
+	x, err := t.dev.OpenXRCD(device.Owner(uid), file, req.Create, req.Excl)
+	if err != nil {
+		return "", err
+	}
+	o := t.newObject(ctx, "xrcd", x.Handle)
+	o.destroy = x.Close
+	t.publish(ctx, o, func() string {
+		_, shared := x.Shared()
+		return lines("shared", boolNum(shared))
+	})
+	return o.name, nil
+}
+
+// callerFile identifies the file the caller's descriptor fd refers to.
+func callerFile(ctx context.Context, fd int) (device.FileKey, error) {
+	pid := callerPID(ctx)
+	if pid <= 0 {
+		return device.FileKey{}, fmt.Errorf("fd: the calling process is not visible to the daemon")
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), &st); err != nil {
+		return device.FileKey{}, fmt.Errorf("fd: %d is not an open descriptor of the caller (%v)", fd, err)
+	}
+	return device.FileKey{Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+// openQP is qp/new with open=QPN (ibv_open_qp): no new object, another
+// holder of an XRC_RECV QP, through the lease the caller then names it in.
+func (t *tree) openQP(ctx context.Context, req qp.CreateQP) (string, error) {
+	uid, _ := caller(ctx)
+	q, err := t.dev.OpenQP(device.Owner(uid), req.XRCD, req.Open)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprint(q.QPN), nil
+}
+
+// xrcRecvHooks makes an XRC_RECV QP's object live by its holders: each
+// lease that names it holds it, a lease's "close qp N" or its end lets go,
+// and the last to let go destroys it; a user who holds its domain may
+// hold it too.
+func xrcRecvHooks(o *object, q *device.QP) {
+	o.hold = q.Hold
+	o.unhold = q.Unhold
+	o.mayHold = func(uid uint32) bool { return q.MayHold(device.Owner(uid)) }
+}
