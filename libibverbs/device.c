@@ -376,6 +376,9 @@ int rf_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
 						    IBV_ODP_SUPPORT_SRQ_RECV;
 	a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+	/* XRC: RC's operations, receives only into XRC SRQs */
+	a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+			 IBV_ODP_SUPPORT_SRQ_RECV;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }
