@@ -204,6 +204,47 @@ func TestTraceDecodeUD(t *testing.T) {
 	}
 }
 
+// An XRC_SEND QP's packets: its requests show the XRCETH's SRQ number,
+// the target's responses have none.
+func TestTraceDecodeXRC(t *testing.T) {
+	us, them := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	dg := func(src, dst netip.Addr, sport uint16, p roce.Packet) []byte {
+		p.PKey = 0xFFFF
+		ib, err := p.AppendIB(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := roce.BuildIPv4(src, dst, sport, ib, 0, 0, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	pcap := pcapOf(t,
+		dg(us, them, roce.QPSourcePort(17), roce.Packet{Opcode: roce.XRCSendOnly, DestQP: 30, PSN: 5, XRCSRQ: 3, AckReq: true, Payload: make([]byte, 64)}),
+		dg(them, us, roce.QPSourcePort(30), roce.Packet{Opcode: roce.XRCAcknowledge, DestQP: 17, PSN: 5, Syndrome: 0x1F, MSN: 1}),
+		dg(us, them, roce.QPSourcePort(17), roce.Packet{Opcode: roce.XRCFetchAdd, DestQP: 30, PSN: 6, XRCSRQ: 3, VA: 8, RKey: 0xab, SwapAdd: 1, AckReq: true}),
+		dg(us, them, roce.QPSourcePort(17), roce.Packet{Opcode: roce.XRCFetchAdd, DestQP: 30, PSN: 6, XRCSRQ: 3, VA: 8, RKey: 0xab, SwapAdd: 1, AckReq: true}),
+	)
+	lines := traceOf(t, &tracer{qpn: 17, addr: us, typ: "xrc_send", peer: 30, mtu: 1024, known: true}, pcap)
+	want := []string{
+		`out  XRC_SEND_ONLY +psn 5 +len 64 +xrc_srq 3 ackreq$`,
+		`in   XRC_ACKNOWLEDGE +psn 5 +len 0 +msn 1 ACK credits unlimited$`,
+		`out  XRC_FETCH_ADD +psn 6 +len 0 +xrc_srq 3 va 0x8 rkey 0xab add 0x1 ackreq$`,
+		`out  XRC_FETCH_ADD +psn 6 +len 0 +RETRANSMIT xrc_srq 3 va 0x8 rkey 0xab add 0x1 ackreq$`,
+		`^--- qp 17`,
+		`^out: 3 packets, 64 payload bytes, 1 retransmitted$`,
+	}
+	if len(lines) < len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
+	}
+	for i, w := range want {
+		if !regexp.MustCompile(w).MatchString(lines[i]) {
+			t.Errorf("line %d:\n %s\nwant /%s/", i, lines[i], w)
+		}
+	}
+}
+
 // rdmafs trace on a mount with loopback traffic, ended by SIGINT: every
 // packet of the QP each way, and a summary whose counts are the QPs'
 // counters (which started at zero with the trace): packets and payload
