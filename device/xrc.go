@@ -49,7 +49,11 @@ type XRCD struct {
 // OpenXRCD is ibv_open_xrcd. Without file (nil) the domain is a new
 // private one. With it, the domain is the file's: made if there is none
 // and create is set (O_CREAT; EAGAIN without it, as the kernel answers),
-// refused with EINVAL if there is one and excl is set (O_EXCL). The caller
+// refused with EINVAL if there is one and excl is set (O_EXCL). A file
+// without a domain is ENOENT here, where the kernel says EAGAIN: a write
+// that fails with EAGAIN reads as "try again" to a writer whose file is
+// non-blocking (Go's os.File waits for ever), so the libraries map it back.
+// The caller
 // identifies the file from a descriptor the caller holds (never from a
 // number a program claims), so a program reaches only the domains of files
 // it can open.
@@ -68,7 +72,7 @@ func (d *Device) OpenXRCD(owner Owner, file *FileKey, create, excl bool) (*XRCD,
 		dom = d.xrcDomains[*file]
 		switch {
 		case dom == nil && !create:
-			return nil, errf(op, syscall.EAGAIN, "fd: the file has no XRC domain yet; create=1 (O_CREAT) makes one")
+			return nil, errf(op, syscall.ENOENT, "fd: the file has no XRC domain yet; create=1 (O_CREAT) makes one")
 		case dom != nil && excl:
 			return nil, errf(op, syscall.EINVAL, "excl: the file has an XRC domain already (O_EXCL)")
 		case dom == nil:

@@ -171,7 +171,7 @@ func TestXRCDomainMismatch(t *testing.T) {
 func TestXRCDShared(t *testing.T) {
 	e := newEnv(t)
 	f := FileKey{Dev: 3, Ino: 77}
-	if _, err := e.d.OpenXRCD(1000, &f, false, false); Errno(err) != syscall.EAGAIN {
+	if _, err := e.d.OpenXRCD(1000, &f, false, false); Errno(err) != syscall.ENOENT {
 		t.Fatalf("without create: %v", err)
 	}
 	a, err := e.d.OpenXRCD(1000, &f, true, false)
@@ -217,7 +217,7 @@ func TestXRCDShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The file's domain is gone with its last handle.
-	if _, err := e.d.OpenXRCD(1000, &f, false, false); Errno(err) != syscall.EAGAIN {
+	if _, err := e.d.OpenXRCD(1000, &f, false, false); Errno(err) != syscall.ENOENT {
 		t.Fatalf("domain outlived its handles: %v", err)
 	}
 	// XRC_SEND and XRC_RECV QPs have no receive queue.

@@ -44,7 +44,9 @@ struct ibv_xrcd *rf_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_
 	}
 	if ((err = rf_transact(ctx, "xrcd", req, &x->handle))) {
 		free(x);
-		errno = err;
+		/* "no domain for this file yet": the kernel's EAGAIN, which the
+		 * daemon's write cannot carry (device/xrc.go) */
+		errno = err == ENOENT && fd >= 0 ? EAGAIN : err;
 		return NULL;
 	}
 	x->xrcd.context = context;
