@@ -1,6 +1,7 @@
 package device
 
 import (
+	"io"
 	"syscall"
 
 	"rdmafs/qp"
@@ -32,8 +33,11 @@ type FileKey struct{ Dev, Ino uint64 }
 
 // xrcDomain is one XRC domain. Guarded by Device.mu.
 type xrcDomain struct {
-	key     FileKey
-	shared  bool // of a file (key), not private to one handle
+	key    FileKey
+	shared bool // of a file (key), not private to one handle
+	// pin keeps the file open while the domain lives, as the kernel's
+	// table holds the inode: its number cannot go to another file meanwhile.
+	pin     io.Closer
 	handles int  // XRCD handles open on it
 	users   int  // XRC SRQs and XRC_RECV QPs in it
 }
@@ -57,10 +61,18 @@ type XRCD struct {
 // identifies the file from a descriptor the caller holds (never from a
 // number a program claims), so a program reaches only the domains of files
 // it can open.
-func (d *Device) OpenXRCD(owner Owner, file *FileKey, create, excl bool) (*XRCD, error) {
+//
+// pin, when not nil, is an open reference to the file: the domain keeps
+// it while it lives (it is closed otherwise).
+func (d *Device) OpenXRCD(owner Owner, file *FileKey, pin io.Closer, create, excl bool) (*XRCD, error) {
 	const op = "open_xrcd"
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer func() {
+		if pin != nil {
+			pin.Close()
+		}
+	}()
 	if err := d.checkOpenLocked(op); err != nil {
 		return nil, err
 	}
@@ -76,7 +88,8 @@ func (d *Device) OpenXRCD(owner Owner, file *FileKey, create, excl bool) (*XRCD,
 		case dom != nil && excl:
 			return nil, errf(op, syscall.EINVAL, "excl: the file has an XRC domain already (O_EXCL)")
 		case dom == nil:
-			dom = &xrcDomain{key: *file, shared: true}
+			dom = &xrcDomain{key: *file, shared: true, pin: pin}
+			pin = nil
 			d.xrcDomains[*file] = dom
 		}
 	} else {
@@ -111,6 +124,9 @@ func (x *XRCD) releaseLocked() {
 	x.dom.handles--
 	if x.dom.handles == 0 && x.dom.shared && x.dev.xrcDomains[x.dom.key] == x.dom {
 		delete(x.dev.xrcDomains, x.dom.key)
+		if x.dom.pin != nil {
+			x.dom.pin.Close()
+		}
 	}
 }
 

@@ -29,7 +29,7 @@ type xrcEnv struct {
 func newXRC(t *testing.T) *xrcEnv {
 	e := &xrcEnv{env: newEnv(t)}
 	var err error
-	if e.xrcd, err = e.d.OpenXRCD(0, nil, false, false); err != nil {
+	if e.xrcd, err = e.d.OpenXRCD(0, nil, nil, false, false); err != nil {
 		t.Fatal(err)
 	}
 	e.c1, e.c2, e.scq = e.cq(64), e.cq(64), e.cq(64)
@@ -146,7 +146,7 @@ func TestXRCBasicSRQNumber(t *testing.T) {
 // WQEs stay.
 func TestXRCDomainMismatch(t *testing.T) {
 	e := newXRC(t)
-	other, err := e.d.OpenXRCD(0, nil, false, false)
+	other, err := e.d.OpenXRCD(0, nil, nil, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,18 +171,24 @@ func TestXRCDomainMismatch(t *testing.T) {
 func TestXRCDShared(t *testing.T) {
 	e := newEnv(t)
 	f := FileKey{Dev: 3, Ino: 77}
-	if _, err := e.d.OpenXRCD(1000, &f, false, false); Errno(err) != syscall.ENOENT {
+	if _, err := e.d.OpenXRCD(1000, &f, nil, false, false); Errno(err) != syscall.ENOENT {
 		t.Fatalf("without create: %v", err)
 	}
-	a, err := e.d.OpenXRCD(1000, &f, true, false)
+	// The domain keeps the first opener's reference to the file (so its
+	// inode number stays its own) until it goes; later ones are let go.
+	pinA, pinB := &countCloser{}, &countCloser{}
+	a, err := e.d.OpenXRCD(1000, &f, pinA, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := e.d.OpenXRCD(2000, &f, false, false)
+	b, err := e.d.OpenXRCD(2000, &f, pinB, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.d.OpenXRCD(1000, &f, true, true); Errno(err) != syscall.EINVAL {
+	if pinA.n != 0 || pinB.n != 1 {
+		t.Fatalf("file references closed: the domain's %d times, the second opener's %d", pinA.n, pinB.n)
+	}
+	if _, err := e.d.OpenXRCD(1000, &f, nil, true, true); Errno(err) != syscall.EINVAL {
 		t.Fatalf("excl on an existing domain: %v", err)
 	}
 	if a.dom != b.dom {
@@ -216,12 +222,15 @@ func TestXRCDShared(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if pinA.n != 1 {
+		t.Fatalf("the domain's file reference closed %d times at its end", pinA.n)
+	}
 	// The file's domain is gone with its last handle.
-	if _, err := e.d.OpenXRCD(1000, &f, false, false); Errno(err) != syscall.ENOENT {
+	if _, err := e.d.OpenXRCD(1000, &f, nil, false, false); Errno(err) != syscall.ENOENT {
 		t.Fatalf("domain outlived its handles: %v", err)
 	}
 	// XRC_SEND and XRC_RECV QPs have no receive queue.
-	x, _ := e.d.OpenXRCD(0, nil, false, false)
+	x, _ := e.d.OpenXRCD(0, nil, nil, false, false)
 	r, err := e.d.CreateQP(0, qp.CreateQP{Type: qp.TypeXRCRecv, XRCD: x.Handle})
 	if err != nil {
 		t.Fatal(err)
@@ -233,3 +242,7 @@ func TestXRCDShared(t *testing.T) {
 		t.Fatal("post_send on xrc_recv")
 	}
 }
+
+type countCloser struct{ n int }
+
+func (c *countCloser) Close() error { c.n++; return nil }

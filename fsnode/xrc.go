@@ -3,6 +3,8 @@ package fsnode
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -24,15 +26,16 @@ func (t *tree) createXRCD(ctx context.Context, text string) (string, error) {
 		return "", err
 	}
 	var file *device.FileKey
+	var pin *os.File
 	if req.HasFD {
-		k, err := callerFile(ctx, int(req.FD))
+		k, f, err := callerFile(ctx, int(req.FD))
 		if err != nil {
 			return "", &device.Error{Op: op, Errno: syscall.EBADF, Err: err}
 		}
-		file = &k
+		file, pin = &k, f
 	}
 	uid, _ := caller(ctx)
-	x, err := t.dev.OpenXRCD(device.Owner(uid), file, req.Create, req.Excl)
+	x, err := t.dev.OpenXRCD(device.Owner(uid), file, closerOf(pin), req.Create, req.Excl)
 	if err != nil {
 		return "", err
 	}
@@ -45,17 +48,33 @@ func (t *tree) createXRCD(ctx context.Context, text string) (string, error) {
 	return o.name, nil
 }
 
-// callerFile identifies the file the caller's descriptor fd refers to.
-func callerFile(ctx context.Context, fd int) (device.FileKey, error) {
+// callerFile identifies the file the caller's descriptor fd refers to,
+// and opens it (O_PATH: no access to its bytes) for the domain to keep.
+func callerFile(ctx context.Context, fd int) (device.FileKey, *os.File, error) {
 	pid := callerPID(ctx)
 	if pid <= 0 {
-		return device.FileKey{}, fmt.Errorf("fd: the calling process is not visible to the daemon")
+		return device.FileKey{}, nil, fmt.Errorf("fd: the calling process is not visible to the daemon")
 	}
+	p := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
+	n, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return device.FileKey{}, nil, fmt.Errorf("fd: %d is not an open descriptor of the caller (%v)", fd, err)
+	}
+	f := os.NewFile(uintptr(n), p)
 	var st unix.Stat_t
-	if err := unix.Stat(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), &st); err != nil {
-		return device.FileKey{}, fmt.Errorf("fd: %d is not an open descriptor of the caller (%v)", fd, err)
+	if err := unix.Fstat(n, &st); err != nil {
+		f.Close()
+		return device.FileKey{}, nil, fmt.Errorf("fd: %v", err)
 	}
-	return device.FileKey{Dev: st.Dev, Ino: st.Ino}, nil
+	return device.FileKey{Dev: st.Dev, Ino: st.Ino}, f, nil
+}
+
+// closerOf is f as an io.Closer, nil for none (not a typed nil).
+func closerOf(f *os.File) io.Closer {
+	if f == nil {
+		return nil
+	}
+	return f
 }
 
 // openQP is qp/new with open=QPN (ibv_open_qp): no new object, another
