@@ -38,8 +38,8 @@ type xrcDomain struct {
 	// pin keeps the file open while the domain lives, as the kernel's
 	// table holds the inode: its number cannot go to another file meanwhile.
 	pin     io.Closer
-	handles int  // XRCD handles open on it
-	users   int  // XRC SRQs and XRC_RECV QPs in it
+	handles int // XRCD handles open on it
+	users   int // XRC SRQs and XRC_RECV QPs in it
 }
 
 // XRCD is one handle on an XRC domain: what ibv_open_xrcd returns.
