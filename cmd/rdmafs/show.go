@@ -28,11 +28,11 @@ import (
 // daemon other than through those files.
 
 // kindNames are the object kinds, in the order show prints them.
-var kindNames = []string{"pd", "mr", "mw", "cq", "srq", "ah", "qp"}
+var kindNames = []string{"pd", "mr", "mw", "cq", "srq", "ah", "qp", "xrcd"}
 
 func isKind(s string) bool { return slices.Contains(kindNames, s) }
 
-const showSynopsis = "show [MOUNT] [pd|mr|cq|srq|qp|ah|mw] [-j|--json] [-w|--watch [-i DURATION]]"
+const showSynopsis = "show [MOUNT] [pd|mr|cq|srq|qp|ah|mw|xrcd] [-j|--json] [-w|--watch [-i DURATION]]"
 
 type showOpts struct {
 	mount    string
@@ -90,7 +90,7 @@ func (o *showOpts) positional(args []string) error {
 	case 2:
 		o.mount = args[0]
 		if !isKind(args[1]) {
-			return usageError{fmt.Errorf("unknown kind %q (pd mr mw cq srq ah qp)", args[1])}
+			return usageError{fmt.Errorf("unknown kind %q (pd mr mw cq srq ah qp xrcd)", args[1])}
 		}
 		o.kinds = args[1:]
 	default:
@@ -300,12 +300,22 @@ type cqRow struct {
 type srqRow struct {
 	Handle   uint32 `json:"handle"`
 	Owner    uint32 `json:"owner"`
+	Type     string `json:"srq_type"` // basic or xrc
+	SRQNum   uint32 `json:"srq_num"`  // an XRC SRQ's number (ibv_get_srq_num); 0 otherwise
+	CQ       uint32 `json:"cq"`       // an XRC SRQ's CQ; 0 otherwise
 	PD       uint32 `json:"pd"`
 	MaxWR    uint32 `json:"max_wr"`
 	MaxSGE   uint32 `json:"max_sge"`
 	SRQLimit uint32 `json:"srq_limit"`
 	Pending  uint32 `json:"pending"`
 	QPs      int    `json:"qps"`
+}
+
+// xrcdRow is an XRC domain handle: shared when it is a file's domain.
+type xrcdRow struct {
+	Handle uint32 `json:"handle"`
+	Owner  uint32 `json:"owner"`
+	Shared bool   `json:"shared"`
 }
 
 type ahRow struct {
@@ -384,6 +394,7 @@ type view struct {
 	srq   []srqRow
 	ah    []ahRow
 	qp    []qpRow
+	xrcd  []xrcdRow
 }
 
 // collect reads the objects of kinds (and, to count their users, the
@@ -481,8 +492,15 @@ func (v *view) read(kind string, o object) error {
 		v.cq = append(v.cq, cqRow{Handle: o.handle, Owner: o.uid, CQE: a.u32("cqe"), Pending: a.u32("pending"),
 			Armed: a["armed"], Overflowed: a["overflowed"] == "1", Overflows: a.u64("overflows")})
 	case "srq":
-		v.srq = append(v.srq, srqRow{Handle: o.handle, Owner: o.uid, PD: a.u32("pd"), MaxWR: a.u32("max_wr"),
-			MaxSGE: a.u32("max_sge"), SRQLimit: a.u32("srq_limit"), Pending: a.u32("pending")})
+		typ := a["srq_type"]
+		if typ == "" {
+			typ = "basic"
+		}
+		v.srq = append(v.srq, srqRow{Handle: o.handle, Owner: o.uid, Type: typ, SRQNum: a.u32("srq_num"), CQ: a.u32("cq"),
+			PD: a.u32("pd"), MaxWR: a.u32("max_wr"), MaxSGE: a.u32("max_sge"), SRQLimit: a.u32("srq_limit"),
+			Pending: a.u32("pending")})
+	case "xrcd":
+		v.xrcd = append(v.xrcd, xrcdRow{Handle: o.handle, Owner: o.uid, Shared: a["shared"] == "1"})
 	case "ah":
 		v.ah = append(v.ah, ahRow{Handle: o.handle, Owner: o.uid, PD: a.u32("pd"), DGID: a["dgid"],
 			SL: a.u32("sl"), HopLimit: a.u32("hop_limit"), TrafficClass: a.u32("traffic_class"),
@@ -532,7 +550,7 @@ func qpRowOf(o object, a, c kv, errText []byte) qpRow {
 	}
 	inFlight := c.u32("sq_in_flight")
 	r.SQ = queueCol{Depth: a.u32("max_send_wr"), Posted: c.u32("sq_posted"), InFlight: &inFlight}
-	if r.SRQ == 0 {
+	if r.SRQ == 0 && r.Type != "xrc_send" && r.Type != "xrc_recv" {
 		r.RQ = &queueCol{Depth: a.u32("max_recv_wr"), Posted: c.u32("rq_posted")}
 	}
 	for k := range c {
@@ -598,6 +616,8 @@ func (v *view) MarshalJSON() ([]byte, error) {
 			rows = v.ah
 		case "qp":
 			rows = v.qp
+		case "xrcd":
+			rows = v.xrcd
 		}
 		j, err := json.Marshal(rows)
 		if err != nil {
@@ -708,10 +728,15 @@ func (v *view) tables(w io.Writer, rates bool) {
 					r.Armed, yesNo(r.Overflowed), fmt.Sprint(r.Overflows), fmt.Sprint(r.QPs)}
 			})
 		case "srq":
-			table(k, len(v.srq), []string{"SRQ", "OWNER", "PD", "MAX_WR", "MAX_SGE", "PENDING", "LIMIT", "QPS"}, func(i int) []string {
+			table(k, len(v.srq), []string{"SRQ", "OWNER", "TYPE", "SRQ_NUM", "CQ", "PD", "MAX_WR", "MAX_SGE", "PENDING", "LIMIT", "QPS"}, func(i int) []string {
 				r := v.srq[i]
-				return []string{fmt.Sprint(r.Handle), u.name(r.Owner), fmt.Sprint(r.PD), fmt.Sprint(r.MaxWR),
-					fmt.Sprint(r.MaxSGE), fmt.Sprint(r.Pending), dash(r.SRQLimit), fmt.Sprint(r.QPs)}
+				return []string{fmt.Sprint(r.Handle), u.name(r.Owner), r.Type, dash(r.SRQNum), dash(r.CQ), fmt.Sprint(r.PD),
+					fmt.Sprint(r.MaxWR), fmt.Sprint(r.MaxSGE), fmt.Sprint(r.Pending), dash(r.SRQLimit), fmt.Sprint(r.QPs)}
+			})
+		case "xrcd":
+			table(k, len(v.xrcd), []string{"XRCD", "OWNER", "SHARED"}, func(i int) []string {
+				r := v.xrcd[i]
+				return []string{fmt.Sprint(r.Handle), u.name(r.Owner), yesNo(r.Shared)}
 			})
 		case "ah":
 			table(k, len(v.ah), []string{"AH", "OWNER", "PD", "DGID", "SL", "HOP_LIMIT", "TCLASS", "FLOW", "SGID_INDEX"}, func(i int) []string {
@@ -743,7 +768,9 @@ func (r *qpRow) cells(u users, rates bool) []string {
 		peer, gid = fmt.Sprint(*r.PeerQPN), r.PeerGID
 	}
 	rq := "srq"
-	if r.RQ != nil {
+	if r.Type == "xrc_send" || r.Type == "xrc_recv" {
+		rq = "-" // no receive queue (an XRC_RECV QP's messages go to XRC SRQs)
+	} else if r.RQ != nil {
 		rq = fmt.Sprintf("%d/%d", r.RQ.Posted, r.RQ.Depth)
 	}
 	naks := func(n nakCounts) string {
