@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"rdmafs/qp"
+	"rdmafs/roce"
 )
 
 // xrcEnv is one XRC connection on an env: a domain with two XRC SRQs
@@ -26,8 +27,12 @@ type xrcEnv struct {
 	otherRecvs int
 }
 
-func newXRC(t *testing.T) *xrcEnv {
-	e := &xrcEnv{env: newEnv(t)}
+func newXRC(t *testing.T) *xrcEnv { return xrcOn(newEnv(t)) }
+
+// xrcOn sets the XRC connection up on env.
+func xrcOn(env *env) *xrcEnv {
+	e := &xrcEnv{env: env}
+	t := env.t
 	var err error
 	if e.xrcd, err = e.d.OpenXRCD(0, nil, nil, false, false); err != nil {
 		t.Fatal(err)
@@ -246,3 +251,67 @@ func TestXRCDShared(t *testing.T) {
 type countCloser struct{ n int }
 
 func (c *countCloser) Close() error { c.n++; return nil }
+
+// FuzzXRCReceive hands arbitrary IB bytes, as a packet from the XRC_SEND
+// QP's address and QPN, to the device that holds the XRC_RECV QP: every
+// opcode, XRCETH number and PSN the parser accepts. The device must not
+// panic, the other domain's SRQ must keep its WQE, and nothing lands
+// outside the named SRQ's PD.
+func FuzzXRCReceive(f *testing.F) {
+	for _, p := range []roce.Packet{
+		{Opcode: roce.XRCSendOnly, PSN: 500, XRCSRQ: 1, AckReq: true, Payload: []byte("hello")},
+		{Opcode: roce.XRCSendFirst, PSN: 500, XRCSRQ: 2, Payload: make([]byte, 1024)},
+		{Opcode: roce.XRCSendLast, PSN: 501, XRCSRQ: 1, Payload: []byte("x")},
+		{Opcode: roce.XRCWriteOnly, PSN: 500, XRCSRQ: 1, VA: 10, RKey: 0, DMALen: 4, Payload: []byte("abcd")},
+		{Opcode: roce.XRCReadRequest, PSN: 500, XRCSRQ: 2, VA: 0, DMALen: 4096},
+		{Opcode: roce.XRCFetchAdd, PSN: 499, XRCSRQ: 3, VA: 8, SwapAdd: 1},
+		{Opcode: roce.XRCAcknowledge, PSN: 500, MSN: 1},
+		{Opcode: roce.XRCSendOnly, PSN: 500, XRCSRQ: 0xFFFFFF},
+	} {
+		p.DestQP = 0 // the harness aims it at the target
+		b, err := p.AppendIB(nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e := xrcOn(buildEnv(t, false))
+		other, err := e.d.OpenXRCD(0, nil, nil, false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os := e.xrcSRQ(other, e.cq(4))
+		foreign := e.foreignMR(4096, rwAccess)
+		e.postSRQ(os, fmt.Sprintf("wr_id=1 sge=%d:0:64", foreign.LKey))
+		e.postSRQ(e.s1, fmt.Sprintf("wr_id=2 sge=%d:0:2048", e.dst.LKey))
+		var rp roce.Packet
+		if roce.ParseIB(b, &rp) != nil {
+			return
+		}
+		d := e.d
+		d.mu.Lock()
+		p := d.poolLocked(nil).get()
+		p.Packet = rp
+		p.own() // the fuzzer's bytes are not the packet's to keep
+		p.buf = append(p.buf[:0], rp.Payload...)
+		p.Payload = p.buf
+		p.DestQP = e.tgt.QPN
+		p.sgid, p.dgid = d.cfg.GID, d.cfg.GID
+		p.srcQPN, p.local = e.ini.QPN, true
+		d.receiveLocked(p, nil)
+		d.mu.Unlock()
+		e.quiesce()
+		if os.Attr().Pending != 1 {
+			t.Fatal("a WQE of another domain's SRQ was taken")
+		}
+		for i, c := range foreign.Mem()[:64] {
+			if c != 0 {
+				t.Fatalf("byte %d of another PD's MR changed", i)
+			}
+		}
+		if err := e.tgt.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
