@@ -320,6 +320,7 @@ func (d *Device) createQPLocked(op string, owner Owner, req qp.CreateQP, pd *PD,
 	q.initLocked()
 	if dom != nil {
 		dom.users++
+		q.holders = 1 // its maker's (Hold, Unhold)
 		q.Cap.MaxSendWR, q.Cap.MaxSendSGE, q.Cap.MaxInlineData = 0, 0, 0
 		q.attr.Cap = q.Cap
 	} else {

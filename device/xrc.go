@@ -224,9 +224,12 @@ func (d *Device) OpenQP(owner Owner, xrcd, qpn uint32) (*QP, error) {
 	return q, nil
 }
 
-// Hold and Unhold count the holders of an XRC_RECV QP (the leases of the
-// contexts that created or opened it). Unhold reports whether that was
-// the last holder, when the QP is to be destroyed.
+// Hold and Unhold count the holders of an XRC_RECV QP: its maker from its
+// creation, and each context that opened it (the file system: each lease
+// that names it but the maker's first, which carries the maker's hold).
+// Unhold reports whether that was the last holder, when the QP is to be
+// destroyed: a QP made outside any lease (a shell's) is not destroyed by
+// others letting go of it.
 func (q *QP) Hold() {
 	q.dev.mu.Lock()
 	q.holders++

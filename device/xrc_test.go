@@ -210,8 +210,7 @@ func TestXRCDShared(t *testing.T) {
 	if _, err := e.d.OpenQP(2000, a.Handle, q.QPN); Errno(err) != syscall.EACCES {
 		t.Fatalf("open_qp through another uid's handle: %v", err)
 	}
-	q.Hold()
-	q.Hold()
+	q.Hold() // the opener; its maker holds it from its creation
 	if q.Unhold() || !q.Unhold() {
 		t.Fatal("holders miscounted")
 	}

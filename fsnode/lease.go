@@ -28,6 +28,10 @@ import (
 // the device's object limits). A write that would go beyond is ENOSPC and
 // adds nothing. The reason of a failed write is the listing's last line,
 // "error: REASON", until the next write succeeds.
+//
+// An object with holders (an XRC_RECV QP, xrc.go) is destroyed by a
+// lease's end only when no other holder is left; "close KIND NAME" lets
+// go of one object before the lease ends (ibv_destroy_qp of such a QP).
 
 // leaseOrder is the destruction order: dependents before what they use.
 // CM ids go first (their peers get REJ or DREQ while the QP still
@@ -143,7 +147,7 @@ func (h *leaseHandle) write(data []byte, uid uint32) (uint32, error) {
 	for _, l := range fresh {
 		h.held = append(h.held, l)
 		h.has[l.obj] = struct{}{}
-		if l.obj.hold != nil {
+		if l.obj.hold != nil && !(uid == l.obj.uid && l.obj.makerHold.CompareAndSwap(true, false)) {
 			l.obj.hold()
 		}
 	}

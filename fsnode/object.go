@@ -31,6 +31,10 @@ type object struct {
 	hold    func()
 	unhold  func() (last bool)
 	mayHold func(uid uint32) bool
+	// makerHold is set while the hold the object's maker has from its
+	// creation is in no lease yet: the maker's first lease of it takes
+	// that hold over instead of adding one.
+	makerHold atomic.Bool
 	// gone is set once destroy succeeded (a lease drops the object).
 	gone atomic.Bool
 

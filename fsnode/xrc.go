@@ -88,12 +88,13 @@ func (t *tree) openQP(ctx context.Context, req qp.CreateQP) (string, error) {
 	return fmt.Sprint(q.QPN), nil
 }
 
-// xrcRecvHooks makes an XRC_RECV QP's object live by its holders: each
-// lease that names it holds it, a lease's "close qp N" or its end lets go,
-// and the last to let go destroys it; a user who holds its domain may
-// hold it too.
+// xrcRecvHooks makes an XRC_RECV QP's object live by its holders: its
+// maker (whose first lease of it carries that hold) and each other lease
+// that names it; a lease's "close qp N" or its end lets go, and the last
+// to let go destroys it. A user who holds its domain may lease it too.
 func xrcRecvHooks(o *object, q *device.QP) {
 	o.hold = q.Hold
 	o.unhold = q.Unhold
+	o.makerHold.Store(true)
 	o.mayHold = func(uid uint32) bool { return q.MayHold(device.Owner(uid)) }
 }
