@@ -3,6 +3,7 @@ package device
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -313,4 +314,28 @@ func FuzzXRCReceive(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// XRC domain handles have the bounds of PDs: max_pd of them, and a user
+// other than root its share.
+func TestXRCDBounds(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxPD = 8 })
+	for i := 0; i < 2; i++ {
+		if _, err := e.d.OpenXRCD(1000, nil, nil, false, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pin := &countCloser{}
+	_, err := e.d.OpenXRCD(1000, &FileKey{Ino: 5}, pin, true, false)
+	if Errno(err) != syscall.ENOMEM || !strings.Contains(err.Error(), "max_xrcd per user") || pin.n != 1 {
+		t.Fatalf("third handle of uid 1000: %v (file reference closed %d times)", err, pin.n)
+	}
+	for i := 0; i < 6; i++ {
+		if _, err := e.d.OpenXRCD(0, nil, nil, false, false); err != nil {
+			t.Fatalf("root's handle %d: %v", i, err)
+		}
+	}
+	if _, err := e.d.OpenXRCD(0, nil, nil, false, false); Errno(err) != syscall.ENOMEM {
+		t.Fatalf("past max_pd: %v", err)
+	}
 }
