@@ -106,30 +106,18 @@ static bool reliable_sender(enum ibv_qp_type t) { return t == IBV_QPT_RC || t ==
 /* An XRC_RECV QP: made with its domain alone, no rings, no PD or CQs. */
 static struct ibv_qp *create_xrc_recv(struct ibv_context *context, struct ibv_qp_init_attr_ex *init)
 {
-	struct rf_context *ctx = to_rctx(context);
-	struct rf_qp *qp;
 	char req[96];
-	uint32_t qpn;
-	int err;
+	struct ibv_qp *q;
 
 	if (!(init->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !init->xrcd || init->xrcd->context != context) {
 		errno = EINVAL;
 		return NULL;
 	}
-	qp = calloc(1, sizeof(*qp));
-	if (!qp) {
-		errno = ENOMEM;
-		return NULL;
-	}
 	snprintf(req, sizeof(req), "qp_type=xrc_recv xrcd=%u", to_rxrcd(init->xrcd)->handle);
-	if ((err = rf_transact(ctx, "qp", req, &qpn))) {
-		free(qp);
-		errno = err;
-		return NULL;
-	}
-	rf_qp_init_xrc_recv(ctx, qp, qpn, init->qp_context);
-	memset(&init->cap, 0, sizeof(init->cap));
-	return &qp->qpx.qp_base;
+	q = rf_xrc_recv_qp(to_rctx(context), req, init->qp_context);
+	if (q)
+		memset(&init->cap, 0, sizeof(init->cap));
+	return q;
 }
 
 #define RF_QP_EX_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \

@@ -300,7 +300,7 @@ struct ibv_xrcd *rf_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr
 int rf_close_xrcd(struct ibv_xrcd *xrcd);
 int rf_get_srq_num(struct ibv_srq *srq, uint32_t *num);
 struct ibv_qp *rf_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *attr);
-void rf_qp_init_xrc_recv(struct rf_context *ctx, struct rf_qp *qp, uint32_t qpn, void *qp_context);
+struct ibv_qp *rf_xrc_recv_qp(struct rf_context *ctx, const char *req, void *qp_context);
 int rf_close_xrc_recv(struct rf_context *ctx, uint32_t qpn);
 
 #endif

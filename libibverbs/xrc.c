@@ -79,12 +79,8 @@ int rf_get_srq_num(struct ibv_srq *srq, uint32_t *num)
  * from then on; ibv_destroy_qp lets go (qp.c). */
 struct ibv_qp *rf_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr)
 {
-	struct rf_context *ctx = to_rctx(context);
 	uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
 	char req[96];
-	struct rf_qp *qp;
-	uint32_t qpn;
-	int err;
 
 	if ((attr->comp_mask & need) != need || (attr->comp_mask & ~(need | IBV_QP_OPEN_ATTR_CONTEXT)) ||
 	    !attr->xrcd || attr->xrcd->context != context) {
@@ -95,29 +91,33 @@ struct ibv_qp *rf_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *
 		errno = EINVAL;
 		return NULL;
 	}
-	qp = calloc(1, sizeof(*qp));
+	snprintf(req, sizeof(req), "qp_type=xrc_recv xrcd=%u open=%u", to_rxrcd(attr->xrcd)->handle, attr->qp_num);
+	return rf_xrc_recv_qp(to_rctx(context), req,
+			      (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : NULL);
+}
+
+/* rf_xrc_recv_qp makes or opens an XRC_RECV QP by the qp/new request req
+ * and fills its library side: no rings, no PD or CQs (an XRC SRQ's serve
+ * each message). Its state is read back, since an opened one may be past
+ * RESET. */
+struct ibv_qp *rf_xrc_recv_qp(struct rf_context *ctx, const char *req, void *qp_context)
+{
+	struct rf_qp *qp = calloc(1, sizeof(*qp));
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr init;
+	uint32_t qpn;
+	int err;
+
 	if (!qp) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	snprintf(req, sizeof(req), "qp_type=xrc_recv xrcd=%u open=%u", to_rxrcd(attr->xrcd)->handle, attr->qp_num);
 	if ((err = rf_transact(ctx, "qp", req, &qpn))) {
 		free(qp);
 		errno = err;
 		return NULL;
 	}
-	rf_qp_init_xrc_recv(ctx, qp, qpn, (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : NULL);
-	return &qp->qpx.qp_base;
-}
-
-/* rf_qp_init_xrc_recv fills an XRC_RECV QP's library side: no rings, no
- * PD or CQs (an XRC SRQ's serve each message). Its state is read back,
- * since an opened one may be past RESET. */
-void rf_qp_init_xrc_recv(struct rf_context *ctx, struct rf_qp *qp, uint32_t qpn, void *qp_context)
-{
 	struct ibv_qp *q = &qp->qpx.qp_base;
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr init;
 
 	qp->qpn = qpn;
 	qp->sq.fd = -1;
@@ -135,6 +135,7 @@ void rf_qp_init_xrc_recv(struct rf_context *ctx, struct rf_qp *qp, uint32_t qpn,
 	if (!ibv_query_qp(q, &a, IBV_QP_STATE, &init))
 		q->state = a.qp_state;
 	rf_track(ctx, RF_QP, qpn, qp);
+	return q;
 }
 
 /* rf_close_xrc_recv lets go of an XRC_RECV QP: through the lease, which

@@ -53,6 +53,21 @@ func pcapOf(t *testing.T, dgs ...[]byte) []byte {
 	return b.Bytes()
 }
 
+// datagramOf is p as a RoCEv2 datagram from src:sport to dst.
+func datagramOf(t *testing.T, src, dst netip.Addr, sport uint16, p roce.Packet) []byte {
+	t.Helper()
+	p.PKey = 0xFFFF
+	ib, err := p.AppendIB(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := roce.BuildIPv4(src, dst, sport, ib, 0, 0, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // traceOf runs a tracer over a pcap stream to its end and returns its
 // output lines.
 func traceOf(t *testing.T, tr *tracer, pcap []byte) []string {
@@ -77,16 +92,7 @@ func TestTraceDecode(t *testing.T) {
 	us, them, other := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3")
 	const qpn, peer = 17, 0x99
 	dg := func(src, dst netip.Addr, sport uint16, p roce.Packet) []byte {
-		p.PKey = 0xFFFF
-		ib, err := p.AppendIB(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := roce.BuildIPv4(src, dst, sport, ib, 0, 0, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return datagramOf(t, src, dst, sport, p)
 	}
 	mine, theirs := roce.QPSourcePort(qpn), roce.QPSourcePort(peer)
 	out := func(p roce.Packet) []byte { p.DestQP = peer; return dg(us, them, mine, p) }
@@ -209,16 +215,7 @@ func TestTraceDecodeUD(t *testing.T) {
 func TestTraceDecodeXRC(t *testing.T) {
 	us, them := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
 	dg := func(src, dst netip.Addr, sport uint16, p roce.Packet) []byte {
-		p.PKey = 0xFFFF
-		ib, err := p.AppendIB(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := roce.BuildIPv4(src, dst, sport, ib, 0, 0, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return datagramOf(t, src, dst, sport, p)
 	}
 	pcap := pcapOf(t,
 		dg(us, them, roce.QPSourcePort(17), roce.Packet{Opcode: roce.XRCSendOnly, DestQP: 30, PSN: 5, XRCSRQ: 3, AckReq: true, Payload: make([]byte, 64)}),
