@@ -43,7 +43,7 @@ func (t *tree) createXRCD(ctx context.Context, text string) (string, error) {
 	o.destroy = x.Close
 	t.publish(ctx, o, func() string {
 		_, shared := x.Shared()
-		return lines("shared", boolNum(shared))
+		return qp.FormatXRCDAttr(&qp.XRCDAttr{Shared: shared})
 	})
 	return o.name, nil
 }

@@ -118,9 +118,13 @@ func (t Type) Reliable() bool { return t == TypeRC || t == TypeXRCSend || t == T
 // XRC reports whether t is one of the two XRC types.
 func (t Type) XRC() bool { return t == TypeXRCSend || t == TypeXRCRecv }
 
+// Types lists the QP types rdmafs implements, in numeric order: the one
+// list ParseType and the C library's tables (qp/internal/ctext) follow.
+func Types() []Type { return []Type{TypeRC, TypeUC, TypeUD, TypeXRCSend, TypeXRCRecv} }
+
 // ParseType accepts rc, uc, ud, xrc_send, xrc_recv in any case.
 func ParseType(s string) (Type, bool) {
-	for _, t := range []Type{TypeRC, TypeUC, TypeUD, TypeXRCSend, TypeXRCRecv} {
+	for _, t := range Types() {
 		if equalFold(s, t.String()) {
 			return t, true
 		}
@@ -409,6 +413,14 @@ const (
 	MigRearm    MigState = 1
 	MigArmed    MigState = 2
 )
+
+// String is the name attr and modify use: migrated, rearm or armed.
+func (m MigState) String() string {
+	if int(m) < len(textMigNames) {
+		return textMigNames[m]
+	}
+	return fmt.Sprintf("MigState(%d)", uint8(m))
+}
 
 // SGE is one scatter/gather element (ibv_sge); Addr is in the MR's iova space.
 type SGE struct {

@@ -126,14 +126,12 @@ func (q *QP) closeXRCRecv() error {
 // for an SRQ that is not an XRC SRQ).
 func (s *SRQ) Num() (uint32, error) {
 	const op = "get_srq_num"
-	m, err := s.ctx.keyValues(op, "srq", hname(s.Handle), "attr")
+	a, err := readParsed(s.ctx, op, qp.ParseSRQAttr, "srq", hname(s.Handle), "attr")
 	if err != nil {
 		return 0, err
 	}
-	d := kv{op: op, m: m}
-	if _, ok := m["srq_num"]; !ok {
+	if a.SRQNum == 0 {
 		return 0, errorf(op, syscall.EINVAL, "srq %d is not an XRC SRQ", s.Handle)
 	}
-	n := d.u32("srq_num")
-	return n, d.err
+	return a.SRQNum, nil
 }
