@@ -39,7 +39,7 @@ func (q *QP) firstOpenLocked() uint32 {
 // completeResponseLocked handles an ACK, NAK, read response or atomic
 // acknowledgement arriving for this QP's requester (rxe_comp.c's job).
 func (q *QP) completeResponseLocked(p *packet) {
-	if q.Type != qp.TypeRC || !q.attr.QPState.CanPostSend() || q.attr.QPState == qp.StateErr {
+	if !q.Type.Reliable() || !q.attr.QPState.CanPostSend() || q.attr.QPState == qp.StateErr {
 		q.dropLocked(p)
 		return
 	}

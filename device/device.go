@@ -473,6 +473,10 @@ type objects struct {
 	cqs  table[CQ]      // lockcheck:guarded Device.mu
 	srqs table[SRQ]     // lockcheck:guarded Device.mu
 	qps  map[uint32]*QP // by QPN; lockcheck:guarded Device.mu
+	// xrcds are the XRC domain handles, xrcDomains the domains of files
+	// by inode (xrc.go).
+	xrcds      table[XRCD]            // lockcheck:guarded Device.mu
+	xrcDomains map[FileKey]*xrcDomain // lockcheck:guarded Device.mu
 	// mcast are the multicast groups by MGID, mcastAttached their
 	// attachments (mcast.go); changed under all of Device.mu.
 	mcast         map[[16]byte]*mcGroup // lockcheck:guarded Device.mu
@@ -501,6 +505,8 @@ func New(cfg Config) (*Device, error) {
 	objs.ahs.init()
 	objs.cqs.init()
 	objs.srqs.init()
+	objs.xrcds.init()
+	objs.xrcDomains = map[FileKey]*xrcDomain{}
 	objs.events.init()
 	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock, clockBase: cfg.Clock.Now()}
 	d.mu.init(cfg.Engines)
@@ -602,6 +608,7 @@ const (
 	capRCRNRNakGen   = 1 << 12
 	capSRQResize     = 1 << 13
 	capMemWindow     = 1 << 17
+	capXRC           = 1 << 20 // IBV_DEVICE_XRC (xrc.go)
 	capMemWindowType = 1 << 23 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
 
 	// capAtomicWrite is IB_UVERBS_DEVICE_ATOMIC_WRITE of the kernel's
@@ -609,7 +616,7 @@ const (
 	capAtomicWrite = 1 << 40
 )
 
-const deviceCaps = capBadPKeyCntr | capRCRNRNakGen | capSRQResize | capMemWindow | capMemWindowType
+const deviceCaps = capBadPKeyCntr | capRCRNRNakGen | capSRQResize | capMemWindow | capMemWindowType | capXRC
 
 // Attr is ibv_query_device.
 func (d *Device) Attr() DeviceAttr {

@@ -13,6 +13,8 @@ func transportOf(t qp.Type) roce.Opcode {
 		return roce.TransportUC
 	case qp.TypeUD:
 		return roce.TransportUD
+	case qp.TypeXRCSend, qp.TypeXRCRecv:
+		return roce.TransportXRC
 	}
 	return roce.TransportRC
 }
@@ -236,6 +238,14 @@ func (d *Device) acceptLocked(p *packet, cur *engine) *QP {
 	// (rxe's check_addr).
 	if q == nil || q.destroyed || !engineOpcode(p.Opcode) || p.Opcode&roce.TransportMask != transportOf(q.Type) ||
 		q.Type != qp.TypeUD && p.sgid != q.attr.AH.DGID {
+		d.Counters.DroppedPackets.Add(1)
+		d.poolLocked(cur).put(p)
+		return nil
+	}
+	if q.Type.XRC() && (p.Opcode.Class()&roce.ClassRequest != 0) != (q.Type == qp.TypeXRCRecv) {
+		// Each half of XRC has one direction: requests go to an
+		// XRC_RECV QP, responses to an XRC_SEND QP.
+		q.Counters.Dropped++
 		d.Counters.DroppedPackets.Add(1)
 		d.poolLocked(cur).put(p)
 		return nil

@@ -31,6 +31,11 @@ type QP struct {
 	srq         *SRQ
 	Cap         qp.Cap // actual capacities, as ibv_create_qp reports them
 	SQSigAll    bool
+	// xrcd is an XRC_RECV QP's domain, holders how many leases hold it
+	// (xrc.go). Such a QP has no pd, CQs or srq of its own: they are
+	// those of the XRC SRQ its current message is for (nil before one).
+	xrcd    *xrcDomain
+	holders int
 
 	attr qp.Attr // current attributes; attr.QPState is the state; lockcheck:guarded dev.mu
 
@@ -198,6 +203,8 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 		return nil, errf(op, syscall.EINVAL, "max_send_sge: %d exceeds max_sge %d", c.MaxSendSGE, d.cfg.MaxSGE)
 	case c.MaxInlineData > d.cfg.MaxInlineData:
 		return nil, errf(op, syscall.EINVAL, "max_inline_data: %d exceeds %d", c.MaxInlineData, d.cfg.MaxInlineData)
+	case req.Type == qp.TypeXRCRecv && req.Open != 0:
+		return nil, errf(op, syscall.EINVAL, "open: an existing qp is opened with OpenQP")
 	case req.SRQ == 0 && c.MaxRecvWR > d.cfg.MaxQPWR:
 		return nil, errf(op, syscall.EINVAL, "max_recv_wr: %d exceeds max_qp_wr %d", c.MaxRecvWR, d.cfg.MaxQPWR)
 	case req.SRQ == 0 && c.MaxRecvSGE > d.cfg.MaxSGE:
@@ -205,6 +212,9 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if req.Type == qp.TypeXRCRecv {
+		return d.createQPLocked(op, owner, req, nil, nil, nil, nil)
+	}
 	pd, err := d.openPDLocked(op, req.PD, owner)
 	if err != nil {
 		return nil, err
@@ -213,9 +223,11 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	rcq, err := useLocked(&d.cqs, op, "recv_cq: cq", req.RecvCQ, owner)
-	if err != nil {
-		return nil, err
+	rcq := scq // an xrc_send QP receives nothing: its recv_cq is only held
+	if req.RecvCQ != 0 || req.Type != qp.TypeXRCSend {
+		if rcq, err = useLocked(&d.cqs, op, "recv_cq: cq", req.RecvCQ, owner); err != nil {
+			return nil, err
+		}
 	}
 	var srq *SRQ
 	if req.SRQ != 0 {
@@ -225,8 +237,24 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 		if srq.PD != pd {
 			return nil, errf(op, syscall.EINVAL, "srq: %d is on pd %d, not pd %d", req.SRQ, srq.PD.Handle, pd.Handle)
 		}
-		if req.Type == qp.TypeUC && false {
-			// IBA allows SRQs with RC, UC and UD alike.
+		if srq.xrcd != nil {
+			return nil, errf(op, syscall.EINVAL, "srq: %d is an XRC SRQ; only XRC_RECV QPs of its domain reach it", req.SRQ)
+		}
+		// IBA allows SRQs with RC, UC and UD alike.
+	}
+	return d.createQPLocked(op, owner, req, pd, scq, rcq, srq)
+}
+
+// createQPLocked is CreateQP past the lookups: pd, scq, rcq and srq are
+// the objects the request names (all nil for an XRC_RECV QP, which names
+// its domain instead).
+func (d *Device) createQPLocked(op string, owner Owner, req qp.CreateQP, pd *PD, scq, rcq *CQ, srq *SRQ) (*QP, error) {
+	c := req.Cap
+	var dom *xrcDomain
+	if req.Type == qp.TypeXRCRecv {
+		var err error
+		if dom, err = d.xrcRecvDomainLocked(op, req.XRCD, owner); err != nil {
+			return nil, err
 		}
 	}
 	if err := admitLocked(d, op, "qp", d.qps, d.cfg.MaxQP, owner); err != nil {
@@ -237,7 +265,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 		return nil, errf(op, syscall.ENOMEM, "no free QPN")
 	}
 	q := &QP{dev: d, QPN: qpn, Owner: owner, Type: req.Type, pd: pd, sendCQ: scq, recvCQ: rcq,
-		srq: srq, SQSigAll: req.SQSigAll}
+		srq: srq, SQSigAll: req.SQSigAll, xrcd: dom}
 	q.home.Store(d.nextEngineLocked())
 
 	// Send ring: rxe's sizing (ring package doc); the slack of the power of
@@ -247,6 +275,7 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	capSGE = min(capSGE, d.cfg.MaxSGE)
 	capInline = min(capInline, d.cfg.MaxInlineData)
 	q.Cap = qp.Cap{MaxSendWR: sqSlots, MaxSendSGE: capSGE, MaxInlineData: capInline}
+	var err error
 	q.sqRegion, err = ring.NewRegion(fmt.Sprintf("rdmafs-qp%d-sq", qpn), ring.Size(sqSlot, sqSlots))
 	if err != nil {
 		return nil, errf(op, syscall.ENOMEM, "send queue: %v", err)
@@ -259,7 +288,12 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	// Nobody watches a new SQ: the first post rings the doorbell.
 	q.sq.SetNeedWakeup(true)
 	q.swq = make([]sendWQE, ring.SlotCount(sqSlots+d.cfg.ReservedOps))
-	if srq == nil {
+	if req.Type.XRC() {
+		// No receive queue: an XRC_SEND QP receives nothing, an
+		// XRC_RECV QP takes WQEs from XRC SRQs. (An XRC_RECV QP's SQ
+		// of one slot is never shown: it sends only responses.)
+		q.Cap.MaxRecvWR, q.Cap.MaxRecvSGE = 0, 0
+	} else if srq == nil {
 		rqSlots := ring.SlotCount(max(c.MaxRecvWR, 1))
 		rqSlot, capRSGE := ring.RecvSlotSize(max(c.MaxRecvSGE, 1))
 		capRSGE = min(capRSGE, d.cfg.MaxSGE)
@@ -284,9 +318,16 @@ func (d *Device) CreateQP(owner Owner, req qp.CreateQP) (*QP, error) {
 	q.attr.PathMTU = d.cfg.ActiveMTU
 	q.attr.Cap = q.Cap
 	q.initLocked()
-	pd.users++
-	scq.users++
-	rcq.users++
+	if dom != nil {
+		dom.users++
+		q.holders = 1 // its maker's (Hold, Unhold)
+		q.Cap.MaxSendWR, q.Cap.MaxSendSGE, q.Cap.MaxInlineData = 0, 0, 0
+		q.attr.Cap = q.Cap
+	} else {
+		pd.users++
+		scq.users++
+		rcq.users++
+	}
 	d.qps[qpn] = q
 	return q, nil
 }
@@ -321,14 +362,22 @@ func (q *QP) SQ() *ring.Region { return q.sqRegion }
 func (q *QP) RQ() *ring.Region { return q.rqRegion }
 
 // PD, SendCQ, RecvCQ, SRQ report what the QP was created with.
-func (q *QP) PDHandle() uint32     { return q.pd.Handle }
-func (q *QP) SendCQHandle() uint32 { return q.sendCQ.Handle }
-func (q *QP) RecvCQHandle() uint32 { return q.recvCQ.Handle }
+// An XRC_RECV QP has none of them (0).
+func (q *QP) PDHandle() uint32     { return q.handleOf(func() uint32 { return q.pd.Handle }) }
+func (q *QP) SendCQHandle() uint32 { return q.handleOf(func() uint32 { return q.sendCQ.Handle }) }
+func (q *QP) RecvCQHandle() uint32 { return q.handleOf(func() uint32 { return q.recvCQ.Handle }) }
 func (q *QP) SRQHandle() uint32 {
-	if q.srq == nil {
+	if q.srq == nil || q.Type == qp.TypeXRCRecv {
 		return 0
 	}
 	return q.srq.Handle
+}
+
+func (q *QP) handleOf(h func() uint32) uint32 {
+	if q.Type == qp.TypeXRCRecv {
+		return 0
+	}
+	return h()
 }
 
 // State is the QP's current state.
@@ -611,6 +660,11 @@ func (q *QP) liveLocked(op string) error {
 func (q *QP) releaseLocked() {
 	q.dropQueuedLocked()
 	q.reqIn, q.respIn = nil, nil
+	if q.Type == qp.TypeXRCRecv {
+		q.xrcd.users--
+		q.srq, q.recvCQ, q.pd = nil, nil, nil
+		return
+	}
 	q.pd.users--
 	q.sendCQ.users--
 	q.recvCQ.users--
@@ -723,6 +777,9 @@ func (q *QP) PostRecv(wrs []qp.RecvWR) (int, error) {
 		return 0, err
 	}
 	st := q.attr.QPState
+	if q.Type.XRC() {
+		return 0, errf(op, syscall.EINVAL, "qp %d is %v: it has no receive queue", q.QPN, q.Type)
+	}
 	if q.srq != nil {
 		return 0, errf(op, syscall.EINVAL, "qp %d receives from srq %d; post to the srq", q.QPN, q.srq.Handle)
 	}

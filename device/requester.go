@@ -260,7 +260,7 @@ func (q *QP) requesterLocked() bool {
 				q.reqIdx++
 				continue
 			}
-			if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= window {
+			if q.Type.Reliable() && q.req.psn.Sub(q.comp.psn) >= window {
 				return false
 			}
 			w.firstPSN = q.req.psn
@@ -282,7 +282,7 @@ func (q *QP) requesterLocked() bool {
 			q.reqIdx++
 			continue
 		}
-		if q.Type == qp.TypeRC && q.req.psn.Sub(q.comp.psn) >= window {
+		if q.Type.Reliable() && q.req.psn.Sub(q.comp.psn) >= window {
 			return false
 		}
 		if apart != nil && apart.inboxLen() >= maxQueuedPackets/2 {
@@ -347,6 +347,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	} else {
 		p.dgid = q.attr.AH.DGID
 		p.DestQP = q.attr.DestQPNum
+		p.XRCSRQ = w.wr.RemoteQPN & roce.QPNMask // XRC_SEND: the remote XRC SRQ (0 and unused otherwise)
 	}
 	trans := transportOf(q.Type)
 	op := w.wr.Opcode
@@ -408,7 +409,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 			}
 			if p.mr == nil {
 				p.buf = p.Payload[:0]
-			} else if q.Type != qp.TypeRC {
+			} else if !q.Type.Reliable() {
 				// UC and UD complete the WQE as soon as its last packet
 				// is out, before the receiver has run: the client may
 				// then reuse the buffer, so the packet needs its own
@@ -429,14 +430,14 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 			p.SE = w.wr.SendFlags&qp.SendSolicited != 0 && (w.info.Send || w.info.Imm)
 		}
 		q.req.sinceAck += int(span)
-		p.AckReq = q.Type == qp.TypeRC && (last || q.req.sinceAck >= maxPktsPerAck)
+		p.AckReq = q.Type.Reliable() && (last || q.req.sinceAck >= maxPktsPerAck)
 		if p.AckReq {
 			q.req.sinceAck = 0
 		}
 		q.req.psn = q.req.psn.Add(span)
 		w.sent += uint64(n)
 		if last {
-			if q.Type == qp.TypeRC {
+			if q.Type.Reliable() {
 				w.state = wqePending
 			} else {
 				w.state = wqeDone // UC and UD complete once sent
@@ -446,7 +447,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	}
 	q.Counters.PacketsSent += uint64(p.npsn())
 	q.Counters.BytesSent += uint64(len(p.Payload))
-	if q.Type == qp.TypeRC {
+	if q.Type.Reliable() {
 		q.armRetryLocked()
 	}
 	q.eng().xmitLocked(p)

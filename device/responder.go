@@ -77,6 +77,9 @@ func (q *QP) respondLocked(p *packet) {
 		return
 	}
 	q.Counters.PacketsRecv += uint64(p.npsn())
+	if q.Type == qp.TypeXRCRecv && !q.xrcSelectLocked(p) {
+		return
+	}
 	switch q.Type {
 	case qp.TypeUD:
 		q.respondUDLocked(p)
@@ -125,7 +128,7 @@ func (q *QP) flushAckLocked() {
 // current ones, which for a coalesced ACK are those of its last message.
 func (q *QP) sendAETHLocked(psn qp.PSN, syndrome uint8) {
 	r := q.eng().pool.get()
-	r.Opcode = roce.TransportRC | roce.OpAcknowledge
+	r.Opcode = transportOf(q.Type) | roce.OpAcknowledge
 	r.setPSN(psn)
 	r.Syndrome = syndrome
 	switch syndrome {
@@ -419,6 +422,9 @@ func (r *respState) wroteLocked(va uint64, rkey uint32, n uint64) {
 // postRecvCQELocked writes a receive completion; an overflowing CQ takes
 // the QP to ERR (rdmavt's rvt_recv_cq).
 func (q *QP) postRecvCQELocked(wc *qp.WC, se bool) {
+	if q.recvCQ == nil {
+		return // an XRC_RECV QP whose XRC SRQ (and its WQE) is gone
+	}
 	if !q.recvCQ.postLocked(wc, se || wc.Status != qp.WCSuccess, q.eng()) && wc.Status != qp.WCWRFlushErr {
 		q.enterErrLocked()
 	}
@@ -684,13 +690,13 @@ func (q *QP) readReplyPacketLocked(r *respResource, i, k, n uint32, mtu uint64) 
 	rp := q.eng().pool.get()
 	switch {
 	case i == 0 && k == n:
-		rp.Opcode = roce.TransportRC | roce.OpReadResponseOnly
+		rp.Opcode = transportOf(q.Type) | roce.OpReadResponseOnly
 	case i == 0:
-		rp.Opcode = roce.TransportRC | roce.OpReadResponseFirst
+		rp.Opcode = transportOf(q.Type) | roce.OpReadResponseFirst
 	case i+k == n:
-		rp.Opcode = roce.TransportRC | roce.OpReadResponseLast
+		rp.Opcode = transportOf(q.Type) | roce.OpReadResponseLast
 	default:
-		rp.Opcode = roce.TransportRC | roce.OpReadResponseMiddle
+		rp.Opcode = transportOf(q.Type) | roce.OpReadResponseMiddle
 	}
 	if k > 1 {
 		rp.span = uint16(k)
@@ -780,7 +786,7 @@ func (q *QP) respAtomicLocked(p *packet) {
 
 func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
 	r := q.eng().pool.get()
-	r.Opcode = roce.TransportRC | roce.OpAtomicAcknowledge
+	r.Opcode = transportOf(q.Type) | roce.OpAtomicAcknowledge
 	r.setPSN(psn)
 	r.Syndrome = q.creditCodeLocked()
 	r.MSN = q.resp.msn & 0xFFFFFF
@@ -831,7 +837,7 @@ func (q *QP) respAtomicWriteLocked(p *packet) {
 // with an AETH and no payload.
 func (q *QP) atomicWriteAckLocked(psn qp.PSN) {
 	r := q.eng().pool.get()
-	r.Opcode = roce.TransportRC | roce.OpReadResponseOnly
+	r.Opcode = transportOf(q.Type) | roce.OpReadResponseOnly
 	r.setPSN(psn)
 	r.Syndrome = q.creditCodeLocked()
 	r.MSN = q.resp.msn & 0xFFFFFF

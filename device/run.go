@@ -157,6 +157,9 @@ func (q *QP) flushRecvLocked() {
 	if q.resp.haveRWQE {
 		q.completeRecvLocked(qp.WCWRFlushErr, 0, 0, 0, false)
 	}
+	if q.Type.XRC() {
+		return // no receive queue; an XRC SRQ's WQEs stay for the domain's other QPs
+	}
 	if q.srq != nil {
 		if !q.lastWQE {
 			q.lastWQE = true

@@ -27,6 +27,11 @@ type SRQ struct {
 	ring   *ring.Ring     // lockcheck:guarded dev.mu|postMu
 	cons   *ring.Consumer // engine side; lockcheck:guarded dev.mu lockcheck:guarded takeMu
 	users  int            // QPs attached; lockcheck:guarded dev.mu
+	// xrcd and cq are an XRC SRQ's domain and CQ (nil for a basic SRQ):
+	// XRC_RECV QPs of the domain put messages into it and their receive
+	// completions into cq (xrc.go). Set at creation.
+	xrcd *xrcDomain
+	cq   *CQ
 	// takeMu serializes the engines' turns that take from the SRQ (a
 	// verb holds all of Device.mu and needs it not).
 	takeMu sync.Mutex
@@ -54,6 +59,13 @@ func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
 	if err != nil {
 		return nil, err
 	}
+	var dom *xrcDomain
+	var cq *CQ
+	if req.XRC {
+		if dom, cq, err = d.xrcSRQLocked(op, req, owner); err != nil {
+			return nil, err
+		}
+	}
 	if err := admitLocked(d, op, "srq", d.srqs.m, d.cfg.MaxSRQ, owner); err != nil {
 		return nil, err
 	}
@@ -68,9 +80,13 @@ func (d *Device) CreateSRQ(owner Owner, req qp.CreateSRQ) (*SRQ, error) {
 		return nil, errf(op, syscall.ENOMEM, "%v", err)
 	}
 	srq := &SRQ{dev: d, Owner: owner, PD: pd, MaxWR: slots, MaxSGE: capSGE, Limit: req.SRQLimit,
-		region: region, ring: r, cons: ring.NewConsumer(r)}
+		region: region, ring: r, cons: ring.NewConsumer(r), xrcd: dom, cq: cq}
 	srq.Handle = d.srqs.add(srq)
 	pd.users++
+	if dom != nil {
+		dom.users++
+		cq.users++
+	}
 	return srq, nil
 }
 
@@ -226,6 +242,7 @@ func (s *SRQ) usersLocked() (int, string) { return s.users, "srq %d has %d QPs a
 
 // releaseLocked runs under postMu too (Destroy), which guards gone.
 func (s *SRQ) releaseLocked() {
+	s.releaseXRCLocked()
 	s.PD.users--
 	s.gone = true
 	s.region.Close()

@@ -3,6 +3,7 @@ package fsnode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,11 +28,15 @@ import (
 // the device's object limits). A write that would go beyond is ENOSPC and
 // adds nothing. The reason of a failed write is the listing's last line,
 // "error: REASON", until the next write succeeds.
+//
+// An object with holders (an XRC_RECV QP, xrc.go) is destroyed by a
+// lease's end only when no other holder is left; "close KIND NAME" lets
+// go of one object before the lease ends (ibv_destroy_qp of such a QP).
 
 // leaseOrder is the destruction order: dependents before what they use.
 // CM ids go first (their peers get REJ or DREQ while the QP still
 // exists), then their event channels.
-var leaseOrder = map[string]int{"cm": -2, "cm_channel": -1, "qp": 0, "srq": 1, "ah": 2, "mw": 3, "mr": 4, "cq": 5, "pd": 6}
+var leaseOrder = map[string]int{"cm": -2, "cm_channel": -1, "qp": 0, "srq": 1, "ah": 2, "mw": 3, "mr": 4, "cq": 5, "pd": 6, "xrcd": 7}
 
 type leased struct {
 	kind, name string
@@ -94,6 +99,14 @@ func (h *leaseHandle) write(data []byte, uid uint32) (uint32, error) {
 		if len(f) == 0 {
 			continue
 		}
+		if f[0] == "close" {
+			// "close KIND NAME": let go of one object this lease holds
+			// (ibv_destroy_qp of an XRC_RECV QP others may still hold).
+			if strings.Contains(strings.TrimSpace(text), "\n") {
+				return 0, invalid(op, "close goes alone in its write")
+			}
+			return h.close(f[1:], len(data))
+		}
 		if len(f) != 2 {
 			return 0, invalid(op, "%q: want KIND NAME", clip(line))
 		}
@@ -105,7 +118,7 @@ func (h *leaseHandle) write(data []byte, uid uint32) (uint32, error) {
 		if o == nil {
 			return 0, &device.Error{Op: op, Errno: syscall.ENOENT, Err: fmt.Errorf("no %s %q", f[0], clip(f[1]))}
 		}
-		if uid != 0 && o.uid != uid {
+		if uid != 0 && o.uid != uid && (o.mayHold == nil || !o.mayHold(uid)) {
 			return 0, &device.Error{Op: op, Errno: syscall.EACCES, Err: fmt.Errorf("%s %s belongs to another user", f[0], f[1])}
 		}
 		add = append(add, leased{f[0], f[1], o})
@@ -134,8 +147,35 @@ func (h *leaseHandle) write(data []byte, uid uint32) (uint32, error) {
 	for _, l := range fresh {
 		h.held = append(h.held, l)
 		h.has[l.obj] = struct{}{}
+		if l.obj.hold != nil && !(uid == l.obj.uid && l.obj.makerHold.CompareAndSwap(true, false)) {
+			l.obj.hold()
+		}
 	}
 	return uint32(len(data)), nil
+}
+
+// close takes one object out of the lease, as the lease's end would.
+func (h *leaseHandle) close(f []string, n int) (uint32, error) {
+	const op = "lease"
+	if len(f) != 2 {
+		return 0, invalid(op, "want close KIND NAME")
+	}
+	h.mu.Lock()
+	var l leased
+	i := slices.IndexFunc(h.held, func(l leased) bool { return l.kind == f[0] && l.name == f[1] })
+	if i >= 0 {
+		l = h.held[i]
+		h.held = slices.Delete(h.held, i, i+1)
+		delete(h.has, l.obj)
+	}
+	h.mu.Unlock()
+	if i < 0 {
+		return 0, &device.Error{Op: op, Errno: syscall.ENOENT, Err: fmt.Errorf("this lease holds no %s %q", clip(f[0]), clip(f[1]))}
+	}
+	if err := h.t.expireOne(l); err != nil {
+		return 0, err
+	}
+	return uint32(n), nil
 }
 
 // pruneLocked drops the objects destroyed since they were leased.
@@ -209,24 +249,35 @@ func objectIn(kd *dir, name string) *object {
 func (t *tree) expire(held []leased) {
 	sort.SliceStable(held, func(i, j int) bool { return leaseOrder[held[i].kind] < leaseOrder[held[j].kind] })
 	for _, l := range held {
-		kd := t.kinds[l.kind]
-		o := objectIn(kd, l.name)
-		if o == nil || o != l.obj {
-			continue
+		if err := t.expireOne(l); err != nil {
+			l.obj.record("lease", err)
 		}
-		destroy := o.destroy
-		if o.expire != nil {
-			destroy = o.expire
-		}
-		if err := destroy(); err != nil {
-			o.record("lease", err)
-			continue
-		}
-		o.gone.Store(true)
-		for _, c := range o.cleanup {
-			c()
-		}
-		kd.RmChild(l.name)
-		kd.NotifyEntry(l.name)
 	}
+}
+
+// expireOne is a lease letting go of one object: it destroys it, unless
+// other leases still hold it (unhold).
+func (t *tree) expireOne(l leased) error {
+	kd := t.kinds[l.kind]
+	o := objectIn(kd, l.name)
+	if o == nil || o != l.obj {
+		return nil
+	}
+	if o.unhold != nil && !o.unhold() {
+		return nil
+	}
+	destroy := o.destroy
+	if o.expire != nil {
+		destroy = o.expire
+	}
+	if err := destroy(); err != nil {
+		return err
+	}
+	o.gone.Store(true)
+	for _, c := range o.cleanup {
+		c()
+	}
+	kd.RmChild(l.name)
+	kd.NotifyEntry(l.name)
+	return nil
 }

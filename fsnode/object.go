@@ -26,6 +26,17 @@ type object struct {
 	// expire, when set, is what a lease does instead of destroy (a CM
 	// channel takes its ids with it).
 	expire func() error
+	// hold and unhold, when set, count the leases that hold the object
+	// (an XRC_RECV QP, xrc.go): a lease that lets go destroys it only
+	// when unhold says it was the last. mayHold says who besides its
+	// owner may lease it.
+	hold    func()
+	unhold  func() (last bool)
+	mayHold func(uid uint32) bool
+	// makerHold is set while the hold the object's maker has from its
+	// creation is in no lease yet: the maker's first lease of it takes
+	// that hold over instead of adding one.
+	makerHold atomic.Bool
 	// gone is set once destroy succeeded (a lease drops the object).
 	gone atomic.Bool
 

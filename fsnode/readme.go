@@ -45,8 +45,11 @@ lower-case, without the IBV_ prefix.
                     objects (ENOSPC beyond; the reason is the listing's last
                     line, "error: ..."). A read lists what it holds.
                     Only the writer's own objects may be named (root: any),
-                    whoever opened the descriptor it writes.
-  KIND/new          create an object (KIND: pd mr mw cq srq ah qp); see below
+                    whoever opened the descriptor it writes; an xrc_recv QP
+                    also by a user holding its XRC domain. "close KIND NAME"
+                    lets go of one held object (an xrc_recv QP is destroyed
+                    when no lease holds it any more).
+  KIND/new          create an object (KIND: pd mr mw cq srq ah qp xrcd); see below
   KIND/H/           one directory per object (H: handle; for qp, the QPN)
 
 Creating objects (transaction files)
@@ -74,10 +77,21 @@ is at most 256 bytes, in answers and error files alike.
            [wc_flags=completion_timestamp,completion_timestamp_wallclock]
            (each completion then carries the device clock and/or the wall
            clock of its making: completion_ts, completion_wallclock_ns)
-  srq/new  pd=H max_wr=N max_sge=N [srq_limit=N]
+  srq/new  pd=H max_wr=N max_sge=N [srq_limit=N] [srq_type=xrc xrcd=H cq=H]
+           (an XRC SRQ: its receive completions go to cq; attr's srq_num is
+           the number XRC senders name)
+  xrcd/new [fd=N [create=1] [excl=1]]  (ibv_open_xrcd: a private XRC domain,
+           or the domain of the file the writer's descriptor N refers to,
+           shared by every handle on that file; create: make it if there is
+           none (else ENOENT), excl: EINVAL if there is one)
   ah/new   pd=H dgid=GID [sl=N hop_limit=N traffic_class=N flow_label=N sgid_index=0 port_num=1 ...]
   qp/new   pd=H qp_type=rc|uc|ud send_cq=H recv_cq=H [srq=H] max_send_wr=N
            max_recv_wr=N max_send_sge=N max_recv_sge=N [max_inline_data=N] [sq_sig_all=1]
+  qp/new   pd=H qp_type=xrc_send send_cq=H max_send_wr=N max_send_sge=N ...
+           (XRC requester: each send names the remote XRC SRQ, remote_srqn=N)
+  qp/new   qp_type=xrc_recv xrcd=H [open=QPN]  (XRC responder of the domain,
+           no queues; open=QPN answers QPN: ibv_open_qp of the domain's QP.
+           It lives while a lease holds it; "close qp N" in a lease lets go)
 
 Numbers are decimal or 0x hex. rmdir KIND/H destroys the object with the
 verbs rules: EBUSY while other objects depend on it (a PD with MRs or QPs, a
@@ -121,7 +135,7 @@ qp/N/
                wr_id=N sge=LKEY:ADDR:LENGTH (repeatable; ADDR in the MR's iova space)
                send_flags=signaled,fence,solicited,inline imm_data=N invalidate_rkey=N
                remote_addr=N rkey=N compare_add=N swap=N ah=H remote_qpn=N
-               remote_qkey=N inline_data=HEX
+               remote_qkey=N inline_data=HEX remote_srqn=N (xrc_send)
   post_recv  one receive a line: wr_id=N sge=LKEY:ADDR:LENGTH ...
   counters   per-QP counters (packets, bytes, retransmits, NAKs by kind, probes,
              probes_ok, probes_failed, probe_rtt_us of the last probe, ...),

@@ -56,6 +56,7 @@ var kinds = []kind{
 	{"srq", "create_srq", (*tree).createSRQ},
 	{"ah", "create_ah", (*tree).createAH},
 	{"qp", "create_qp", (*tree).createQP},
+	{"xrcd", "open_xrcd", (*tree).createXRCD},
 }
 
 // root is the mount's root directory; it builds the static tree.
@@ -509,8 +510,12 @@ func (t *tree) createSRQ(ctx context.Context, text string) (string, error) {
 	})
 	t.publish(ctx, o, func() string {
 		a := srq.Attr()
+		typ := "basic"
+		if srq.SRQNum() != 0 {
+			typ = "xrc"
+		}
 		return qp.FormatSRQAttr(&qp.SRQAttr{PD: a.PD, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit,
-			Pending: a.Pending})
+			Pending: a.Pending, SRQType: typ, SRQNum: srq.SRQNum(), CQ: srq.XRCInfo()})
 	}, ring, named("ctl", ctl), named("post_recv", post))
 	return o.name, nil
 }
@@ -520,6 +525,9 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if req.Open != 0 {
+		return t.openQP(ctx, req)
+	}
 	uid, _ := caller(ctx)
 	q, err := t.dev.CreateQP(device.Owner(uid), req)
 	if err != nil {
@@ -528,8 +536,11 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 	o := t.newObject(ctx, "qp", q.QPN)
 	o.destroy = q.Destroy
 	var entries []entry
-	sq, _, err := o.sharedEntry("sq", q.SQ().Fd(), uint64(q.SQ().Size()), preadFd, doorbell(q.Kick))
-	if err == nil {
+	var sq entry
+	if q.Type == qp.TypeXRCRecv {
+		// Responses are all it sends: no queue of its own to show.
+		xrcRecvHooks(o, q)
+	} else if sq, _, err = o.sharedEntry("sq", q.SQ().Fd(), uint64(q.SQ().Size()), preadFd, doorbell(q.Kick)); err == nil {
 		entries = append(entries, sq)
 		if rq := q.RQ(); rq != nil {
 			var e entry

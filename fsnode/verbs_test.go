@@ -43,7 +43,7 @@ func TestRootFiles(t *testing.T) {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	want := "README ah capture clock cm counters cq device doorbell events faults lease mr mw pd port qp srq sys"
+	want := "README ah capture clock cm counters cq device doorbell events faults lease mr mw pd port qp srq sys xrcd"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("root: %q, want %q", got, want)
 	}
@@ -182,7 +182,11 @@ func TestTransactionErrors(t *testing.T) {
 		{"qp", "pd=" + pd + " pd=" + pd + " qp_type=rc send_cq=" + cq + " recv_cq=" + cq, syscall.EINVAL, "pd: repeated key"},
 		{"qp", "pd=" + pd + " qp_type=rc send_cq=" + cq, syscall.EINVAL, "recv_cq: missing required key"},
 		{"qp", "pd=" + pd + " qp_type=rc send_cq=" + cq + " recv_cq=" + cq + " max_send_wr=99999999", syscall.EINVAL, "max_send_wr"},
-		{"qp", "pd=" + pd + " qp_type=xrc_send send_cq=" + cq + " recv_cq=" + cq, syscall.EOPNOTSUPP, "not supported"},
+		{"qp", "pd=" + pd + " qp_type=raw_packet send_cq=" + cq + " recv_cq=" + cq, syscall.EOPNOTSUPP, "not supported"},
+		{"qp", "qp_type=xrc_recv xrcd=77", syscall.EINVAL, "xrcd 77 does not exist"},
+		{"qp", "qp_type=xrc_recv xrcd=1 pd=" + pd, syscall.EINVAL, "only xrcd="},
+		{"xrcd", "fd=987", syscall.EBADF, "not an open descriptor"},
+		{"xrcd", "excl=1", syscall.EINVAL, "need fd=N"},
 		{"qp", "pd=" + pd + " qp_type=rc send_cq=999 recv_cq=" + cq, syscall.EINVAL, "cq 999 does not exist"},
 		{"cq", "cqe=0", syscall.EINVAL, "cqe: out of range"},
 		{"cq", "cqe=99999999999", syscall.EINVAL, "cqe: out of range"},
@@ -204,7 +208,7 @@ func TestTransactionErrors(t *testing.T) {
 		}
 	}
 	// Nothing was created by the failures.
-	for _, k := range []string{"qp", "mr", "srq", "ah", "mw"} {
+	for _, k := range []string{"qp", "mr", "srq", "ah", "mw", "xrcd"} {
 		ents, _ := os.ReadDir(m.path(k))
 		if len(ents) != 1 {
 			t.Errorf("%s/ has %d entries after failed creates, want only new", k, len(ents))

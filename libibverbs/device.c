@@ -376,6 +376,9 @@ int rf_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
 						    IBV_ODP_SUPPORT_SRQ_RECV;
 	a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+	/* XRC: RC's operations, receives only into XRC SRQs */
+	a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+			 IBV_ODP_SUPPORT_SRQ_RECV;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }
@@ -623,6 +626,10 @@ static struct ibv_context *open_ctx(struct rf_device *d, int cmd_fd, int importe
 	ctx->vctx.create_qp_ex = rf_create_qp_ex;
 	ctx->vctx.create_cq_ex = rf_create_cq_ex;
 	ctx->vctx.create_srq_ex = rf_create_srq_ex;
+	ctx->vctx.open_xrcd = rf_open_xrcd;
+	ctx->vctx.close_xrcd = rf_close_xrcd;
+	ctx->vctx.get_srq_num = rf_get_srq_num;
+	ctx->vctx.open_qp = rf_open_qp;
 	ctx->vctx.alloc_parent_domain = rf_alloc_parent_domain;
 	ctx->vctx.alloc_td = rf_alloc_td;
 	ctx->vctx.alloc_dm = rf_alloc_dm;

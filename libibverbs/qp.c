@@ -93,6 +93,23 @@ static const char *type_name(enum ibv_qp_type t)
 	return (unsigned)t < NELEMS(rdmafs_qp_type_names) ? rdmafs_qp_type_names[t] : NULL;
 }
 
+/* An XRC_RECV QP: made with its domain alone, no rings, no PD or CQs. */
+static struct ibv_qp *create_xrc_recv(struct ibv_context *context, struct ibv_qp_init_attr_ex *init)
+{
+	char req[96];
+	struct ibv_qp *q;
+
+	if (!(init->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !init->xrcd || init->xrcd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	snprintf(req, sizeof(req), RDMAFS_KEY_QP_TYPE "=xrc_recv xrcd=%u", to_rxrcd(init->xrcd)->handle);
+	q = rf_xrc_recv_qp(to_rctx(context), req, init->qp_context);
+	if (q)
+		memset(&init->cap, 0, sizeof(init->cap));
+	return q;
+}
+
 struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *init)
 {
 	struct rf_context *ctx = to_rctx(context);
@@ -100,7 +117,11 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	char req[512], text[4096], path[64];
 	int err;
 
-	/* Creation flags, TSO headers, XRC, RSS, source QPNs: absent; a mask
+	if (init->qp_type == IBV_QPT_XRC_RECV &&
+	    !(init->comp_mask & ~(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) &&
+	    !((init->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && init->create_flags))
+		return create_xrc_recv(context, init);
+	/* Creation flags, TSO headers, RSS, source QPNs: absent; a mask
 	 * that names them with nothing asked for is fine. */
 	if ((init->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
 				 IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER)) ||
@@ -113,18 +134,20 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!type_name(init->qp_type)) {
-		errno = EOPNOTSUPP;
+	if (!type_name(init->qp_type) || init->qp_type == IBV_QPT_XRC_RECV) {
+		errno = init->qp_type == IBV_QPT_XRC_RECV ? EINVAL : EOPNOTSUPP;
 		return NULL;
 	}
+	bool xrc = init->qp_type == IBV_QPT_XRC_SEND;
 	if ((init->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (init->send_ops_flags & ~(uint64_t)RDMAFS_QP_EX_OPS)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	/* Objects of another context are not this one's to use (their
 	 * handles belong to its lease), as a kernel uverbs file refuses. */
-	if (!init->send_cq || !init->recv_cq || init->pd->context != context || init->send_cq->context != context ||
-	    init->recv_cq->context != context || (init->srq && init->srq->context != context)) {
+	if (!init->send_cq || (!init->recv_cq && !xrc) || init->pd->context != context ||
+	    init->send_cq->context != context || (init->recv_cq && init->recv_cq->context != context) ||
+	    (init->srq && (xrc || init->srq->context != context))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -134,15 +157,15 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		return NULL;
 	}
 	int n = snprintf(req, sizeof(req),
-			 RDMAFS_KEY_PD "=%u " RDMAFS_KEY_QP_TYPE "=%s " RDMAFS_KEY_SEND_CQ "=%u " RDMAFS_KEY_RECV_CQ
-			 "=%u " RDMAFS_KEY_MAX_SEND_WR "=%u " RDMAFS_KEY_MAX_SEND_SGE "=%u " RDMAFS_KEY_MAX_INLINE_DATA
-			 "=%u",
+			 RDMAFS_KEY_PD "=%u " RDMAFS_KEY_QP_TYPE "=%s " RDMAFS_KEY_SEND_CQ "=%u " RDMAFS_KEY_MAX_SEND_WR
+			 "=%u " RDMAFS_KEY_MAX_SEND_SGE "=%u " RDMAFS_KEY_MAX_INLINE_DATA "=%u",
 			 to_rpd(init->pd)->handle, type_name(init->qp_type), to_rcq(init->send_cq)->handle,
-			 to_rcq(init->recv_cq)->handle, init->cap.max_send_wr, init->cap.max_send_sge,
-			 init->cap.max_inline_data);
+			 init->cap.max_send_wr, init->cap.max_send_sge, init->cap.max_inline_data);
+	if (init->recv_cq)
+		n += snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEY_RECV_CQ "=%u", to_rcq(init->recv_cq)->handle);
 	if (init->srq)
 		n += snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEY_SRQ "=%u", to_rsrq(init->srq)->handle);
-	else
+	else if (!xrc)
 		n += snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEY_MAX_RECV_WR "=%u " RDMAFS_KEY_MAX_RECV_SGE "=%u",
 			      init->cap.max_recv_wr,
 			      init->cap.max_recv_sge);
@@ -153,16 +176,16 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	if ((err = read_attr(ctx, qp->qpn, text, sizeof(text))))
 		goto fail_destroy;
 	qp->cap.max_send_wr = u32kv(text, RDMAFS_KEY_MAX_SEND_WR);
-	qp->cap.max_recv_wr = init->srq ? 0 : u32kv(text, RDMAFS_KEY_MAX_RECV_WR);
+	qp->cap.max_recv_wr = init->srq || xrc ? 0 : u32kv(text, RDMAFS_KEY_MAX_RECV_WR);
 	qp->cap.max_send_sge = u32kv(text, RDMAFS_KEY_MAX_SEND_SGE);
-	qp->cap.max_recv_sge = init->srq ? 0 : u32kv(text, RDMAFS_KEY_MAX_RECV_SGE);
+	qp->cap.max_recv_sge = init->srq || xrc ? 0 : u32kv(text, RDMAFS_KEY_MAX_RECV_SGE);
 	qp->cap.max_inline_data = u32kv(text, RDMAFS_KEY_MAX_INLINE_DATA);
 	snprintf(path, sizeof(path), "qp/%u/sq", qp->qpn);
 	if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_SQ, &qp->sq)))
 		goto fail_destroy;
 	qp->sq.head = rf_load_acq(qp->sq.prod);
 	qp->rq.fd = -1;
-	if (!init->srq) {
+	if (!init->srq && !xrc) {
 		snprintf(path, sizeof(path), "qp/%u/rq", qp->qpn);
 		if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_RQ, &qp->rq)))
 			goto fail_unmap;
@@ -249,7 +272,10 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	int err;
 
 	drain_sends(qp, q);
-	err = rf_destroy(ctx, "qp", q->qpn);
+	if (qp->qp_type == IBV_QPT_XRC_RECV)
+		err = rf_close_xrc_recv(ctx, q->qpn); /* other contexts may hold it */
+	else
+		err = rf_destroy(ctx, "qp", q->qpn);
 
 	if (err)
 		return err;
@@ -262,8 +288,9 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	 * the QP out of its tables. A receive completion taken from an SRQ
 	 * stays: mlx5 would return its WQE to the SRQ, which is not the
 	 * library's to do. */
-	rf_cq_clean(qp->send_cq, q->qpn, qp->srq != NULL);
-	if (qp->recv_cq != qp->send_cq)
+	if (qp->send_cq)
+		rf_cq_clean(qp->send_cq, q->qpn, qp->srq != NULL);
+	if (qp->recv_cq && qp->recv_cq != qp->send_cq)
 		rf_cq_clean(qp->recv_cq, q->qpn, qp->srq != NULL);
 	rf_untrack(ctx, RF_QP, q->qpn);
 	pthread_mutex_lock(&qp->mutex);
@@ -360,8 +387,9 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 			pthread_spin_lock(&q->sq_lock);
 			q->sq.head = rf_load_acq(q->sq.prod);
 			pthread_spin_unlock(&q->sq_lock);
-			rf_cq_clean(qp->send_cq, q->qpn, false);
-			if (qp->recv_cq != qp->send_cq)
+			if (qp->send_cq)
+				rf_cq_clean(qp->send_cq, q->qpn, false);
+			if (qp->recv_cq && qp->recv_cq != qp->send_cq)
 				rf_cq_clean(qp->recv_cq, q->qpn, false);
 		}
 	}
@@ -527,6 +555,8 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		ah = to_rah(wr->wr.ud.ah)->handle;
 		rqpn = wr->wr.ud.remote_qpn;
 		rqkey = wr->wr.ud.remote_qkey;
+	} else if (t == IBV_QPT_XRC_SEND) {
+		rqpn = wr->qp_type.xrc.remote_srqn; /* the WQE's remote_qpn field carries it */
 	}
 	if (atomic_write) {
 		/* no SGEs, no inline data: the bytes are in the header */
@@ -576,7 +606,7 @@ int rf_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 	int err = 0, posted = 0;
 
 	pthread_spin_lock(&q->sq_lock);
-	if (qp->state < IBV_QPS_RTS) {
+	if (qp->state < IBV_QPS_RTS || qp->qp_type == IBV_QPT_XRC_RECV) {
 		err = EINVAL;
 		goto out;
 	}
@@ -670,7 +700,7 @@ int rf_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 	struct rf_qp *q = to_rqp(qp);
 	int err;
 
-	if (qp->srq || qp->state == IBV_QPS_RESET) {
+	if (qp->srq || qp->state == IBV_QPS_RESET || qp->qp_type == IBV_QPT_XRC_SEND || qp->qp_type == IBV_QPT_XRC_RECV) {
 		*bad = wr;
 		errno = EINVAL;
 		return EINVAL;

@@ -165,8 +165,7 @@ static void x_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_t
 
 static void x_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 {
-	(void)srqn;
-	x_unsupported(to_rqpx(x));
+	to_rqpx(x)->wr.qp_type.xrc.remote_srqn = srqn;
 }
 
 static void x_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)

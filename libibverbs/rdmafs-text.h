@@ -52,6 +52,8 @@ static const char *const rdmafs_qp_type_names[] = {
 	[IBV_QPT_RC] = "rc",
 	[IBV_QPT_UC] = "uc",
 	[IBV_QPT_UD] = "ud",
+	[IBV_QPT_XRC_SEND] = "xrc_send",
+	[IBV_QPT_XRC_RECV] = "xrc_recv",
 };
 
 /* attr's path_mig_state names. */
@@ -163,7 +165,7 @@ static const struct {
  * of a type from one state to another (qp.Transition's required set),
  * indexed [type][current][next]; 0 for a move that needs none or is not
  * legal. rdma_init_qp_attr answers with these. */
-static const uint32_t rdmafs_modify_required[IBV_QPT_UD + 1][IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
+static const uint32_t rdmafs_modify_required[IBV_QPT_XRC_RECV + 1][IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
 	[IBV_QPT_RC][IBV_QPS_RESET][IBV_QPS_INIT] = (IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT),
 	[IBV_QPT_RC][IBV_QPS_INIT][IBV_QPS_RTR] = (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_RQ_PSN | IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN),
 	[IBV_QPT_RC][IBV_QPS_RTR][IBV_QPS_RTS] = (IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_SQ_PSN),
@@ -172,21 +174,27 @@ static const uint32_t rdmafs_modify_required[IBV_QPT_UD + 1][IBV_QPS_ERR + 1][IB
 	[IBV_QPT_UC][IBV_QPS_RTR][IBV_QPS_RTS] = (IBV_QP_SQ_PSN),
 	[IBV_QPT_UD][IBV_QPS_RESET][IBV_QPS_INIT] = (IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
 	[IBV_QPT_UD][IBV_QPS_RTR][IBV_QPS_RTS] = (IBV_QP_SQ_PSN),
+	[IBV_QPT_XRC_SEND][IBV_QPS_RESET][IBV_QPS_INIT] = (IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT),
+	[IBV_QPT_XRC_SEND][IBV_QPS_INIT][IBV_QPS_RTR] = (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_RQ_PSN | IBV_QP_DEST_QPN),
+	[IBV_QPT_XRC_SEND][IBV_QPS_RTR][IBV_QPS_RTS] = (IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_SQ_PSN),
+	[IBV_QPT_XRC_RECV][IBV_QPS_RESET][IBV_QPS_INIT] = (IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT),
+	[IBV_QPT_XRC_RECV][IBV_QPS_INIT][IBV_QPS_RTR] = (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_RQ_PSN | IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN),
+	[IBV_QPT_XRC_RECV][IBV_QPS_RTR][IBV_QPS_RTS] = (IBV_QP_TIMEOUT | IBV_QP_SQ_PSN),
 };
 
 /* The QP types that may post each send opcode, a bit (1u << enum
  * ibv_qp_type) each (qp.OpInfo); 0: not an opcode of rdmafs. */
 static const uint32_t rdmafs_wr_qp_types[] = {
-	[IBV_WR_RDMA_WRITE] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC,
-	[IBV_WR_RDMA_WRITE_WITH_IMM] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC,
-	[IBV_WR_SEND] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_UD,
-	[IBV_WR_SEND_WITH_IMM] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_UD,
-	[IBV_WR_RDMA_READ] = 1u << IBV_QPT_RC,
-	[IBV_WR_ATOMIC_CMP_AND_SWP] = 1u << IBV_QPT_RC,
-	[IBV_WR_ATOMIC_FETCH_AND_ADD] = 1u << IBV_QPT_RC,
-	[IBV_WR_LOCAL_INV] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC,
-	[IBV_WR_BIND_MW] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC,
-	[IBV_WR_SEND_WITH_INV] = 1u << IBV_QPT_RC,
+	[IBV_WR_RDMA_WRITE] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_RDMA_WRITE_WITH_IMM] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_SEND] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_UD | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_SEND_WITH_IMM] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_UD | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_RDMA_READ] = 1u << IBV_QPT_RC | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_ATOMIC_CMP_AND_SWP] = 1u << IBV_QPT_RC | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_ATOMIC_FETCH_AND_ADD] = 1u << IBV_QPT_RC | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_LOCAL_INV] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_BIND_MW] = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_XRC_SEND,
+	[IBV_WR_SEND_WITH_INV] = 1u << IBV_QPT_RC | 1u << IBV_QPT_XRC_SEND,
 	[IBV_WR_ATOMIC_WRITE] = 1u << IBV_QPT_RC,
 };
 
@@ -230,6 +238,8 @@ _Static_assert(IBV_QPS_SQE == 5, "IBV_QPS_SQE == 5");
 _Static_assert(IBV_QPT_RC == 2, "IBV_QPT_RC == 2");
 _Static_assert(IBV_QPT_UC == 3, "IBV_QPT_UC == 3");
 _Static_assert(IBV_QPT_UD == 4, "IBV_QPT_UD == 4");
+_Static_assert(IBV_QPT_XRC_RECV == 10, "IBV_QPT_XRC_RECV == 10");
+_Static_assert(IBV_QPT_XRC_SEND == 9, "IBV_QPT_XRC_SEND == 9");
 _Static_assert(IBV_QP_ACCESS_FLAGS == 1u << 3, "IBV_QP_ACCESS_FLAGS == 1u << 3");
 _Static_assert(IBV_QP_ALT_PATH == 1u << 14, "IBV_QP_ALT_PATH == 1u << 14");
 _Static_assert(IBV_QP_AV == 1u << 7, "IBV_QP_AV == 1u << 7");

@@ -172,9 +172,15 @@ struct rf_cq {
 	unsigned int events_delivered, async_delivered;
 };
 
+struct rf_xrcd {
+	struct ibv_xrcd xrcd;
+	uint32_t handle;
+};
+
 struct rf_srq {
 	struct ibv_srq srq;
 	uint32_t handle;
+	uint32_t srq_num; /* an XRC SRQ's number (ibv_get_srq_num); 0 for a basic one */
 	pthread_spinlock_t lock;
 	struct rf_ring ring;
 	uint32_t max_wr, max_sge;
@@ -215,6 +221,7 @@ static inline struct rf_qp *to_rqpx(struct ibv_qp_ex *q) { return rf_container_o
 static inline struct rf_srq *to_rsrq(struct ibv_srq *s) { return rf_container_of(s, struct rf_srq, srq); }
 static inline struct rf_ah *to_rah(struct ibv_ah *a) { return rf_container_of(a, struct rf_ah, ah); }
 static inline struct rf_mw *to_rmw(struct ibv_mw *w) { return rf_container_of(w, struct rf_mw, mw); }
+static inline struct rf_xrcd *to_rxrcd(struct ibv_xrcd *x) { return rf_container_of(x, struct rf_xrcd, xrcd); }
 
 /* io.c: the control path. Each returns 0 or a positive errno (also left in
  * errno); the daemon's reason goes to the log (RDMAFS_DEBUG=1). */
@@ -287,5 +294,13 @@ struct ibv_srq *rf_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 void rf_qp_ex_init(struct rf_qp *qp, uint64_t ops);
 int rf_encode_recv(struct rf_ring *r, const struct ibv_recv_wr *wr, uint32_t max_sge);
 int rf_encode_send(struct rf_qp *q, uint8_t *slot, const struct ibv_send_wr *wr);
+
+/* xrc.c */
+struct ibv_xrcd *rf_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *attr);
+int rf_close_xrcd(struct ibv_xrcd *xrcd);
+int rf_get_srq_num(struct ibv_srq *srq, uint32_t *num);
+struct ibv_qp *rf_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *attr);
+struct ibv_qp *rf_xrc_recv_qp(struct rf_context *ctx, const char *req, void *qp_context);
+int rf_close_xrc_recv(struct rf_context *ctx, uint32_t qpn);
 
 #endif

@@ -22,11 +22,14 @@ static uint32_t u32kv(const char *text, const char *key)
 	return v;
 }
 
-static struct ibv_srq *srq_new(struct ibv_pd *pd, void *srq_context, struct ibv_srq_attr *attr)
+/* srq_new makes a basic SRQ, or with xrcd an XRC SRQ whose receive
+ * completions go to cq. */
+static struct ibv_srq *srq_new(struct ibv_pd *pd, void *srq_context, struct ibv_srq_attr *attr,
+			       struct ibv_xrcd *xrcd, struct ibv_cq *cq)
 {
 	struct rf_context *ctx = to_rctx(pd->context);
 	struct rf_srq *s;
-	char req[128], text[512], path[64];
+	char req[192], text[512], path[64];
 	int err;
 
 	if (!attr->max_wr) {
@@ -38,14 +41,18 @@ static struct ibv_srq *srq_new(struct ibv_pd *pd, void *srq_context, struct ibv_
 		errno = ENOMEM;
 		return NULL;
 	}
-	snprintf(req, sizeof(req), "pd=%u max_wr=%u max_sge=%u srq_limit=%u", to_rpd(pd)->handle, attr->max_wr,
-		 attr->max_sge, attr->srq_limit);
+	int n = snprintf(req, sizeof(req), "pd=%u max_wr=%u max_sge=%u srq_limit=%u", to_rpd(pd)->handle,
+			 attr->max_wr, attr->max_sge, attr->srq_limit);
+	if (xrcd)
+		snprintf(req + n, sizeof(req) - n, " srq_type=xrc xrcd=%u cq=%u", to_rxrcd(xrcd)->handle,
+			 to_rcq(cq)->handle);
 	if ((err = rf_transact(ctx, "srq", req, &s->handle)))
 		goto fail_free;
 	if ((err = srq_query_text(ctx, s->handle, text, sizeof(text))))
 		goto fail_destroy;
 	s->max_wr = u32kv(text, "max_wr");
 	s->max_sge = u32kv(text, "max_sge");
+	s->srq_num = u32kv(text, "srq_num");
 	snprintf(path, sizeof(path), "srq/%u/ring", s->handle);
 	if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_SRQ, &s->ring)))
 		goto fail_destroy;
@@ -71,25 +78,32 @@ fail_free:
 
 struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init)
 {
-	return srq_new(pd, init->srq_context, &init->attr);
+	return srq_new(pd, init->srq_context, &init->attr, NULL, NULL);
 }
 
 struct ibv_srq *rf_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *init)
 {
-	(void)context;
-	if (init->comp_mask & ~(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD)) {
+	const uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	bool xrc = (init->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && init->srq_type == IBV_SRQT_XRC;
+
+	if (init->comp_mask & ~known) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if ((init->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && init->srq_type != IBV_SRQT_BASIC) {
-		errno = EOPNOTSUPP; /* XRC and tag matching: absent */
+	if ((init->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && init->srq_type != IBV_SRQT_BASIC && !xrc) {
+		errno = EOPNOTSUPP; /* tag matching: absent */
 		return NULL;
 	}
-	if (!(init->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !init->pd) {
+	if (!(init->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !init->pd || init->pd->context != context) {
 		errno = EINVAL;
 		return NULL;
 	}
-	return srq_new(init->pd, init->srq_context, &init->attr);
+	if (xrc && (!(init->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !(init->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ||
+		    !init->xrcd || !init->cq || init->xrcd->context != context || init->cq->context != context)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return srq_new(init->pd, init->srq_context, &init->attr, xrc ? init->xrcd : NULL, xrc ? init->cq : NULL);
 }
 
 /* ibv_modify_srq. With IBV_SRQ_MAX_WR the daemon moves the WRs that wait

@@ -41,8 +41,8 @@ func CheckAttr(t Type, attr *Attr, mask AttrMask, lim Limits) error {
 	}
 	if mask&MaskAccessFlags != 0 {
 		// UD has no RDMA, so remote rights mean nothing there; rxe refuses them.
-		if t != TypeRC && t != TypeUC {
-			return errorf("qp_access_flags", "only for rc and uc qps, not %v", t)
+		if t == TypeUD {
+			return errorf("qp_access_flags", "only for rc, uc and xrc qps, not %v", t)
 		}
 		if bad := attr.QPAccessFlags &^ AccessSupportedQP; bad != 0 {
 			return errorf("qp_access_flags", "unsupported flags %v in %v (allowed %v)",

@@ -232,11 +232,19 @@ func fuzzCreate[T any](f *testing.F, parse func(string) (T, error), check func(t
 
 func FuzzParseCreateQP(f *testing.F) {
 	fuzzCreate(f, ParseCreateQP, func(t *testing.T, c CreateQP) {
-		if c.PD == 0 || c.SendCQ == 0 || c.RecvCQ == 0 || !c.Type.Valid() {
+		switch {
+		case !c.Type.Valid():
+			t.Fatalf("accepted an unknown type: %+v", c)
+		case c.Type == TypeXRCRecv:
+			if c.XRCD == 0 || c.PD != 0 || c.SendCQ != 0 || c.RecvCQ != 0 || c.SRQ != 0 {
+				t.Fatalf("accepted a bad xrc_recv request: %+v", c)
+			}
+		case c.PD == 0 || c.SendCQ == 0 || c.RecvCQ == 0 && c.Type != TypeXRCSend || c.XRCD != 0 || c.Open != 0:
 			t.Fatalf("accepted an incomplete request: %+v", c)
 		}
 	},
 		"pd=1 qp_type=rc send_cq=1 recv_cq=1",
+		"qp_type=xrc_recv xrcd=2", "qp_type=xrc_recv xrcd=2 open=17", "pd=1 qp_type=xrc_send send_cq=1",
 		"pd=1 qp_type=ud send_cq=1 recv_cq=2 srq=3 max_send_wr=16 max_recv_wr=32 max_send_sge=2 max_recv_sge=3 max_inline_data=64 sq_sig_all=1",
 		"pd=1 qp_type=xrc_send send_cq=1 recv_cq=1", "pd=1 qp_type=rc send_cq=1 recv_cq=1 srq=0")
 }
@@ -282,10 +290,18 @@ func FuzzParseCreateCQ(f *testing.F) {
 
 func FuzzParseCreateSRQ(f *testing.F) {
 	fuzzCreate(f, ParseCreateSRQ, func(t *testing.T, c CreateSRQ) {
-		if c.PD == 0 {
+		if c.PD == 0 || c.XRC != (c.XRCD != 0) || c.XRC != (c.CQ != 0) {
 			t.Fatalf("accepted a bad request: %+v", c)
 		}
-	}, "pd=1 max_wr=16 max_sge=1 srq_limit=4")
+	}, "pd=1 max_wr=16 max_sge=1 srq_limit=4", "pd=1 max_wr=4 max_sge=1 srq_type=xrc xrcd=1 cq=2")
+}
+
+func FuzzParseOpenXRCD(f *testing.F) {
+	fuzzCreate(f, ParseOpenXRCD, func(t *testing.T, c OpenXRCD) {
+		if !c.HasFD && (c.Create || c.Excl || c.FD != 0) || c.FD < 0 {
+			t.Fatalf("accepted a bad request: %+v", c)
+		}
+	}, "", "fd=3 create=1", "fd=3 create=1 excl=1", "excl=1")
 }
 
 func FuzzParseCreateAH(f *testing.F) {

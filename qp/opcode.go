@@ -11,7 +11,7 @@ type OpInfo struct {
 	// SGEAccess is the access the local SGEs need: LOCAL_WRITE where the
 	// device writes into them (READ and atomics).
 	SGEAccess Access
-	Types     uint8 // bit (1<<Type) for each QP type allowing it
+	Types     uint8 // bit typeBit(t) for each QP type t allowing it
 	Remote    bool  // needs remote_addr+rkey
 	Read      bool  // RDMA READ: data flows from the remote MR into the SGEs
 	Atomic    bool  // 8-byte atomic on remote memory, result into the SGE
@@ -41,12 +41,27 @@ func (o *OpInfo) RdAtomic() bool { return o.Read || o.Atomic || o.AtomicWrite }
 // (or inline data) to the wire: the SEND and WRITE families.
 func (o *OpInfo) DataOut() bool { return o.Send || o.Write }
 
+// typeBit is t's bit in OpInfo.Types. XRC_SEND (9) is past the byte's
+// eight bits and takes bit 1, which no QP type number uses; XRC_RECV
+// sends nothing and has none.
+func typeBit(t Type) uint8 {
+	switch {
+	case t == TypeXRCSend:
+		return 1 << 1
+	case t < 8:
+		return uint8(1) << t
+	}
+	return 0
+}
+
 const (
 	onRC    = uint8(1) << TypeRC
 	onUC    = uint8(1) << TypeUC
 	onUD    = uint8(1) << TypeUD
-	onRCUC  = onRC | onUC
-	onAllQP = onRC | onUC | onUD
+	onXRC   = uint8(1) << 1 // typeBit(TypeXRCSend)
+	onRCX   = onRC | onXRC
+	onRCUC  = onRC | onUC | onXRC // the connected types that send
+	onAllQP = onRC | onUC | onUD | onXRC
 )
 
 // opTable is rdmafs' own opcode table (VERBS.md §3.2 and §4.2). Where rxe
@@ -57,12 +72,12 @@ var opTable = [numWROpcodes]OpInfo{
 	WRRDMAWriteWithImm:  {Types: onRCUC, Remote: true, Write: true, Imm: true, WC: WCRDMAWrite},
 	WRSend:              {Types: onAllQP, Send: true, WC: WCSend},
 	WRSendWithImm:       {Types: onAllQP, Send: true, Imm: true, WC: WCSend},
-	WRRDMARead:          {Types: onRC, Remote: true, Read: true, SGEAccess: AccessLocalWrite, WC: WCRDMARead},
-	WRAtomicCmpAndSwp:   {Types: onRC, Remote: true, Atomic: true, SGEAccess: AccessLocalWrite, WC: WCCompSwap},
-	WRAtomicFetchAndAdd: {Types: onRC, Remote: true, Atomic: true, SGEAccess: AccessLocalWrite, WC: WCFetchAdd},
+	WRRDMARead:          {Types: onRCX, Remote: true, Read: true, SGEAccess: AccessLocalWrite, WC: WCRDMARead},
+	WRAtomicCmpAndSwp:   {Types: onRCX, Remote: true, Atomic: true, SGEAccess: AccessLocalWrite, WC: WCCompSwap},
+	WRAtomicFetchAndAdd: {Types: onRCX, Remote: true, Atomic: true, SGEAccess: AccessLocalWrite, WC: WCFetchAdd},
 	WRLocalInv:          {Types: onRCUC, Inv: true, Local: true, WC: WCLocalInv},
 	WRBindMW:            {Types: onRCUC, Local: true, WC: WCBindMW},
-	WRSendWithInv:       {Types: onRC, Send: true, Inv: true, WC: WCSend},
+	WRSendWithInv:       {Types: onRCX, Send: true, Inv: true, WC: WCSend},
 	WRAtomicWrite:       {Types: onRC, Remote: true, AtomicWrite: true, WC: WCAtomicWrite},
 }
 
@@ -77,5 +92,5 @@ func (o WROpcode) Info() (OpInfo, bool) {
 // AllowedOn reports whether o may be posted on a QP of type t.
 func (o WROpcode) AllowedOn(t Type) bool {
 	// The row's Types in place: no copy of it (the engine asks per WQE).
-	return o.Valid() && t.Valid() && opTable[o].Types&(uint8(1)<<t) != 0
+	return o.Valid() && t.Valid() && opTable[o].Types&typeBit(t) != 0
 }

@@ -108,7 +108,7 @@ func TestOpcodeUnknown(t *testing.T) {
 			}
 		}
 	}
-	for _, typ := range []Type{0, 1, 5, 7, 8, 9, 200} {
+	for _, typ := range []Type{0, 1, 5, 7, 8, TypeXRCRecv, 200} {
 		if WRSend.AllowedOn(typ) {
 			t.Errorf("send allowed on %v", typ)
 		}

@@ -179,7 +179,7 @@ func FormatAttr(a *Attr, t Type) string {
 	case TypeUD:
 		num("qkey", uint64(a.QKey))
 		num("sq_psn", uint64(a.SQPSN))
-	case TypeRC, TypeUC:
+	case TypeRC, TypeUC, TypeXRCSend, TypeXRCRecv:
 		num("dest_qp_num", uint64(a.DestQPNum))
 		num("rq_psn", uint64(a.RQPSN))
 		num("sq_psn", uint64(a.SQPSN))
@@ -189,7 +189,7 @@ func FormatAttr(a *Attr, t Type) string {
 		num("traffic_class", uint64(a.AH.TrafficClass))
 		num("flow_label", uint64(a.AH.FlowLabel))
 		num("sgid_index", uint64(a.AH.SGIDIndex))
-		if t == TypeRC {
+		if t.Reliable() {
 			num("timeout", uint64(a.Timeout))
 			num("retry_cnt", uint64(a.RetryCnt))
 			num("rnr_retry", uint64(a.RNRRetry))

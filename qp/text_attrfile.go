@@ -67,14 +67,15 @@ func FormatAttrFile(f *AttrFile) string {
 func ParseAttrFile(s string) (AttrFile, AttrMask, error) {
 	var f AttrFile
 	var mask AttrMask
-	// srq=0 is a QP without an SRQ, so the handle grammar (at least 1) is
-	// not the one here.
+	// srq=0 is a QP without an SRQ, and an XRC_RECV QP has no pd or CQs
+	// (0), so the handle grammar (at least 1) is not the one here; the
+	// others' are checked below.
 	ident := map[string]func(v string) error{
 		"qp_num":       textInto("qp_num", &f.QPN, func(k, v string) (uint32, error) { return textUint[uint32](k, v, PSNMask) }),
 		"qp_type":      textInto("qp_type", &f.Type, textQPType),
-		"pd":           textInto("pd", &f.PD, textHandle),
-		"send_cq":      textInto("send_cq", &f.SendCQ, textHandle),
-		"recv_cq":      textInto("recv_cq", &f.RecvCQ, textHandle),
+		"pd":           textInto("pd", &f.PD, textFull[uint32]),
+		"send_cq":      textInto("send_cq", &f.SendCQ, textFull[uint32]),
+		"recv_cq":      textInto("recv_cq", &f.RecvCQ, textFull[uint32]),
 		"srq":          textInto("srq", &f.SRQ, textFull[uint32]),
 		"sq_sig_all":   textInto("sq_sig_all", &f.SQSigAll, textBool),
 		"mcast_groups": textInto("mcast_groups", &f.McastGroups, textGIDList),
@@ -105,6 +106,16 @@ func ParseAttrFile(s string) (AttrFile, AttrMask, error) {
 	}
 	if err := seen.require("qp_num", "qp_type", "pd", "send_cq", "recv_cq"); err != nil {
 		return AttrFile{}, 0, err
+	}
+	if f.Type != TypeXRCRecv {
+		for _, h := range []struct {
+			k string
+			v uint32
+		}{{"pd", f.PD}, {"send_cq", f.SendCQ}, {"recv_cq", f.RecvCQ}} {
+			if h.v == 0 {
+				return AttrFile{}, 0, textErr(h.k, "out of range: 0 < 1")
+			}
+		}
 	}
 	return f, mask, nil
 }

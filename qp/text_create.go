@@ -312,13 +312,19 @@ func ParseCreateCQ(s string) (CreateCQ, error) {
 	return c, nil
 }
 
-// CreateSRQ is an srq/new request.
+// CreateSRQ is an srq/new request. An XRC SRQ (XRC true,
+// ibv_create_srq_ex with IBV_SRQT_XRC) also names its XRC domain handle
+// and the CQ its receive completions go to.
 type CreateSRQ struct {
 	PD                      uint32
 	MaxWR, MaxSGE, SRQLimit uint32
+	XRC                     bool
+	XRCD, CQ                uint32
 }
 
-// ParseCreateSRQ parses `pd=H max_wr=N max_sge=N [srq_limit=N]`.
+// ParseCreateSRQ parses `pd=H max_wr=N max_sge=N [srq_limit=N]
+// [srq_type=basic|xrc xrcd=H cq=H]`: xrcd and cq come with srq_type=xrc
+// and only with it.
 func ParseCreateSRQ(s string) (CreateSRQ, error) {
 	var c CreateSRQ
 	err := textKeys(s, map[string]func(string) error{
@@ -326,9 +332,67 @@ func ParseCreateSRQ(s string) (CreateSRQ, error) {
 		"max_wr":    textInto("max_wr", &c.MaxWR, textFull[uint32]),
 		"max_sge":   textInto("max_sge", &c.MaxSGE, textFull[uint32]),
 		"srq_limit": textInto("srq_limit", &c.SRQLimit, textFull[uint32]),
+		"srq_type": func(v string) error {
+			switch strings.ToLower(v) {
+			case "basic":
+			case "xrc":
+				c.XRC = true
+			case "tm":
+				return &Error{Key: "srq_type", Msg: "tag matching SRQs are not supported", Err: ErrUnsupported}
+			default:
+				return textErr("srq_type", "unknown SRQ type "+textQuote(v)+" (want basic or xrc)")
+			}
+			return nil
+		},
+		"xrcd": textInto("xrcd", &c.XRCD, textHandle),
+		"cq":   textInto("cq", &c.CQ, textHandle),
 	}, "pd", "max_wr", "max_sge")
-	if err != nil {
+	switch {
+	case err != nil:
 		return CreateSRQ{}, err
+	case c.XRC && c.XRCD == 0:
+		return CreateSRQ{}, textErr("xrcd", "required with srq_type=xrc")
+	case c.XRC && c.CQ == 0:
+		return CreateSRQ{}, textErr("cq", "required with srq_type=xrc")
+	case !c.XRC && c.XRCD != 0:
+		return CreateSRQ{}, textErr("xrcd", "only with srq_type=xrc")
+	case !c.XRC && c.CQ != 0:
+		return CreateSRQ{}, textErr("cq", "only with srq_type=xrc")
+	}
+	return c, nil
+}
+
+// OpenXRCD is an xrcd/new request, ibv_open_xrcd. Without FD the domain
+// is private to the new handle. With it, the domain is the one of the file
+// the caller's descriptor FD refers to (by inode, as the kernel's), made
+// if there is none only with Create (O_CREAT), refused if there is one
+// with Excl (O_EXCL).
+type OpenXRCD struct {
+	FD           int32
+	HasFD        bool
+	Create, Excl bool
+}
+
+// ParseOpenXRCD parses `[fd=N [create=1] [excl=1]]`.
+func ParseOpenXRCD(s string) (OpenXRCD, error) {
+	var c OpenXRCD
+	err := textKeys(s, map[string]func(string) error{
+		"fd": func(v string) error {
+			n, err := textFull[uint32]("fd", v)
+			if err == nil && n > 1<<30 {
+				err = textErr("fd", "out of range")
+			}
+			c.FD, c.HasFD = int32(n), true
+			return err
+		},
+		"create": textInto("create", &c.Create, textBool),
+		"excl":   textInto("excl", &c.Excl, textBool),
+	})
+	if err != nil {
+		return OpenXRCD{}, err
+	}
+	if !c.HasFD && (c.Create || c.Excl) {
+		return OpenXRCD{}, textErr("create", "create and excl need fd=N")
 	}
 	return c, nil
 }
@@ -413,18 +477,27 @@ func ParseCreateAH(s string) (CreateAH, error) {
 
 // CreateQP is a qp/new request. SRQ 0 means none. Caps left out are 0: the
 // device decides what a zero cap means for the QP type.
+//
+// An xrc_send QP has a PD and a send CQ (recv_cq, if given, must be a CQ
+// too, and is unused). An xrc_recv QP has none of these: it names only its
+// XRC domain handle XRCD. With Open (ibv_open_qp) the request makes no QP
+// but another hold on the xrc_recv QP Open of the domain XRCD is a handle
+// of.
 type CreateQP struct {
 	PD             uint32
 	Type           Type
 	SendCQ, RecvCQ uint32
 	SRQ            uint32
+	XRCD           uint32
+	Open           uint32
 	Cap            Cap
 	SQSigAll       bool
 }
 
-// ParseCreateQP parses `pd=H qp_type=rc|uc|ud send_cq=H recv_cq=H [srq=H]
-// [max_send_wr=N ...] [sq_sig_all=0|1]`. The ibv_qp_type names rdmafs does
-// not implement fail with ErrUnsupported.
+// ParseCreateQP parses `pd=H qp_type=rc|uc|ud|xrc_send send_cq=H recv_cq=H
+// [srq=H] [max_send_wr=N ...] [sq_sig_all=0|1]`, `qp_type=xrc_recv xrcd=H`
+// and `qp_type=xrc_recv xrcd=H open=QPN`. The ibv_qp_type names rdmafs
+// does not implement fail with ErrUnsupported.
 func ParseCreateQP(s string) (CreateQP, error) {
 	var c CreateQP
 	keys := map[string]func(string) error{
@@ -433,15 +506,50 @@ func ParseCreateQP(s string) (CreateQP, error) {
 		"send_cq":    textInto("send_cq", &c.SendCQ, textHandle),
 		"recv_cq":    textInto("recv_cq", &c.RecvCQ, textHandle),
 		"srq":        textInto("srq", &c.SRQ, textHandle),
+		"xrcd":       textInto("xrcd", &c.XRCD, textHandle),
+		"open":       textInto("open", &c.Open, textHandle),
 		"sq_sig_all": textInto("sq_sig_all", &c.SQSigAll, textBool),
 	}
 	for k, set := range textCapKeys {
 		keys[k] = func(v string) error { return set(&c.Cap, k, v) }
 	}
-	if err := textKeys(s, keys, "pd", "qp_type", "send_cq", "recv_cq"); err != nil {
+	if err := textKeys(s, keys, "qp_type"); err != nil {
+		return CreateQP{}, err
+	}
+	if err := c.checkKeys(); err != nil {
 		return CreateQP{}, err
 	}
 	return c, nil
+}
+
+// checkKeys applies the per-type rules of which keys a create names.
+func (c *CreateQP) checkKeys() error {
+	if c.Type == TypeXRCRecv {
+		switch {
+		case c.XRCD == 0:
+			return textErr("xrcd", "required for qp_type=xrc_recv")
+		case c.PD != 0 || c.SendCQ != 0 || c.RecvCQ != 0 || c.SRQ != 0:
+			return textErr("xrcd", "an xrc_recv qp takes only xrcd= (and open=): no pd, cqs or srq")
+		case c.Cap != Cap{} || c.SQSigAll:
+			return textErr("xrcd", "an xrc_recv qp has no queues of its own to size")
+		}
+		return nil
+	}
+	switch {
+	case c.XRCD != 0:
+		return textErr("xrcd", "only for qp_type=xrc_recv")
+	case c.Open != 0:
+		return textErr("open", "only for qp_type=xrc_recv")
+	case c.PD == 0:
+		return textErr("pd", "missing required key")
+	case c.SendCQ == 0:
+		return textErr("send_cq", "missing required key")
+	case c.Type == TypeXRCSend && c.SRQ != 0:
+		return textErr("srq", "an xrc_send qp receives nothing")
+	case c.RecvCQ == 0 && c.Type != TypeXRCSend:
+		return textErr("recv_cq", "missing required key")
+	}
+	return nil
 }
 
 // textQPType accepts rc, uc, ud in any case; the other ibv_qp_type names
@@ -451,10 +559,10 @@ func textQPType(k, v string) (Type, error) {
 		return t, nil
 	}
 	switch strings.ToLower(v) {
-	case "raw_packet", "xrc_send", "xrc_recv", "driver":
+	case "raw_packet", "driver":
 		return 0, &Error{Key: k, Msg: "QP type " + v + " is not supported", Err: ErrUnsupported}
 	}
-	return 0, textErr(k, "unknown QP type "+textQuote(v)+" (want rc, uc or ud)")
+	return 0, textErr(k, "unknown QP type "+textQuote(v)+" (want rc, uc, ud, xrc_send or xrc_recv)")
 }
 
 // The formatters below write the create lines the parsers above read, so
@@ -510,6 +618,26 @@ func FormatCreateSRQ(c *CreateSRQ) string {
 	if c.SRQLimit != 0 {
 		l.num("srq_limit", uint64(c.SRQLimit))
 	}
+	if c.XRC {
+		l.str("srq_type", "xrc")
+		l.num("xrcd", uint64(c.XRCD))
+		l.num("cq", uint64(c.CQ))
+	}
+	return l.String()
+}
+
+// FormatOpenXRCD is the xrcd/new line of c.
+func FormatOpenXRCD(c *OpenXRCD) string {
+	var l textLine
+	if c.HasFD {
+		l.num("fd", uint64(c.FD))
+		if c.Create {
+			l.num("create", 1)
+		}
+		if c.Excl {
+			l.num("excl", 1)
+		}
+	}
 	return l.String()
 }
 
@@ -528,10 +656,20 @@ func FormatCreateAH(c *CreateAH) string {
 // are left out: the QP has no receive queue.
 func FormatCreateQP(c *CreateQP) string {
 	var l textLine
+	if c.Type == TypeXRCRecv {
+		l.str("qp_type", c.Type.String())
+		l.num("xrcd", uint64(c.XRCD))
+		if c.Open != 0 {
+			l.num("open", uint64(c.Open))
+		}
+		return l.String()
+	}
 	l.num("pd", uint64(c.PD))
 	l.str("qp_type", c.Type.String())
 	l.num("send_cq", uint64(c.SendCQ))
-	l.num("recv_cq", uint64(c.RecvCQ))
+	if c.RecvCQ != 0 || c.Type != TypeXRCSend {
+		l.num("recv_cq", uint64(c.RecvCQ))
+	}
 	l.num("max_send_wr", uint64(c.Cap.MaxSendWR))
 	l.num("max_send_sge", uint64(c.Cap.MaxSendSGE))
 	l.num("max_inline_data", uint64(c.Cap.MaxInlineData))

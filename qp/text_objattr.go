@@ -52,13 +52,22 @@ type CQAttr struct {
 	Overflows  uint64
 }
 
-// SRQAttr is srq/N/attr.
+// SRQAttr is srq/N/attr. SRQType is basic or xrc; an XRC SRQ has its
+// number (ibv_get_srq_num, what XRC senders name) and its CQ, 0 otherwise.
 type SRQAttr struct {
 	PD       uint32
 	MaxWR    uint32
 	MaxSGE   uint32
 	SRQLimit uint32
 	Pending  uint32
+	SRQType  string
+	SRQNum   uint32
+	CQ       uint32
+}
+
+// XRCDAttr is xrcd/N/attr: whether the domain is a file's.
+type XRCDAttr struct {
+	Shared bool
 }
 
 // AHAttr is ah/N/attr: the address vector and its PD.
@@ -140,8 +149,11 @@ func (a *CQAttr) fields() []textField {
 
 func (a *SRQAttr) fields() []textField {
 	return []textField{fieldU("pd", &a.PD), fieldU("max_wr", &a.MaxWR), fieldU("max_sge", &a.MaxSGE),
-		fieldU("srq_limit", &a.SRQLimit), fieldU("pending", &a.Pending)}
+		fieldU("srq_limit", &a.SRQLimit), fieldU("pending", &a.Pending), fieldWord("srq_type", &a.SRQType),
+		fieldU("srq_num", &a.SRQNum), fieldU("cq", &a.CQ)}
 }
+
+func (a *XRCDAttr) fields() []textField { return []textField{fieldBool("shared", &a.Shared)} }
 
 func (a *AHAttr) fields() []textField {
 	h := &a.AH
@@ -245,6 +257,12 @@ func FormatSRQAttr(a *SRQAttr) string { return formatAttr(a) }
 
 // ParseSRQAttr reads what FormatSRQAttr prints.
 func ParseSRQAttr(s string) (SRQAttr, error) { return parseAttr[SRQAttr](s) }
+
+// FormatXRCDAttr prints xrcd/N/attr.
+func FormatXRCDAttr(a *XRCDAttr) string { return formatAttr(a) }
+
+// ParseXRCDAttr reads what FormatXRCDAttr prints.
+func ParseXRCDAttr(s string) (XRCDAttr, error) { return parseAttr[XRCDAttr](s) }
 
 // FormatAHAttr prints ah/N/attr.
 func FormatAHAttr(a *AHAttr) string { return formatAttr(a) }

@@ -84,7 +84,9 @@ var textSendKeys = map[string]func(w *SendWR, k, v string) error{
 	"swap":        func(w *SendWR, k, v string) (err error) { w.Swap, err = textFull[uint64](k, v); return },
 	"ah":          func(w *SendWR, k, v string) (err error) { w.AH, err = textFull[uint32](k, v); return },
 	// A QPN is 24 bits wide (BTH.DestQP).
-	"remote_qpn":  func(w *SendWR, k, v string) (err error) { w.RemoteQPN, err = textUint[uint32](k, v, PSNMask); return },
+	"remote_qpn": func(w *SendWR, k, v string) (err error) { w.RemoteQPN, err = textUint[uint32](k, v, PSNMask); return },
+	// An XRC SRQ number lives where UD's remote QPN does (SendWR.RemoteQPN).
+	"remote_srqn": func(w *SendWR, k, v string) (err error) { w.RemoteQPN, err = textUint[uint32](k, v, PSNMask); return },
 	"remote_qkey": func(w *SendWR, k, v string) (err error) { w.RemoteQKey, err = textFull[uint32](k, v); return },
 	"mw":          func(w *SendWR, k, v string) (err error) { w.MW, err = textFull[uint32](k, v); return },
 	"bind_lkey":   func(w *SendWR, k, v string) (err error) { w.BindLKey, err = textFull[uint32](k, v); return },

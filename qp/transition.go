@@ -5,14 +5,28 @@ import "fmt"
 // The IB modify-QP rules as one table: for every (current, next) state pair,
 // whether the move is legal and, per QP type, which attributes it requires
 // and which it may carry. The content is the IBA's (VERBS.md §1.4–1.6, the
-// same rules as Linux core's qp_state_table) for RC, UC and UD only.
+// same rules as Linux core's qp_state_table) for RC, UC, UD and the two
+// XRC types.
 
 // transition is one cell of the table. req and opt are indexed by
-// Type-TypeRC so that RC, UC and UD sit in slots 0, 1, 2.
+// typeSlot: RC, UC, UD, XRC_SEND, XRC_RECV in slots 0..4.
 type transition struct {
 	valid bool
-	req   [3]AttrMask
-	opt   [3]AttrMask
+	req   [numSlots]AttrMask
+	opt   [numSlots]AttrMask
+}
+
+const numSlots = 5
+
+// typeSlot is t's index in a transition's masks (t valid).
+func typeSlot(t Type) int {
+	switch t {
+	case TypeXRCSend:
+		return 3
+	case TypeXRCRecv:
+		return 4
+	}
+	return int(t - TypeRC)
 }
 
 // Short names keep the table readable; they mirror VERBS.md's abbreviations.
@@ -38,8 +52,11 @@ const (
 	mSQDN  = MaskEnSQDAsyncNotify
 )
 
-// per builds the three per-type masks in the order rc, uc, ud.
-func per(rc, uc, ud AttrMask) [3]AttrMask { return [3]AttrMask{rc, uc, ud} }
+// per builds the per-type masks in the order rc, uc, ud, xrc_send,
+// xrc_recv.
+func per(rc, uc, ud, xs, xr AttrMask) [numSlots]AttrMask {
+	return [numSlots]AttrMask{rc, uc, ud, xs, xr}
+}
 
 // legal is a valid cell with no required and no optional attributes: the
 // moves to RESET and ERR, and RESET->RESET / ERR->ERR.
@@ -49,49 +66,55 @@ var stateTable = [numStates][numStates]transition{
 	StateReset: {
 		StateReset: legal,
 		StateInit: {valid: true,
-			req: per(mPKEY|mPORT|mACC, mPKEY|mPORT|mACC, mPKEY|mPORT|mQKEY)},
+			req: per(mPKEY|mPORT|mACC, mPKEY|mPORT|mACC, mPKEY|mPORT|mQKEY, mPKEY|mPORT|mACC, mPKEY|mPORT|mACC)},
 	},
 	StateInit: {
 		StateReset: legal,
 		StateErr:   legal,
 		StateInit: {valid: true,
-			opt: per(mPKEY|mPORT|mACC, mPKEY|mPORT|mACC, mPKEY|mPORT|mQKEY)},
+			opt: per(mPKEY|mPORT|mACC, mPKEY|mPORT|mACC, mPKEY|mPORT|mQKEY, mPKEY|mPORT|mACC, mPKEY|mPORT|mACC)},
 		StateRTR: {valid: true,
-			req: per(mAV|mMTU|mDQPN|mRQPSN|mMDRA|mMRNR, mAV|mMTU|mDQPN|mRQPSN, 0),
-			opt: per(mALT|mACC|mPKEY, mALT|mACC|mPKEY, mPKEY|mQKEY)},
+			req: per(mAV|mMTU|mDQPN|mRQPSN|mMDRA|mMRNR, mAV|mMTU|mDQPN|mRQPSN, 0,
+				mAV|mMTU|mDQPN|mRQPSN, mAV|mMTU|mDQPN|mRQPSN|mMDRA|mMRNR),
+			opt: per(mALT|mACC|mPKEY, mALT|mACC|mPKEY, mPKEY|mQKEY, mALT|mACC|mPKEY, mALT|mACC|mPKEY)},
 	},
 	StateRTR: {
 		StateReset: legal,
 		StateErr:   legal,
 		StateRTS: {valid: true,
-			req: per(mTMO|mRETRY|mRNRR|mSQPSN|mMRA, mSQPSN, mSQPSN),
-			opt: per(mCUR|mALT|mACC|mMRNR|mMIG, mCUR|mALT|mACC|mMIG, mCUR|mQKEY)},
+			req: per(mTMO|mRETRY|mRNRR|mSQPSN|mMRA, mSQPSN, mSQPSN, mTMO|mRETRY|mRNRR|mSQPSN|mMRA, mTMO|mSQPSN),
+			opt: per(mCUR|mALT|mACC|mMRNR|mMIG, mCUR|mALT|mACC|mMIG, mCUR|mQKEY,
+				mCUR|mALT|mACC|mMIG, mCUR|mALT|mACC|mMRNR|mMIG)},
 	},
 	StateRTS: {
 		StateReset: legal,
 		StateErr:   legal,
 		StateRTS: {valid: true,
-			opt: per(mCUR|mACC|mALT|mMIG|mMRNR, mCUR|mACC|mALT|mMIG, mCUR|mQKEY)},
+			opt: per(mCUR|mACC|mALT|mMIG|mMRNR, mCUR|mACC|mALT|mMIG, mCUR|mQKEY,
+				mCUR|mACC|mALT|mMIG, mCUR|mACC|mALT|mMIG|mMRNR)},
 		StateSQD: {valid: true,
-			opt: per(mSQDN, mSQDN, mSQDN)},
+			opt: per(mSQDN, mSQDN, mSQDN, mSQDN, mSQDN)},
 	},
 	StateSQD: {
 		StateReset: legal,
 		StateErr:   legal,
 		StateRTS: {valid: true,
-			opt: per(mCUR|mALT|mACC|mMRNR|mMIG, mCUR|mALT|mACC|mMIG, mCUR|mQKEY)},
+			opt: per(mCUR|mALT|mACC|mMRNR|mMIG, mCUR|mALT|mACC|mMIG, mCUR|mQKEY,
+				mCUR|mALT|mACC|mMIG, mCUR|mALT|mACC|mMRNR|mMIG)},
 		StateSQD: {valid: true,
 			opt: per(mPORT|mAV|mTMO|mRETRY|mRNRR|mMRA|mMDRA|mALT|mACC|mPKEY|mMRNR|mMIG,
 				mAV|mALT|mACC|mPKEY|mMIG,
-				mPKEY|mQKEY)},
+				mPKEY|mQKEY,
+				mPORT|mAV|mTMO|mRETRY|mRNRR|mMRA|mALT|mACC|mPKEY|mMIG,
+				mPORT|mAV|mTMO|mMDRA|mALT|mACC|mPKEY|mMRNR|mMIG)},
 	},
 	StateSQE: {
 		StateReset: legal,
 		StateErr:   legal,
-		// RC never reaches SQE (its send errors go to ERR), but the table
-		// still lets it back to RTS with qp_state alone.
+		// RC and XRC never reach SQE (their send errors go to ERR), but
+		// the table still lets them back to RTS with qp_state alone.
 		StateRTS: {valid: true,
-			opt: per(0, mCUR|mACC, mCUR|mQKEY)},
+			opt: per(0, mCUR|mACC, mCUR|mQKEY, 0, 0)},
 	},
 	StateErr: {
 		StateReset: legal,
@@ -111,7 +134,7 @@ func Transition(cur, next State, t Type) (req, opt AttrMask, valid bool) {
 	if !c.valid {
 		return 0, 0, false
 	}
-	i := t - TypeRC
+	i := typeSlot(t)
 	return c.req[i], c.opt[i], true
 }
 

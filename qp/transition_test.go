@@ -228,7 +228,7 @@ func TestModifyOK(t *testing.T) {
 			"attr_mask", "bit 0x200000 not allowed for RTS -> RTS on rc", false},
 		{"rate_limit forbidden", StateRTS, StateRTS, TypeRC, S | MaskRateLimit,
 			"rate_limit", "not allowed for RTS -> RTS on rc", false},
-		{"bad type", StateReset, StateInit, 9, S, "qp_type", "Type(9) is not implemented", true},
+		{"bad type", StateReset, StateInit, 11, S, "qp_type", "Type(11) is not implemented", true},
 		{"bad next", StateReset, 7, TypeRC, S, "qp_state", "invalid state 7", false},
 		{"bad cur", 9, StateInit, TypeRC, S, "cur_qp_state", "invalid state 9", false},
 	}

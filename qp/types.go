@@ -81,6 +81,13 @@ const (
 	TypeRC Type = 2
 	TypeUC Type = 3
 	TypeUD Type = 4
+	// TypeXRCSend is IBV_QPT_XRC_SEND (the IBA's XRC initiator): a
+	// requester only, whose sends name the SRQ they land in.
+	TypeXRCSend Type = 9
+	// TypeXRCRecv is IBV_QPT_XRC_RECV (the XRC target): a responder only,
+	// owned by an XRC domain, taking its receive WQEs from the XRC SRQ
+	// each request names.
+	TypeXRCRecv Type = 10
 )
 
 func (t Type) String() string {
@@ -91,18 +98,31 @@ func (t Type) String() string {
 		return "uc"
 	case TypeUD:
 		return "ud"
+	case TypeXRCSend:
+		return "xrc_send"
+	case TypeXRCRecv:
+		return "xrc_recv"
 	}
 	return fmt.Sprintf("Type(%d)", uint8(t))
 }
 
 // Valid reports whether rdmafs implements t.
-func (t Type) Valid() bool { return t == TypeRC || t == TypeUC || t == TypeUD }
+func (t Type) Valid() bool {
+	return t == TypeRC || t == TypeUC || t == TypeUD || t == TypeXRCSend || t == TypeXRCRecv
+}
+
+// Reliable reports whether t is a reliable connected transport: RC and
+// the two halves of XRC, which share RC's PSNs, ACKs, retries and RNR.
+func (t Type) Reliable() bool { return t == TypeRC || t == TypeXRCSend || t == TypeXRCRecv }
+
+// XRC reports whether t is one of the two XRC types.
+func (t Type) XRC() bool { return t == TypeXRCSend || t == TypeXRCRecv }
 
 // Types lists the QP types rdmafs implements, in numeric order: the one
 // list ParseType and the C library's tables (qp/internal/ctext) follow.
-func Types() []Type { return []Type{TypeRC, TypeUC, TypeUD} }
+func Types() []Type { return []Type{TypeRC, TypeUC, TypeUD, TypeXRCSend, TypeXRCRecv} }
 
-// ParseType accepts rc, uc, ud in any case.
+// ParseType accepts rc, uc, ud, xrc_send, xrc_recv in any case.
 func ParseType(s string) (Type, bool) {
 	for _, t := range Types() {
 		if equalFold(s, t.String()) {
@@ -425,7 +445,10 @@ type SendWR struct {
 	RKey       uint32
 	CompareAdd uint64
 	Swap       uint64
-	// UD addressing.
+	// UD addressing. On an XRC_SEND QP RemoteQPN is instead the number of
+	// the remote XRC SRQ the message is for (ibv_send_wr's
+	// qp_type.xrc.remote_srqn; text remote_srqn=N): the two never meet on
+	// one QP, and the ring's WQE keeps one field for both.
 	AH         uint32
 	RemoteQPN  uint32
 	RemoteQKey uint32

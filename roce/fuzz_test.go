@@ -13,8 +13,9 @@ import (
 // opcode; testdata/fuzz/ keeps inputs that once failed.
 
 // canonicalIB returns b with the fields ParseIB ignores set to zero, as
-// marshalling writes them: BTH resv6a and resv7, the DETH reserved byte,
-// FETH bits 31:6 and the pad bytes. It trusts b to have parsed.
+// marshalling writes them: BTH resv6a and resv7, the DETH and XRCETH
+// reserved bytes, FETH bits 31:6 and the pad bytes. It trusts b to have
+// parsed.
 func canonicalIB(b []byte) []byte {
 	c := bytes.Clone(b)
 	c[4] &= 0xC0
@@ -25,6 +26,9 @@ func canonicalIB(b []byte) []byte {
 	case RCFlush:
 		c[BTHLen], c[BTHLen+1], c[BTHLen+2] = 0, 0, 0
 		c[BTHLen+3] &= 0x3F
+	}
+	if h, _ := Opcode(c[0]).Headers(); h&HdrXRCETH != 0 {
+		c[BTHLen] = 0
 	}
 	clear(c[len(c)-int(c[1]>>4&3):])
 	return c

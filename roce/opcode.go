@@ -12,6 +12,7 @@ const (
 	TransportUC   Opcode = 0x20
 	TransportRD   Opcode = 0x40 // not supported: ParseIB rejects it
 	TransportUD   Opcode = 0x60
+	TransportXRC  Opcode = 0xA0 // IBA 9.2: requests carry an XRCETH after the BTH
 	TransportMask Opcode = 0xE0
 	OpMask        Opcode = 0x1F
 )
@@ -88,6 +89,30 @@ const (
 	UCWriteOnlyImm = TransportUC | OpWriteOnlyImm
 	UDSendOnly     = TransportUD | OpSendOnly
 	UDSendOnlyImm  = TransportUD | OpSendOnlyImm
+
+	XRCSendFirst          = TransportXRC | OpSendFirst
+	XRCSendMiddle         = TransportXRC | OpSendMiddle
+	XRCSendLast           = TransportXRC | OpSendLast
+	XRCSendLastImm        = TransportXRC | OpSendLastImm
+	XRCSendOnly           = TransportXRC | OpSendOnly
+	XRCSendOnlyImm        = TransportXRC | OpSendOnlyImm
+	XRCWriteFirst         = TransportXRC | OpWriteFirst
+	XRCWriteMiddle        = TransportXRC | OpWriteMiddle
+	XRCWriteLast          = TransportXRC | OpWriteLast
+	XRCWriteLastImm       = TransportXRC | OpWriteLastImm
+	XRCWriteOnly          = TransportXRC | OpWriteOnly
+	XRCWriteOnlyImm       = TransportXRC | OpWriteOnlyImm
+	XRCReadRequest        = TransportXRC | OpReadRequest
+	XRCReadResponseFirst  = TransportXRC | OpReadResponseFirst
+	XRCReadResponseMiddle = TransportXRC | OpReadResponseMiddle
+	XRCReadResponseLast   = TransportXRC | OpReadResponseLast
+	XRCReadResponseOnly   = TransportXRC | OpReadResponseOnly
+	XRCAcknowledge        = TransportXRC | OpAcknowledge
+	XRCAtomicAcknowledge  = TransportXRC | OpAtomicAcknowledge
+	XRCCompareSwap        = TransportXRC | OpCompareSwap
+	XRCFetchAdd           = TransportXRC | OpFetchAdd
+	XRCSendLastInv        = TransportXRC | OpSendLastInv
+	XRCSendOnlyInv        = TransportXRC | OpSendOnlyInv
 )
 
 const opcodeCount = 256
@@ -103,22 +128,23 @@ const (
 	IETHLen         = 4
 	DETHLen         = 8
 	FETHLen         = 4
+	XRCETHLen       = 4
 	ICRCLen         = 4
 
 	// MaxHeaderLen is the longest BTH plus extension headers of any
-	// opcode (COMPARE_SWAP and FETCH_ADD: BTH + AtomicETH).
-	MaxHeaderLen = BTHLen + AtomicETHLen
+	// opcode (XRC's COMPARE_SWAP and FETCH_ADD: BTH + XRCETH + AtomicETH).
+	MaxHeaderLen = BTHLen + XRCETHLen + AtomicETHLen
 
 	// UDPPort is the RoCEv2 UDP destination port.
 	UDPPort = 4791
 )
 
 // Headers is a set of extension headers.
-type Headers uint8
+type Headers uint16
 
 // The extension headers. An opcode's headers follow the BTH in the order
-// DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (each opcode
-// has at most three of them).
+// XRCETH, DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH
+// (each opcode has at most four of them).
 const (
 	HdrDETH Headers = 1 << iota
 	HdrFETH
@@ -128,6 +154,10 @@ const (
 	HdrAtomicAckETH
 	HdrImmDt
 	HdrIETH
+	// HdrXRCETH is the XRC extended transport header (IBA 9.3.7): 8
+	// reserved bits and the 24-bit number of the XRC SRQ the request is
+	// for, right after the BTH of every XRC request.
+	HdrXRCETH
 )
 
 // Class says what an opcode means to a transport engine, as rxe's opcode
@@ -239,6 +269,16 @@ func init() {
 		if r.op == OpSendOnly || r.op == OpSendOnlyImm {
 			add(TransportUD|r.op, "UD_"+r.name, HdrDETH|r.hdrs, r.payload, r.class)
 		}
+		// XRC has RC's operations but FLUSH and ATOMIC WRITE (IBA
+		// 1.5's, which rdmafs offers on RC only); its requests carry
+		// the XRCETH, its responses do not.
+		if r.op != OpFlush && r.op != OpAtomicWrite {
+			h := r.hdrs
+			if r.class&req != 0 {
+				h |= HdrXRCETH
+			}
+			add(TransportXRC|r.op, "XRC_"+r.name, h, r.payload, r.class)
+		}
 	}
 }
 
@@ -249,7 +289,7 @@ func (h Headers) Len() int {
 		h Headers
 		n int
 	}{
-		{HdrDETH, DETHLen}, {HdrFETH, FETHLen}, {HdrRETH, RETHLen}, {HdrAtomicETH, AtomicETHLen},
+		{HdrXRCETH, XRCETHLen}, {HdrDETH, DETHLen}, {HdrFETH, FETHLen}, {HdrRETH, RETHLen}, {HdrAtomicETH, AtomicETHLen},
 		{HdrAETH, AETHLen}, {HdrAtomicAckETH, AtomicAckETHLen}, {HdrImmDt, ImmDtLen}, {HdrIETH, IETHLen},
 	} {
 		if h&x.h != 0 {
@@ -260,7 +300,7 @@ func (h Headers) Len() int {
 }
 
 // Valid reports whether o is an opcode this package encodes and decodes:
-// the RC, UC and UD opcodes of VERBS.md §8.3. RD and CNP are not.
+// the RC, UC, UD and XRC opcodes of VERBS.md §8.3. RD and CNP are not.
 func (o Opcode) Valid() bool { return opTable[o].hlen != 0 }
 
 // Transport returns the transport bits of o (TransportRC, TransportUC, ...).

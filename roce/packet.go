@@ -84,6 +84,9 @@ type Packet struct {
 	FlushType  uint8 // placement type, bits 3:0
 	FlushLevel uint8 // selectivity level, bits 5:4
 
+	// XRCETH: the XRC SRQ number (24 bits) an XRC request is for.
+	XRCSRQ uint32
+
 	// Payload is the data after the extension headers, without the pad.
 	// After ParseIB it aliases the parsed buffer.
 	Payload []byte
@@ -153,6 +156,10 @@ func ParseIB(b []byte, p *Packet) error {
 	}
 	h := info.hdrs
 	x := b[BTHLen:hlen]
+	if h&HdrXRCETH != 0 {
+		p.XRCSRQ = binary.BigEndian.Uint32(x[0:4]) & QPNMask
+		x = x[XRCETHLen:]
+	}
 	if h&HdrDETH != 0 {
 		p.QKey = binary.BigEndian.Uint32(x[0:4])
 		p.SrcQP = binary.BigEndian.Uint32(x[4:8]) & QPNMask
@@ -214,6 +221,8 @@ func (p *Packet) check() (*opInfo, error) {
 		return nil, fmt.Errorf("%w: PSN %#x", ErrRange, p.PSN)
 	case h&HdrAETH != 0 && p.MSN > MSNMask:
 		return nil, fmt.Errorf("%w: MSN %#x", ErrRange, p.MSN)
+	case h&HdrXRCETH != 0 && p.XRCSRQ > QPNMask:
+		return nil, fmt.Errorf("%w: XRCSRQ %#x", ErrRange, p.XRCSRQ)
 	case h&HdrDETH != 0 && p.SrcQP > QPNMask:
 		return nil, fmt.Errorf("%w: SrcQP %#x", ErrRange, p.SrcQP)
 	case h&HdrFETH != 0 && (p.FlushType > 0x0F || p.FlushLevel > 3):
@@ -250,6 +259,10 @@ func (p *Packet) put(b []byte, h Headers) {
 	binary.BigEndian.PutUint32(b[8:12], p.PSN)
 	b[8] = bit(p.AckReq, 0x80)
 	x := b[BTHLen:]
+	if h&HdrXRCETH != 0 {
+		binary.BigEndian.PutUint32(x[0:4], p.XRCSRQ) // the reserved byte stays 0
+		x = x[XRCETHLen:]
+	}
 	if h&HdrDETH != 0 {
 		binary.BigEndian.PutUint32(x[0:4], p.QKey)
 		binary.BigEndian.PutUint32(x[4:8], p.SrcQP)

@@ -19,7 +19,8 @@ const (
 	hexImmDt     = "71727374"
 	hexIETH      = "81828384"
 	hexDETH      = "91929394" + "00" + "a2a3a4"
-	hexFETH      = "00000025" // selectivity level 2 (bits 5:4), placement type 5
+	hexXRCETH    = "00" + "d1d2d3" // reserved byte, then the XRC SRQ number
+	hexFETH      = "00000025"      // selectivity level 2 (bits 5:4), placement type 5
 )
 
 // opcodeRows lists every opcode of VERBS.md §8.3 that rxe sends or receives
@@ -68,6 +69,31 @@ var opcodeRows = []struct {
 	{UCWriteOnlyImm, hexRETH + hexImmDt, true},
 	{UDSendOnly, hexDETH, true},
 	{UDSendOnlyImm, hexDETH + hexImmDt, true},
+	// XRC (IBA 9.2, 9.3.7): RC's operations, requests with the XRCETH
+	// first, responses without it.
+	{XRCSendFirst, hexXRCETH, true},
+	{XRCSendMiddle, hexXRCETH, true},
+	{XRCSendLast, hexXRCETH, true},
+	{XRCSendLastImm, hexXRCETH + hexImmDt, true},
+	{XRCSendOnly, hexXRCETH, true},
+	{XRCSendOnlyImm, hexXRCETH + hexImmDt, true},
+	{XRCWriteFirst, hexXRCETH + hexRETH, true},
+	{XRCWriteMiddle, hexXRCETH, true},
+	{XRCWriteLast, hexXRCETH, true},
+	{XRCWriteLastImm, hexXRCETH + hexImmDt, true},
+	{XRCWriteOnly, hexXRCETH + hexRETH, true},
+	{XRCWriteOnlyImm, hexXRCETH + hexRETH + hexImmDt, true},
+	{XRCReadRequest, hexXRCETH + hexRETH, false},
+	{XRCReadResponseFirst, hexAETH, true},
+	{XRCReadResponseMiddle, "", true},
+	{XRCReadResponseLast, hexAETH, true},
+	{XRCReadResponseOnly, hexAETH, true},
+	{XRCAcknowledge, hexAETH, false},
+	{XRCAtomicAcknowledge, hexAETH + hexAtomicAck, false},
+	{XRCCompareSwap, hexXRCETH + hexAtomicETH, false},
+	{XRCFetchAdd, hexXRCETH + hexAtomicETH, false},
+	{XRCSendLastInv, hexXRCETH + hexIETH, true},
+	{XRCSendOnlyInv, hexXRCETH + hexIETH, true},
 }
 
 // fullPacket returns a packet of opcode op with every field set to a
@@ -81,7 +107,7 @@ func fullPacket(op Opcode, payload []byte) Packet {
 		SwapAdd: 0x3132333435363738, Compare: 0x4142434445464748,
 		Syndrome: 0x61, MSN: 0x515253, OrigData: 0x6162636465666768,
 		Imm: 0x71727374, InvRKey: 0x81828384, QKey: 0x91929394, SrcQP: 0xA2A3A4,
-		FlushType: 5, FlushLevel: 2,
+		FlushType: 5, FlushLevel: 2, XRCSRQ: 0xD1D2D3,
 		Payload: payload,
 	}
 	p.PadCnt = uint8(padLen(len(payload)))
@@ -112,6 +138,9 @@ func fullPacket(op Opcode, payload []byte) Packet {
 	}
 	if h&HdrFETH == 0 {
 		p.FlushType, p.FlushLevel = 0, 0
+	}
+	if h&HdrXRCETH == 0 {
+		p.XRCSRQ = 0
 	}
 	return p
 }
@@ -144,7 +173,7 @@ func TestOpcodeTable(t *testing.T) {
 		if hl > MaxHeaderLen {
 			t.Errorf("%v: header %d > MaxHeaderLen", r.op, hl)
 		}
-		prefix := map[Opcode]string{TransportRC: "RC_", TransportUC: "UC_", TransportUD: "UD_"}[r.op.Transport()]
+		prefix := map[Opcode]string{TransportRC: "RC_", TransportUC: "UC_", TransportUD: "UD_", TransportXRC: "XRC_"}[r.op.Transport()]
 		if !strings.HasPrefix(r.op.String(), prefix) {
 			t.Errorf("%#x is named %q", byte(r.op), r.op)
 		}
@@ -432,7 +461,7 @@ func TestMarshalErrors(t *testing.T) {
 			t.Errorf("%s: MarshalBTHAndExt = %v, want %v", c.name, err, c.want)
 		}
 	}
-	p := fullPacket(RCCompareSwap, nil)
+	p := fullPacket(XRCCompareSwap, nil)
 	if _, err := p.MarshalBTHAndExt(make([]byte, MaxHeaderLen-1)); err != ErrBuffer {
 		t.Errorf("short buffer: %v", err)
 	}

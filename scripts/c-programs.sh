@@ -22,7 +22,10 @@
 # ibv_query_rt_values_ex at its rate, completion timestamps and wall
 # clock against clock_gettime), libibverbs/tests/import (ibv_import_device,
 # _pd, _mr, _dm across a fork with the cmd_fd passed by SCM_RIGHTS, and
-# refused to a child of uid 65534), and libibverbs/tests/hostile, a program that misuses
+# refused to a child of uid 65534), libibverbs/tests/xrc_owner (an XRC_RECV
+# QP outlives the process that made it while another holds it, and goes
+# with its last holder; a file's XRC domain found by descriptor, on a local
+# and on a RoCE mount), and libibverbs/tests/hostile, a program that misuses
 # the verbs and scribbles its rings. memkinds, mrrace and heaptrim run on
 # one mount and across two that speak RoCEv2 on two loopback addresses
 # (RDMAFS_DEVICE_MOUNT=A:B: the program's memory on A, the peer on B).
@@ -59,6 +62,7 @@ for v in plain asan; do
 	cc $flags -o "$work/destroy_clean-$v" "$repo/libibverbs/tests/destroy_clean.c" -libverbs
 	cc $flags -o "$work/timestamps-$v" "$repo/libibverbs/tests/timestamps.c" -libverbs
 	cc $flags -o "$work/import-$v" "$repo/libibverbs/tests/import.c" -libverbs
+	cc $flags -o "$work/xrc_owner-$v" "$repo/libibverbs/tests/xrc_owner.c" -libverbs
 done
 hp=/proc/sys/vm/nr_hugepages
 hp_was=$(cat $hp 2>/dev/null || echo 0)
@@ -122,6 +126,9 @@ for v in plain asan; do
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/destroy_clean-$v" || die "destroy_clean ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/timestamps-$v" || die "timestamps ($v) failed"
 	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/import-$v" || die "import ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- timeout 60 "$work/xrc_owner-$v" "$M" || die "xrc_owner ($v) failed"
+	RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$MA" -- timeout 60 "$work/xrc_owner-$v" "$MA" ||
+		die "xrc_owner on a RoCE mount ($v) failed"
 	# The hostile program leaks by design (objects destroyed under it).
 	ASAN_OPTIONS=detect_leaks=0 RDMAFS_LIBDIR=$lib "$RDMAFS" exec --mount "$M" -- \
 		timeout 120 "$work/hostile-$v" "$M" || die "hostile ($v) failed"
@@ -137,4 +144,4 @@ fi
 # The daemon survived all of it.
 pd=$(new pd "")
 [[ -n "$pd" ]] || die "the daemon stopped serving"
-echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs, srq_resize, destroy_clean, timestamps, import and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"
+echo "c-programs: rdma_rw, events, threads, memkinds, mrrace, heaptrim, forkmem, truncate, moved, atomic_write, ucx_verbs, srq_resize, destroy_clean, timestamps, import, xrc_owner and hostile pass, plain and under ASan/UBSan; LD_PRELOAD loads only ours"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # verbs-tools.sh: Debian's own RDMA programs, unmodified, on rdmafs through
 # the drop-in libibverbs (rdmafs exec): ibv_devices, ibv_devinfo, the four
-# ibv_*_pingpong programs (with and without -e, at several sizes) and the
+# ibv_*_pingpong programs (with and without -e, at several sizes),
+# ibv_xsrq_pingpong (XRC: one server and three client processes whose
+# XRC_RECV QPs share one XRC domain, each message landing in the SRQ its
+# sender names, through another client's QP) and the
 # perftest tools, first with client and server on one mount, then across
 # two mounts that speak RoCEv2 on two loopback addresses (-g 0, the
 # ::ffff:IPv4 GID). Every run must exit 0 on both sides and print its
@@ -98,6 +101,43 @@ pingpongs() { # SERVER_MOUNT CLIENT_MOUNT EXTRA...
 	done
 }
 
+# xsrq SERVER_MOUNT CLIENT_MOUNT EXTRA...: ibv_xsrq_pingpong, a server for
+# three clients (-c 3) and three client processes, polling and with -e.
+# The server sends to each client round robin through the send QPs of all
+# of them: only a domain the clients share (the file /tmp/xrc_domain the
+# program opens, one XRC domain per device) delivers that. Every process
+# must print "success".
+xsrq() {
+	local sm=$1 cm=$2
+	shift 2
+	local n=100
+	[[ -n "$quick" ]] && n=20
+	for ev in "" -e; do
+		port=$((port + 1))
+		on "$sm" timeout 120 ibv_xsrq_pingpong -d rdmafs0 -p $port -c 3 -n $n $ev "$@" >"$work/server.log" 2>&1 &
+		local spid=$! pids=() rc=0
+		for _ in $(seq 200); do
+			ss -ltn "sport = :$port" | grep -q LISTEN && break
+			sleep 0.05
+		done
+		for i in 1 2 3; do
+			on "$cm" timeout 120 ibv_xsrq_pingpong -d rdmafs0 -p $port -n $n $ev "$@" localhost \
+				>"$work/client$i.log" 2>&1 &
+			pids+=($!)
+		done
+		for p in "${pids[@]}" $spid; do
+			wait $p || rc=1
+		done
+		for l in server client1 client2 client3; do
+			if ((rc != 0)) || ! grep -qx success "$work/$l.log"; then
+				echo "--- $l"; cat "$work/$l.log"
+				die "ibv_xsrq_pingpong $ev $*: $l failed"
+			fi
+		done
+		printf '%-18s %-3s 3 clients x %d messages: success\n' ibv_xsrq_pingpong "$ev" $n
+	done
+}
+
 perftests() { # SERVER_MOUNT CLIENT_MOUNT EXTRA...
 	local sm=$1 cm=$2
 	shift 2
@@ -119,11 +159,13 @@ perftests() { # SERVER_MOUNT CLIENT_MOUNT EXTRA...
 echo
 echo "== one mount: server and client on $M"
 pingpongs "$M" "$M"
+xsrq "$M" "$M"
 perftests "$M" "$M"
 
 echo
 echo "== two mounts over RoCEv2: server on $A_ADDR, client on $B_ADDR"
 pingpongs "$MA" "$MB" -g 0
+xsrq "$MA" "$MB" -g 0
 # The wire is slower than loopback (BENCHMARKS.md): fewer iterations a size
 # with -a, so that its 8 MiB messages stay within CI's time.
 AITERS=10 perftests "$MA" "$MB"

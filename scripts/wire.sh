@@ -2,8 +2,12 @@
 # wire.sh: two rdmafs devices talking RoCEv2 (IB transport over UDP 4791)
 # through the kernel's network stack, here on two loopback addresses. An RC
 # queue pair on each, connected by GID + QPN exactly as on one device; an
-# RDMA WRITE and a SEND cross the wire; `capture` shows the packets as pcap
-# with valid ICRCs. Needs root (raw sockets). Checks every result.
+# RDMA WRITE and a SEND cross the wire; then XRC: an XRC_SEND QP on one
+# device sends through an XRC_RECV QP on the other into the XRC SRQ each
+# message names (the XRCETH after the BTH), and a number that is no XRC
+# SRQ there is an invalid request. `capture` shows the packets as pcap with
+# valid ICRCs (and the XRCETH byte for byte). Needs root (raw sockets). Checks every
+# result.
 source "$(dirname "$0")/lib.sh"
 
 A_ADDR=${A_ADDR:-127.0.77.1}
@@ -33,8 +37,8 @@ setup() { # MOUNT -> "pd mr cq qp lkey rkey"
 	qp=$(newin "$1" qp "pd=$pd qp_type=rc send_cq=$cq recv_cq=$cq max_send_wr=8 max_recv_wr=8 max_send_sge=1 max_recv_sge=1")
 	echo "$pd $mr $cq $qp $(sed -n 's/^lkey=//p' "$1/mr/$mr/attr") $(sed -n 's/^rkey=//p' "$1/mr/$mr/attr")"
 }
-read -r _ MRA CQA QPA LKA RKA <<<"$(setup "$M")"
-read -r _ MRB CQB QPB LKB RKB <<<"$(setup "$MB")"
+read -r PDA MRA CQA QPA LKA RKA <<<"$(setup "$M")"
+read -r PDB MRB CQB QPB LKB RKB <<<"$(setup "$MB")"
 echo "device a: qp $QPA; device b: qp $QPB"
 
 connect() { # MOUNT QP DEST_QP DEST_GID
@@ -67,6 +71,39 @@ got=$(dd if="$M/mr/$MRA/mem" bs=1 skip=20000 count=16 status=none)
 [[ "$got" == "pong over RoCEv2" ]] || die "received '$got'"
 echo "  received: $got"
 
+echo; echo "# XRC: b has an XRC domain with two XRC SRQs (one CQ) and an XRC_RECV QP in it; a an XRC_SEND QP."
+XD=$(newin "$MB" xrcd "")
+CQX=$(newin "$MB" cq "cqe=16")
+SRQ1=$(newin "$MB" srq "pd=$PDB max_wr=8 max_sge=1 srq_type=xrc xrcd=$XD cq=$CQX")
+SRQ2=$(newin "$MB" srq "pd=$PDB max_wr=8 max_sge=1 srq_type=xrc xrcd=$XD cq=$CQX")
+SRQN2=$(sed -n 's/^srq_num=//p' "$MB/srq/$SRQ2/attr")
+TGT=$(newin "$MB" qp "qp_type=xrc_recv xrcd=$XD")
+INI=$(newin "$M" qp "pd=$PDA qp_type=xrc_send send_cq=$CQA max_send_wr=8 max_send_sge=1")
+echo "  xrcd $XD, xrc srqs $SRQ1 and $SRQ2 (srq_num $SRQN2), xrc_recv qp $TGT on b; xrc_send qp $INI on a"
+show "echo 'modify qp_state=INIT pkey_index=0 port_num=1 qp_access_flags=local_write,remote_write' > $MB/qp/$TGT/ctl"
+show "echo 'modify qp_state=RTR path_mtu=1024 dest_qp_num=$INI rq_psn=0 dgid=$gid_a max_dest_rd_atomic=1 min_rnr_timer=1' > $MB/qp/$TGT/ctl"
+show "echo 'modify qp_state=RTS sq_psn=0 timeout=14' > $MB/qp/$TGT/ctl"
+show "echo 'modify qp_state=INIT pkey_index=0 port_num=1 qp_access_flags=local_write' > $M/qp/$INI/ctl"
+show "echo 'modify qp_state=RTR path_mtu=1024 dest_qp_num=$TGT rq_psn=0 dgid=$gid_b' > $M/qp/$INI/ctl"
+show "echo 'modify qp_state=RTS sq_psn=0 timeout=14 retry_cnt=7 rnr_retry=7 max_rd_atomic=1' > $M/qp/$INI/ctl"
+show "echo 'wr_id=11 sge=$LKB:40000:64' > $MB/srq/$SRQ1/post_recv"
+show "echo 'wr_id=12 sge=$LKB:41000:64' > $MB/srq/$SRQ2/post_recv"
+show "printf 'xrc over RoCEv2!' | dd of=$M/mr/$MRA/mem bs=1 seek=50000 conv=notrunc status=none"
+show "echo 'opcode=send wr_id=3 send_flags=signaled remote_srqn=$SRQN2 sge=$LKA:50000:16' > $M/qp/$INI/post_send"
+expect_wc "$CQA" "^wr_id=3 status=success opcode=send qp_num=$INI byte_len=16$"
+(M=$MB expect_wc "$CQX" "^wr_id=12 status=success opcode=recv qp_num=$TGT byte_len=16 src_qp=$INI$")
+got=$(dd if="$MB/mr/$MRB/mem" bs=1 skip=41000 count=16 status=none)
+[[ "$got" == "xrc over RoCEv2!" ]] || die "xrc srq $SRQ2 received '$got'"
+grep -qx 'pending=1' "$MB/srq/$SRQ1/attr" || die "xrc srq $SRQ1 lost its WQE"
+echo "  landed in xrc srq $SRQ2: $got"
+show "echo 'opcode=rdma_write wr_id=4 send_flags=signaled remote_srqn=$SRQN2 sge=$LKA:50000:16 remote_addr=42000 rkey=$RKB' > $M/qp/$INI/post_send"
+expect_wc "$CQA" "^wr_id=4 status=success opcode=rdma_write qp_num=$INI byte_len=16$"
+[[ $(dd if="$MB/mr/$MRB/mem" bs=1 skip=42000 count=16 status=none) == "xrc over RoCEv2!" ]] || die "the XRC WRITE did not land"
+echo "# A number that is no XRC SRQ of b's domain: an invalid request."
+show "echo 'opcode=send wr_id=5 send_flags=signaled remote_srqn=999 sge=$LKA:50000:16' > $M/qp/$INI/post_send"
+expect_wc "$CQA" "^wr_id=5 status=rem_inv_req_err opcode=send qp_num=$INI byte_len=0$"
+[[ $(cat "$MB/qp/$TGT/state") == ERR ]] || die "the XRC_RECV QP is not in ERR after an invalid request"
+
 sleep 0.2
 kill "$cap" 2>/dev/null || true
 wait "$cap" 2>/dev/null || true
@@ -78,5 +115,15 @@ echo "  capture: $size bytes of pcap"
 ((size > 10000)) || die "the capture is too small"
 if command -v tshark >/dev/null; then
 	show "tshark -r $work/a.pcap 2>/dev/null | head -n 14"
+	# The XRC SEND ONLY (opcode 0xa4) to b's XRC_RECV QP. tshark has the
+	# opcode's number but no XRC dissector ("Unknown OpCode"), so the
+	# XRCETH is checked here: a reserved zero byte and the 24-bit SRQ
+	# number, right after the 12-byte BTH.
+	xrc=$(tshark -r "$work/a.pcap" -Y "infiniband.bth.opcode == 164 && infiniband.bth.destqp == $TGT" \
+		-T fields -e udp.payload 2>/dev/null | head -n 1)
+	echo "  the XRC send's IB bytes: $xrc"
+	[[ -n "$xrc" ]] || die "tshark finds no XRC SEND ONLY to qp $TGT"
+	want=$(printf '00%06x' "$SRQN2")
+	[[ ${xrc:24:8} == "$want" ]] || die "the XRCETH after the BTH is ${xrc:24:8}, not $want"
 fi
 echo; echo "wire: all checks passed"

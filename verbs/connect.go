@@ -14,7 +14,10 @@ type ConnectAttr struct {
 	// RC: READ/atomic depth both ways; default 16.
 	MaxRdAtomic uint8
 	// RC: timeout, retry_cnt, rnr_retry, min_rnr_timer; defaults 14, 7, 7
-	// (infinite) and 12, as ibv_rc_pingpong sets them.
+	// (infinite) and 12, as ibv_rc_pingpong sets them. XRC takes each
+	// where the IBA's table has it: the XRC_SEND QP the requester's
+	// (timeout, retry_cnt, rnr_retry, max_rd_atomic), the XRC_RECV QP
+	// the responder's (max_dest_rd_atomic, min_rnr_timer) and timeout.
 	Timeout, RetryCnt, RNRRetry, MinRNRTimer uint8
 }
 
@@ -59,7 +62,7 @@ func (q *QP) Connect(c ConnectAttr) error {
 		a.PathMTU, a.DestQPNum, a.RQPSN = c.PathMTU, c.DestQPN, c.RQPSN
 		a.AH.DGID = c.DGID
 		mask |= qp.MaskPathMTU | qp.MaskDestQPN | qp.MaskRQPSN | qp.MaskAV
-		if q.Type == QPTypeRC {
+		if q.Type == QPTypeRC || q.Type == QPTypeXRCRecv {
 			a.MaxDestRdAtomic, a.MinRNRTimer = c.MaxRdAtomic, c.MinRNRTimer
 			mask |= qp.MaskMaxDestRdAtomic | qp.MaskMinRNRTimer
 		}
@@ -69,9 +72,12 @@ func (q *QP) Connect(c ConnectAttr) error {
 	}
 	a = QPAttr{QPState: StateRTS, SQPSN: c.SQPSN}
 	mask = qp.MaskState | qp.MaskSQPSN
-	if q.Type == QPTypeRC {
+	switch q.Type {
+	case QPTypeRC, QPTypeXRCSend:
 		a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic = c.Timeout, c.RetryCnt, c.RNRRetry, c.MaxRdAtomic
 		mask |= qp.MaskTimeout | qp.MaskRetryCnt | qp.MaskRNRRetry | qp.MaskMaxQPRdAtomic
+	case QPTypeXRCRecv:
+		a.Timeout, mask = c.Timeout, mask|qp.MaskTimeout
 	}
 	return q.Modify(&a, mask)
 }

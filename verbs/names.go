@@ -61,9 +61,11 @@ const (
 
 // QP types (IBV_QPT_*).
 const (
-	QPTypeRC = qp.TypeRC
-	QPTypeUC = qp.TypeUC
-	QPTypeUD = qp.TypeUD
+	QPTypeRC      = qp.TypeRC
+	QPTypeUC      = qp.TypeUC
+	QPTypeUD      = qp.TypeUD
+	QPTypeXRCSend = qp.TypeXRCSend // a requester whose sends name a remote XRC SRQ (xrc.go)
+	QPTypeXRCRecv = qp.TypeXRCRecv // a responder of an XRC domain (XRCD.CreateQP, XRCD.OpenQP)
 )
 
 // Path MTUs (IBV_MTU_*).

@@ -72,11 +72,17 @@ type recvQueue struct {
 func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	const op = "create_qp"
 	c := pd.ctx
-	if init.SendCQ == nil || init.RecvCQ == nil {
+	xrc := init.Type == QPTypeXRCSend
+	if init.SendCQ == nil || init.RecvCQ == nil && !xrc {
 		return nil, errorf(op, syscall.EINVAL, "send_cq and recv_cq are required")
 	}
-	req := qp.CreateQP{PD: pd.Handle, Type: init.Type, SendCQ: init.SendCQ.Handle, RecvCQ: init.RecvCQ.Handle,
-		Cap: init.Cap, SQSigAll: init.SQSigAll}
+	if init.Type == QPTypeXRCRecv {
+		return nil, errorf(op, syscall.EINVAL, "an xrc_recv qp is made in its XRC domain (XRCD.CreateQP)")
+	}
+	req := qp.CreateQP{PD: pd.Handle, Type: init.Type, SendCQ: init.SendCQ.Handle, Cap: init.Cap, SQSigAll: init.SQSigAll}
+	if init.RecvCQ != nil {
+		req.RecvCQ = init.RecvCQ.Handle
+	}
 	if init.SRQ != nil {
 		req.SRQ = init.SRQ.Handle
 	}
@@ -107,7 +113,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	}
 	q.send.p = ring.NewProducer(q.send.r)
 	q.send.post = ring.SendPoster{Type: q.Type, Gather: q.gatherSGE}
-	if init.SRQ == nil {
+	if init.SRQ == nil && !xrc {
 		if q.recv.region, q.recv.r, err = mapQueue(op, c.path("qp", name, "rq"), ring.KindRQ); err != nil {
 			return fail(err)
 		}
@@ -213,6 +219,9 @@ func (q *QP) Doorbells() uint64 { return q.doorbells.Load() }
 // allocate.
 func (q *QP) PostSend(wrs ...SendWR) error {
 	const op = "post_send"
+	if q.Type == QPTypeXRCRecv {
+		return &PostError{Op: op, Errno: syscall.EINVAL, Err: fmt.Errorf("qp %d is xrc_recv: it sends nothing", q.QPN)}
+	}
 	s := &q.send
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -270,6 +279,9 @@ func postFailure(op string, index int, err error, queue string, slots uint32) er
 // PostSend.
 func (q *QP) PostRecv(wrs ...RecvWR) error {
 	const op = "post_recv"
+	if q.Type.XRC() {
+		return &PostError{Op: op, Errno: syscall.EINVAL, Err: fmt.Errorf("qp %d is %v: it has no receive queue", q.QPN, q.Type)}
+	}
 	if q.SRQ != nil {
 		return &PostError{Op: op, Errno: syscall.EINVAL, Err: fmt.Errorf("qp %d receives from srq %d; post to the srq", q.QPN, q.SRQ.Handle)}
 	}
@@ -309,6 +321,9 @@ func postRecv(op string, reg *ring.Region, r *ring.Ring, p *ring.Producer, bell 
 // Destroy is ibv_destroy_qp: outstanding work is discarded and the rings
 // unmapped.
 func (q *QP) Destroy() error {
+	if q.Type == QPTypeXRCRecv {
+		return q.closeXRCRecv()
+	}
 	if err := q.ctx.destroy("destroy_qp", "qp", hname(q.QPN)); err != nil {
 		return err
 	}

@@ -27,10 +27,14 @@ type SRQ struct {
 
 // CreateSRQ is ibv_create_srq.
 func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
+	return pd.createSRQ(qp.CreateSRQ{PD: pd.Handle, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit})
+}
+
+// createSRQ makes a basic or an XRC SRQ (xrc.go).
+func (pd *PD) createSRQ(req qp.CreateSRQ) (*SRQ, error) {
 	const op = "create_srq"
 	c := pd.ctx
-	line := qp.FormatCreateSRQ(&qp.CreateSRQ{PD: pd.Handle, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit})
-	name, err := c.transact(op, "srq", line)
+	name, err := c.transact(op, "srq", qp.FormatCreateSRQ(&req))
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ Usage:
                                     keeps serving in the background
   rdmafs mount --foreground ...     stay attached; SIGINT/SIGTERM unmount cleanly
   rdmafs umount MOUNTPOINT          tear the device down, even with live mappings
-  rdmafs new MOUNTPOINT KIND k=v... create an object (KIND: pd mr mw cq srq ah qp cm cm/channel)
+  rdmafs new MOUNTPOINT KIND k=v... create an object (KIND: pd mr mw cq srq ah qp xrcd cm cm/channel)
                                     and print its name
   rdmafs bench [flags] MOUNTPOINT   perftest-style loopback benchmark (--op, --mode bw|lat);
                                     --peer MOUNT2: between two devices over RoCEv2
@@ -137,9 +137,9 @@ func cmdNew(args []string, stdout, stderr io.Writer) error {
 	}
 	mnt, kind := fs.Arg(0), fs.Arg(1)
 	switch kind {
-	case "pd", "mr", "mw", "cq", "srq", "ah", "qp", "cm", "cm/channel":
+	case "pd", "mr", "mw", "cq", "srq", "ah", "qp", "xrcd", "cm", "cm/channel":
 	default:
-		return usageError{fmt.Errorf("unknown kind %q (pd mr mw cq srq ah qp cm cm/channel)", kind)}
+		return usageError{fmt.Errorf("unknown kind %q (pd mr mw cq srq ah qp xrcd cm cm/channel)", kind)}
 	}
 	f, err := os.OpenFile(mnt+"/"+kind+"/new", os.O_RDWR, 0)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // rdmafs show and rdmafs trace: the command lines over internal/show,
 // which reads the mount.
 
-const showSynopsis = "show [MOUNT] [pd|mr|cq|srq|qp|ah|mw] [-j|--json] [-w|--watch [-i DURATION]]"
+const showSynopsis = "show [MOUNT] [pd|mr|cq|srq|qp|ah|mw|xrcd] [-j|--json] [-w|--watch [-i DURATION]]"
 
 func cmdShow(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("show", showSynopsis, stderr)
@@ -69,7 +69,7 @@ func showPositional(o *show.Options, args []string) error {
 	case 2:
 		o.Mount = args[0]
 		if !show.IsKind(args[1]) {
-			return usageError{fmt.Errorf("unknown kind %q (pd mr mw cq srq ah qp)", args[1])}
+			return usageError{fmt.Errorf("unknown kind %q (pd mr mw cq srq ah qp xrcd)", args[1])}
 		}
 		o.Kinds = args[1:]
 	default:

@@ -33,7 +33,7 @@ import (
 )
 
 // Kinds are the object kinds, in the order show prints them.
-var Kinds = []string{"pd", "mr", "mw", "cq", "srq", "ah", "qp"}
+var Kinds = []string{"pd", "mr", "mw", "cq", "srq", "ah", "qp", "xrcd"}
 
 // IsKind reports whether s is one of Kinds.
 func IsKind(s string) bool { return slices.Contains(Kinds, s) }
@@ -217,12 +217,22 @@ type cqRow struct {
 type srqRow struct {
 	Handle   uint32 `json:"handle"`
 	Owner    uint32 `json:"owner"`
+	Type     string `json:"srq_type"` // basic or xrc
+	SRQNum   uint32 `json:"srq_num"`  // an XRC SRQ's number (ibv_get_srq_num); 0 otherwise
+	CQ       uint32 `json:"cq"`       // an XRC SRQ's CQ; 0 otherwise
 	PD       uint32 `json:"pd"`
 	MaxWR    uint32 `json:"max_wr"`
 	MaxSGE   uint32 `json:"max_sge"`
 	SRQLimit uint32 `json:"srq_limit"`
 	Pending  uint32 `json:"pending"`
 	QPs      int    `json:"qps"`
+}
+
+// xrcdRow is an XRC domain handle: shared when it is a file's domain.
+type xrcdRow struct {
+	Handle uint32 `json:"handle"`
+	Owner  uint32 `json:"owner"`
+	Shared bool   `json:"shared"`
 }
 
 type ahRow struct {
@@ -301,6 +311,7 @@ type View struct {
 	srq   []srqRow
 	ah    []ahRow
 	qp    []qpRow
+	xrcd  []xrcdRow
 }
 
 // collect reads the objects of kinds (and, to count their users, the
@@ -409,8 +420,12 @@ func (v *View) read(kind string, o object) error {
 	case "srq":
 		var a qp.SRQAttr
 		a, err = qp.ParseSRQAttr(text)
-		v.srq = append(v.srq, srqRow{Handle: o.handle, Owner: o.uid, PD: a.PD, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE,
-			SRQLimit: a.SRQLimit, Pending: a.Pending})
+		v.srq = append(v.srq, srqRow{Handle: o.handle, Owner: o.uid, Type: a.SRQType, SRQNum: a.SRQNum, CQ: a.CQ,
+			PD: a.PD, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit, Pending: a.Pending})
+	case "xrcd":
+		var a qp.XRCDAttr
+		a, err = qp.ParseXRCDAttr(text)
+		v.xrcd = append(v.xrcd, xrcdRow{Handle: o.handle, Owner: o.uid, Shared: a.Shared})
 	case "ah":
 		var a qp.AHAttr
 		a, err = qp.ParseAHAttr(text)
@@ -474,7 +489,7 @@ func qpRowOf(o object, a *qp.AttrFile, c kv, errText []byte) qpRow {
 	}
 	inFlight := c.u32("sq_in_flight")
 	r.SQ = queueCol{Depth: a.Attr.Cap.MaxSendWR, Posted: c.u32("sq_posted"), InFlight: &inFlight}
-	if r.SRQ == 0 {
+	if r.SRQ == 0 && r.Type != "xrc_send" && r.Type != "xrc_recv" {
 		r.RQ = &queueCol{Depth: a.Attr.Cap.MaxRecvWR, Posted: c.u32("rq_posted")}
 	}
 	for k := range c {
@@ -540,6 +555,8 @@ func (v *View) MarshalJSON() ([]byte, error) {
 			rows = v.ah
 		case "qp":
 			rows = v.qp
+		case "xrcd":
+			rows = v.xrcd
 		}
 		j, err := json.Marshal(rows)
 		if err != nil {
@@ -650,10 +667,15 @@ func (v *View) tables(w io.Writer, rates bool) {
 					r.Armed, yesNo(r.Overflowed), fmt.Sprint(r.Overflows), fmt.Sprint(r.QPs)}
 			})
 		case "srq":
-			table(k, len(v.srq), []string{"SRQ", "OWNER", "PD", "MAX_WR", "MAX_SGE", "PENDING", "LIMIT", "QPS"}, func(i int) []string {
+			table(k, len(v.srq), []string{"SRQ", "OWNER", "TYPE", "SRQ_NUM", "CQ", "PD", "MAX_WR", "MAX_SGE", "PENDING", "LIMIT", "QPS"}, func(i int) []string {
 				r := v.srq[i]
-				return []string{fmt.Sprint(r.Handle), u.name(r.Owner), fmt.Sprint(r.PD), fmt.Sprint(r.MaxWR),
-					fmt.Sprint(r.MaxSGE), fmt.Sprint(r.Pending), dash(r.SRQLimit), fmt.Sprint(r.QPs)}
+				return []string{fmt.Sprint(r.Handle), u.name(r.Owner), r.Type, dash(r.SRQNum), dash(r.CQ), fmt.Sprint(r.PD),
+					fmt.Sprint(r.MaxWR), fmt.Sprint(r.MaxSGE), fmt.Sprint(r.Pending), dash(r.SRQLimit), fmt.Sprint(r.QPs)}
+			})
+		case "xrcd":
+			table(k, len(v.xrcd), []string{"XRCD", "OWNER", "SHARED"}, func(i int) []string {
+				r := v.xrcd[i]
+				return []string{fmt.Sprint(r.Handle), u.name(r.Owner), yesNo(r.Shared)}
 			})
 		case "ah":
 			table(k, len(v.ah), []string{"AH", "OWNER", "PD", "DGID", "SL", "HOP_LIMIT", "TCLASS", "FLOW", "SGID_INDEX"}, func(i int) []string {
@@ -685,7 +707,9 @@ func (r *qpRow) cells(u users, rates bool) []string {
 		peer, gid = fmt.Sprint(*r.PeerQPN), r.PeerGID
 	}
 	rq := "srq"
-	if r.RQ != nil {
+	if r.Type == "xrc_send" || r.Type == "xrc_recv" {
+		rq = "-" // no receive queue (an XRC_RECV QP's messages go to XRC SRQs)
+	} else if r.RQ != nil {
 		rq = fmt.Sprintf("%d/%d", r.RQ.Posted, r.RQ.Depth)
 	}
 	naks := func(n nakCounts) string {

@@ -692,3 +692,46 @@ func TestFindMount(t *testing.T) {
 		t.Errorf("two: %v", err)
 	}
 }
+
+// rdmafs show with XRC objects: the domain handles, an XRC SRQ's type,
+// number and CQ, and the two XRC QP types (no receive queue of their own).
+func TestShowXRC(t *testing.T) {
+	m := mountDevice(t)
+	f, err := os.Create(filepath.Join(t.TempDir(), "domain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The domain of a file, named by a descriptor of the caller's: this
+	// test's, whose thread writes the request.
+	shared := m.create("xrcd", fmt.Sprintf("fd=%d create=1", f.Fd()))
+	private := m.create("xrcd", "")
+	pd := m.create("pd", "")
+	cq := m.create("cq", "cqe=8")
+	srq := m.create("srq", "pd="+pd+" max_wr=4 max_sge=1 srq_type=xrc xrcd="+shared+" cq="+cq)
+	tgt := m.create("qp", "qp_type=xrc_recv xrcd="+shared)
+	ini := m.create("qp", "pd="+pd+" qp_type=xrc_send send_cq="+cq+" max_send_wr=4 max_send_sge=1")
+	out := runShow(t, m.dir)
+	t.Logf("rdmafs show:\n%s", out)
+	x := map[string]map[string]string{}
+	for _, r := range table(t, out, "XRCD") {
+		x[r["XRCD"]] = r
+	}
+	if x[shared]["SHARED"] != "yes" || x[private]["SHARED"] != "no" || x[shared]["OWNER"] != "root" {
+		t.Errorf("xrcd rows %v", x)
+	}
+	at := m.kv("srq", srq, "attr")
+	if r := table(t, out, "SRQ")[0]; r["TYPE"] != "xrc" || r["SRQ_NUM"] != at["srq_num"] || r["CQ"] != cq || at["srq_num"] == "" {
+		t.Errorf("srq row %v, attr %v", r, at)
+	}
+	qps := map[string]map[string]string{}
+	for _, r := range table(t, out, "QPN") {
+		qps[r["QPN"]] = r
+	}
+	if r := qps[tgt]; r["TYPE"] != "XRC_RECV" || r["RQ"] != "-" || r["PD"] != "0" {
+		t.Errorf("xrc_recv row %v", r)
+	}
+	if r := qps[ini]; r["TYPE"] != "XRC_SEND" || r["RQ"] != "-" || r["PD"] != pd {
+		t.Errorf("xrc_send row %v", r)
+	}
+}

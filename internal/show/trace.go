@@ -305,7 +305,7 @@ func (t *Tracer) packet(rec roce.PcapRecord) (string, bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %-4s %-28s psn %-8d len %-5d", rec.Time.Format("15:04:05.000000"), dir, p.Opcode, p.PSN, len(p.Payload))
 	psn := qp.PSN(p.PSN)
-	if p.Opcode.Transport() == roce.TransportRC && isRequest(p.Opcode) {
+	if tr := p.Opcode.Transport(); (tr == roce.TransportRC || tr == roce.TransportXRC) && isRequest(p.Opcode) {
 		last := psn
 		if p.Opcode.Op() == roce.OpReadRequest && t.mtu > 0 && p.DMALen > 0 {
 			last = psn.Add(uint32((int(p.DMALen)+t.mtu-1)/t.mtu) - 1)
@@ -325,6 +325,9 @@ func (t *Tracer) packet(rec roce.PcapRecord) (string, bool) {
 		if out {
 			fmt.Fprintf(&b, " dest_qp %d", p.DestQP)
 		}
+	}
+	if hdrs&roce.HdrXRCETH != 0 {
+		fmt.Fprintf(&b, " xrc_srq %d", p.XRCSRQ)
 	}
 	if hdrs&roce.HdrRETH != 0 {
 		fmt.Fprintf(&b, " va 0x%x rkey 0x%x dmalen %d", p.VA, p.RKey, p.DMALen)

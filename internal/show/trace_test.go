@@ -54,6 +54,21 @@ func pcapOf(t *testing.T, dgs ...[]byte) []byte {
 	return b.Bytes()
 }
 
+// datagramOf is p as a RoCEv2 datagram from src:sport to dst.
+func datagramOf(t *testing.T, src, dst netip.Addr, sport uint16, p roce.Packet) []byte {
+	t.Helper()
+	p.PKey = 0xFFFF
+	ib, err := p.AppendIB(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := roce.BuildIPv4(src, dst, sport, ib, 0, 0, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // traceOf runs a tracer over a pcap stream to its end and returns its
 // output lines.
 func traceOf(t *testing.T, tr *Tracer, pcap []byte) []string {
@@ -78,16 +93,7 @@ func TestTraceDecode(t *testing.T) {
 	us, them, other := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3")
 	const qpn, peer = 17, 0x99
 	dg := func(src, dst netip.Addr, sport uint16, p roce.Packet) []byte {
-		p.PKey = 0xFFFF
-		ib, err := p.AppendIB(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := roce.BuildIPv4(src, dst, sport, ib, 0, 0, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return datagramOf(t, src, dst, sport, p)
 	}
 	mine, theirs := roce.QPSourcePort(qpn), roce.QPSourcePort(peer)
 	out := func(p roce.Packet) []byte { p.DestQP = peer; return dg(us, them, mine, p) }
@@ -196,6 +202,38 @@ func TestTraceDecodeUD(t *testing.T) {
 		`^NAKs received: 0$`,
 	}
 	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
+	}
+	for i, w := range want {
+		if !regexp.MustCompile(w).MatchString(lines[i]) {
+			t.Errorf("line %d:\n %s\nwant /%s/", i, lines[i], w)
+		}
+	}
+}
+
+// An XRC_SEND QP's packets: its requests show the XRCETH's SRQ number,
+// the target's responses have none.
+func TestTraceDecodeXRC(t *testing.T) {
+	us, them := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	dg := func(src, dst netip.Addr, sport uint16, p roce.Packet) []byte {
+		return datagramOf(t, src, dst, sport, p)
+	}
+	pcap := pcapOf(t,
+		dg(us, them, roce.QPSourcePort(17), roce.Packet{Opcode: roce.XRCSendOnly, DestQP: 30, PSN: 5, XRCSRQ: 3, AckReq: true, Payload: make([]byte, 64)}),
+		dg(them, us, roce.QPSourcePort(30), roce.Packet{Opcode: roce.XRCAcknowledge, DestQP: 17, PSN: 5, Syndrome: 0x1F, MSN: 1}),
+		dg(us, them, roce.QPSourcePort(17), roce.Packet{Opcode: roce.XRCFetchAdd, DestQP: 30, PSN: 6, XRCSRQ: 3, VA: 8, RKey: 0xab, SwapAdd: 1, AckReq: true}),
+		dg(us, them, roce.QPSourcePort(17), roce.Packet{Opcode: roce.XRCFetchAdd, DestQP: 30, PSN: 6, XRCSRQ: 3, VA: 8, RKey: 0xab, SwapAdd: 1, AckReq: true}),
+	)
+	lines := traceOf(t, &Tracer{qpn: 17, addr: us, typ: "xrc_send", peer: 30, mtu: 1024, known: true}, pcap)
+	want := []string{
+		`out  XRC_SEND_ONLY +psn 5 +len 64 +xrc_srq 3 ackreq$`,
+		`in   XRC_ACKNOWLEDGE +psn 5 +len 0 +msn 1 ACK credits unlimited$`,
+		`out  XRC_FETCH_ADD +psn 6 +len 0 +xrc_srq 3 va 0x8 rkey 0xab add 0x1 ackreq$`,
+		`out  XRC_FETCH_ADD +psn 6 +len 0 +RETRANSMIT xrc_srq 3 va 0x8 rkey 0xab add 0x1 ackreq$`,
+		`^--- qp 17`,
+		`^out: 3 packets, 64 payload bytes, 1 retransmitted$`,
+	}
+	if len(lines) < len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
 	}
 	for i, w := range want {
