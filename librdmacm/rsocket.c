@@ -255,16 +255,12 @@ static void rs_free_stream(struct rsock *rs)
 	free(rs->tbuf);
 	free(rs->rmsg);
 	if (rs->id) {
-		if (rs->id->qp)
-			rdma_destroy_qp(rs->id);
-		if (rs->id->recv_cq) {
+		/* rdma_destroy_qp destroys the CQ and its channel too, as
+		 * librdmacm's does; the CQ waits for its events' acks */
+		if (rs->id->recv_cq && rs->unacked)
 			ibv_ack_cq_events(rs->id->recv_cq, rs->unacked);
-			ibv_destroy_cq(rs->id->recv_cq);
-		}
-		if (rs->id->recv_cq_channel)
-			ibv_destroy_comp_channel(rs->id->recv_cq_channel);
-		rs->id->recv_cq = rs->id->send_cq = NULL;
-		rs->id->recv_cq_channel = rs->id->send_cq_channel = NULL;
+		rs->unacked = 0;
+		rdma_destroy_qp(rs->id);
 		rdma_destroy_id(rs->id);
 	}
 }
@@ -657,6 +653,7 @@ void rs_cm_events(struct rsock *rs)
 		rs_set_fl(rs->id->channel->fd, true);
 	while (rdma_get_cm_event(rs->id->channel, &e) == 0) {
 		enum rdma_cm_event_type t = e->event;
+		rs_log("rsocket %d: %s", rs->index, rdma_event_str(t));
 		rdma_ack_cm_event(e);
 		if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL ||
 		    t == RDMA_CM_EVENT_TIMEWAIT_EXIT) {

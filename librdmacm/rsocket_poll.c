@@ -52,7 +52,8 @@ static short rs_poll_one(struct rsock *rs, short events)
 			rev |= POLLIN;
 		if ((events & POLLOUT) && (rs->state & RS_WRITABLE) && rs_can_send(rs))
 			rev |= POLLOUT;
-		if (!(rs->state & RS_CONNECTED))
+		/* as TCP: the hang-up shows once the data before it is read */
+		if (!(rs->state & RS_CONNECTED) && !rs_have_rdata(rs))
 			rev |= rs->state == RS_DISCONNECTED ? POLLHUP : POLLERR;
 		pthread_mutex_unlock(&rs->cq_lock);
 		return rev;
