@@ -1109,9 +1109,9 @@ static ssize_t rs_recv_stream(struct rsock *rs, void *buf, size_t len, int flags
 	if (left == len && len) {
 		if (err)
 			return rs_fail(err == EWOULDBLOCK ? EAGAIN : err);
-		/* no data and none coming: end of stream (or the error) */
-		if ((rs->state & RS_ERROR) && rs->err != ECONNRESET)
-			return rs_fail(rs->err);
+		/* no data and none coming: the error, else end of stream */
+		if (rs->state & RS_ERROR)
+			return rs_fail(rs->err ? rs->err : ECONNRESET);
 	}
 	return (ssize_t)(len - left);
 }
