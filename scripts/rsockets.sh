@@ -13,7 +13,8 @@
 # messages and connection data, a peer that stops granting credits, one
 # that disconnects in the middle of a riowrite). First on one local mount
 # over 127.0.0.1, then across two mounts on the wire (two loopback
-# addresses). Every program is under timeout and must exit 0 and print its
+# addresses); last, rstream, riostream and rs_badpeer against the ASan/UBSan
+# builds. Every program is under timeout and must exit 0 and print its
 # result. Needs root (FUSE, raw sockets), rdmacm-utils and iperf3.
 NEED_LIBIBVERBS=1
 NEED_LIBRDMACM=1
@@ -31,15 +32,13 @@ PRELOAD=${PRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
 [[ -f "$PRELOAD" ]] || die "$PRELOAD is missing: apt-get install rdmacm-utils"
 TMO=${TMO:-60}
 
-# rdmafs exec puts the tree's librdmacm/build beside libibverbs/build when
-# rdmafs was built from this tree; a binary from elsewhere gets both
-# libraries through one directory.
-if ! "$RDMAFS" exec -- sh -c 'echo "$LD_LIBRARY_PATH"' | grep -q "$repo/librdmacm/build"; then
-	mkdir -p "$work/lib"
-	ln -sf "$RDMAFS_LIBDIR/libibverbs.so.1" "$work/lib/libibverbs.so.1"
-	ln -sf "$repo/librdmacm/build/librdmacm.so.1" "$work/lib/librdmacm.so.1"
-	export RDMAFS_LIBDIR=$work/lib
-fi
+# both libraries through one directory: this tree's librdmacm beside the
+# libibverbs lib.sh chose (rdmafs exec without --mount is not used: it
+# scans every mount of the machine)
+mkdir -p "$work/lib"
+ln -sf "$RDMAFS_LIBDIR/libibverbs.so.1" "$work/lib/libibverbs.so.1"
+ln -sf "$repo/librdmacm/build/librdmacm.so.1" "$work/lib/librdmacm.so.1"
+export RDMAFS_LIBDIR=$work/lib
 make -s -C "$repo/librdmacm" tests >/dev/null
 T=$repo/librdmacm/build/tests
 
@@ -176,6 +175,35 @@ preloaded "$MB" "$MA" "$B_ADDR" 7483
 wa2=$(counter "$MA" wire_packets_sent)
 ((wa2 > wa)) || die "A sent nothing on the wire"
 echo "A sent $((wa2 - wa)) packets on the wire"
+
+echo
+echo "== rstream, riostream and rs_badpeer on the ASan/UBSan builds of librdmacm and libibverbs"
+make -s -C "$repo/librdmacm" asan >/dev/null
+make -s -C "$repo/libibverbs" asan >/dev/null
+make -s -C "$repo/librdmacm" B=build-asan SANITIZE=1 tests >/dev/null
+mkdir -p "$work/asanlib"
+ln -sf "$repo/libibverbs/build-asan/libibverbs.so.1" "$work/asanlib/libibverbs.so.1"
+ln -sf "$repo/librdmacm/build-asan/librdmacm.so.1" "$work/asanlib/librdmacm.so.1"
+san="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
+nosan() { # LOG: no sanitizer report in it
+	! grep -qE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$work/$1.log" || { cat "$work/$1.log"; die "a sanitizer report ($1)"; }
+}
+for args in "rstream -T b -T v -S 100000 -C 10" "rstream -T a -T v -S 1000 -C 20" "riostream -T n -T v -S 300000 -C 5"; do
+	set -- $args
+	prog=$1
+	shift
+	RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
+		pair "$M" "$M" 7491 "$prog -b 127.0.0.1 -p 7491 $*" "$prog -s 127.0.0.1 -p 7491 $*"
+	nosan client
+	nosan server
+	grep -q "^custom" "$work/client.log" || { cat "$work/client.log"; die "$args under ASan printed no result"; }
+	echo "$args under ASan/UBSan: $(grep "^custom" "$work/client.log")"
+done
+# the hostile peer with the sanitizers, leaks included
+RDMAFS_LIBDIR=$work/asanlib timeout "$TMO" "$RDMAFS" exec --mount "$M" -- "$repo/librdmacm/build-asan/tests/rs_badpeer" 127.0.0.1 7492 >"$work/client.log" 2>&1 ||
+	{ cat "$work/client.log"; die "rs_badpeer under ASan failed"; }
+nosan client
+echo "rs_badpeer under ASan/UBSan (leak checking on): ok"
 
 echo
 echo "PASS: rsockets (rstream, riostream, rcopy, librspreload.so with sock_echo and iperf3, rs_badpeer)"
