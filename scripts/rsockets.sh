@@ -4,7 +4,11 @@
 # librdmacm and libibverbs (rdmafs exec): rstream at every size of its
 # table in its blocking, non-blocking and asynchronous (rpoll) modes with
 # its data check (-T v); riostream (riomap/riowrite); rcopy, the file
-# compared byte for byte; then plain socket programs moved onto rsockets
+# compared byte for byte; udpong (datagram rsockets over UD) in its four
+# modes after junk datagrams to its server, on one mount only (udpong's
+# client does not bind, and the kernel's source address for another
+# loopback address is 127.0.0.1, which no --addr mount answers for); then
+# plain socket programs moved onto rsockets
 # by Debian's librspreload.so: our tests/sock_echo (every byte checked both
 # ways, through read/recv/readv/write/send, poll and select) and iperf3,
 # with the mount's counters showing the bytes went over the device (the
@@ -25,7 +29,7 @@ B_ADDR=${B_ADDR:-127.0.47.2}
 MA=$work/mnta
 MB=$work/mntb
 mkdir -p "$MA" "$MB"
-for t in rstream riostream rcopy iperf3; do
+for t in rstream riostream rcopy udpong iperf3 ss; do
 	command -v $t >/dev/null || die "$t is missing: apt-get install rdmacm-utils iperf3"
 done
 PRELOAD=${PRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
@@ -159,9 +163,46 @@ preloaded() {
 	echo "iperf3 under librspreload.so: $got; the server's device received +$((b1 - b0)) bytes"
 }
 
+# pong MOUNT PORT: udpong (datagram rsockets over UD) in its four modes;
+# its server never exits by itself. Before the first, junk datagrams to
+# the server's UDP socket (not rsockets' header): ignored.
+pong() {
+	local m=$1 port=$2 mode
+	for mode in "-T b" "-T n" "-T a" "-T e"; do
+		# shellcheck disable=SC2086
+		"$RDMAFS" exec --mount "$m" -- timeout "$TMO" udpong -b 127.0.0.1 -p $port $mode >"$work/server.log" 2>&1 &
+		local spid=$!
+		for _ in $(seq 100); do
+			ss -Huln "sport = :$port" | grep -q . && break
+			sleep 0.05
+		done
+		if [[ $mode == "-T b" ]]; then
+			python3 -c '
+import random, socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+r = random.Random(47)
+for i in range(2000):
+    n = r.choice((0, 1, 15, 16, 17, 40, 1000, 2100))
+    b = bytearray(r.getrandbits(8) for _ in range(n))
+    if n >= 16 and i % 2:
+        b[0:4] = b"\x55\x55\x55\x55"
+    s.sendto(bytes(b), ("127.0.0.1", int(sys.argv[1])))
+' "$port"
+		fi
+		local rc=0
+		# shellcheck disable=SC2086
+		"$RDMAFS" exec --mount "$m" -- timeout "$TMO" udpong -s 127.0.0.1 -p $port $mode -C 200 -S 1000 >"$work/client.log" 2>&1 || rc=$?
+		kill -TERM $spid 2>/dev/null || true
+		wait $spid || true
+		((rc == 0)) && grep -q "^custom" "$work/client.log" || { cat "$work/client.log" "$work/server.log"; die "udpong $mode failed ($rc)"; }
+		printf 'udpong %s: %s\n' "$mode" "$(grep "^custom" "$work/client.log")"
+	done
+}
+
 echo "== one local mount, 127.0.0.1"
 streams "$M" "$M" 127.0.0.1 "" 7471 "$SIZES"
 copy "$M" "$M" 127.0.0.1 7472
+pong "$M" 7475
 preloaded "$M" "$M" 127.0.0.1 7473
 pp timeout "$TMO" "$RDMAFS" exec --mount "$M" -- "$T/rs_badpeer" 127.0.0.1 7474 ||
 	die "rs_badpeer failed"
@@ -206,4 +247,4 @@ nosan client
 echo "rs_badpeer under ASan/UBSan (leak checking on): ok"
 
 echo
-echo "PASS: rsockets (rstream, riostream, rcopy, librspreload.so with sock_echo and iperf3, rs_badpeer)"
+echo "PASS: rsockets (rstream, riostream, rcopy, udpong, librspreload.so with sock_echo and iperf3, rs_badpeer)"
