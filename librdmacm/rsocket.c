@@ -1140,6 +1140,37 @@ ssize_t rreadv(int s, const struct iovec *iov, int iovcnt)
 
 static int rs_send_iomaps(struct rsock *rs, int flags);
 
+/* Why a socket cannot send: its error, ECONNRESET when the peer went,
+ * EPIPE when we shut writing down. */
+static int rs_write_err(const struct rsock *rs)
+{
+	if ((rs->state & RS_ERROR) && rs->err)
+		return rs->err;
+	return (rs->state & RS_CONNECTED) ? EPIPE : ECONNRESET;
+}
+
+/* Waits (unless non-blocking) until a write can go, and sizes the next
+ * chunk: growing chunks, so that small sends go out at once and large
+ * ones overlap the copy with the wire; 0 or an errno. slock held; the
+ * caller clamps *x to the send buffer's room under cq_lock. */
+static int rs_send_room(struct rsock *rs, int flags, size_t left, uint32_t *chunk, uint32_t *x)
+{
+	int err;
+
+	if (!(rs->state & RS_WRITABLE))
+		return rs_write_err(rs);
+	if (!rs_can_send(rs)) {
+		if ((err = rs_get_comp(rs, rs_nonblocking(rs, flags), rs_conn_can_send)))
+			return err;
+		if (!(rs->state & RS_WRITABLE))
+			return rs_write_err(rs);
+	}
+	*x = left > *chunk ? *chunk : (uint32_t)left;
+	if (left > *chunk && *chunk < RS_MAX_TRANSFER)
+		*chunk <<= 1;
+	return 0;
+}
+
 /* The stream send of every rsend flavour: len bytes from an iovec. */
 static ssize_t rs_sendv_stream(struct rsock *rs, const struct iovec *iov, int iovcnt, int flags)
 {
@@ -1158,23 +1189,8 @@ static ssize_t rs_sendv_stream(struct rsock *rs, const struct iovec *iov, int io
 	if (rs->iomap_pending && (err = rs_send_iomaps(rs, flags)))
 		goto out;
 	while (left) {
-		if (!(rs->state & RS_WRITABLE)) {
-			err = (rs->state & RS_ERROR) && rs->err ? rs->err : EPIPE;
+		if ((err = rs_send_room(rs, flags, left, &chunk, &x)))
 			break;
-		}
-		if (!rs_can_send(rs)) {
-			if ((err = rs_get_comp(rs, rs_nonblocking(rs, flags), rs_conn_can_send)))
-				break;
-			if (!(rs->state & RS_WRITABLE)) {
-				err = (rs->state & RS_ERROR) && rs->err ? rs->err : ECONNRESET;
-				break;
-			}
-		}
-		/* growing chunks: small sends go out at once, large ones
-		 * overlap the copy with the wire */
-		x = left > chunk ? chunk : (uint32_t)left;
-		if (left > chunk && chunk < RS_MAX_TRANSFER)
-			chunk <<= 1;
 		pthread_mutex_lock(&rs->cq_lock);
 		if (x > (uint32_t)rs->sbuf_avail)
 			x = (uint32_t)rs->sbuf_avail;
@@ -1534,21 +1550,8 @@ size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
 				break;
 			}
 		}
-		if (!(rs->state & RS_WRITABLE)) {
-			err = (rs->state & RS_ERROR) && rs->err ? rs->err : ECONNRESET;
+		if ((err = rs_send_room(rs, flags, left, &chunk, &x)))
 			break;
-		}
-		if (!rs_can_send(rs)) {
-			if ((err = rs_get_comp(rs, rs_nonblocking(rs, flags), rs_conn_can_send)))
-				break;
-			if (!(rs->state & RS_WRITABLE)) {
-				err = (rs->state & RS_ERROR) && rs->err ? rs->err : ECONNRESET;
-				break;
-			}
-		}
-		x = left > chunk ? chunk : (uint32_t)left;
-		if (left > chunk && chunk < RS_MAX_TRANSFER)
-			chunk <<= 1;
 		pthread_mutex_lock(&rs->cq_lock);
 		if (x > (uint32_t)rs->sbuf_avail)
 			x = (uint32_t)rs->sbuf_avail;

@@ -494,19 +494,6 @@ if want 19; then
 	stop_guest
 fi
 
-sleep 1
-kill "$cap"
-wait "$cap" 2>/dev/null || true
-cap=
-[[ -z "${PCAP_OUT:-}" ]] || cp "$work/br0.pcap" "$PCAP_OUT"
-echo "== ICRC of every RoCE packet on the bridge (rdmafs is 10.77.0.1)"
-python3 "$H/icrc-check.py" "$work/br0.pcap" | tee "$work/icrc.txt" || die "ICRC check failed"
-# The CM's MADs in the capture (tshark decodes them as InfiniBand CM).
-mads=$(tshark -r "$work/br0.pcap" -Y infiniband.mad -T fields -e ip.src -e infiniband.mad.attributeid 2>/dev/null |
-	sort | uniq -c | awk '{printf "%s %s:%s ", $2, $3, $1}')
-[[ -z "$mads" ]] || echo "CM MADs (source attribute:count): $mads"
-grep -qE '^10\.77\.0\.1 +ok +[1-9]' "$work/icrc.txt" && grep -qE '^10\.77\.0\.2 +ok +[1-9]' "$work/icrc.txt" ||
-	die "the capture lacks packets of one side"
 RS=(rstream -S 100000 -C 20 -T b -T v)
 if want 30; then
 	echo "== 30. rstream: rdmafs exec client -> kernel rxe server (rsockets both sides, 20 x 100000 B each way, data checked)"
@@ -544,4 +531,17 @@ if want 31; then
 	stop_guest
 fi
 
+sleep 1
+kill "$cap"
+wait "$cap" 2>/dev/null || true
+cap=
+[[ -z "${PCAP_OUT:-}" ]] || cp "$work/br0.pcap" "$PCAP_OUT"
+echo "== ICRC of every RoCE packet on the bridge (rdmafs is 10.77.0.1)"
+python3 "$H/icrc-check.py" "$work/br0.pcap" | tee "$work/icrc.txt" || die "ICRC check failed"
+# The CM's MADs in the capture (tshark decodes them as InfiniBand CM).
+mads=$(tshark -r "$work/br0.pcap" -Y infiniband.mad -T fields -e ip.src -e infiniband.mad.attributeid 2>/dev/null |
+	sort | uniq -c | awk '{printf "%s %s:%s ", $2, $3, $1}')
+[[ -z "$mads" ]] || echo "CM MADs (source attribute:count): $mads"
+grep -qE '^10\.77\.0\.1 +ok +[1-9]' "$work/icrc.txt" && grep -qE '^10\.77\.0\.2 +ok +[1-9]' "$work/icrc.txt" ||
+	die "the capture lacks packets of one side"
 echo "interop-rxe: all checks passed (cases: $CASES; $(($(date +%s) - t_start)) s)"
