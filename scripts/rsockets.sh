@@ -17,7 +17,7 @@
 # messages and connection data, a peer that stops granting credits, one
 # that disconnects in the middle of a riowrite). First on one local mount
 # over 127.0.0.1, then across two mounts on the wire (two loopback
-# addresses); last, rstream, riostream and rs_badpeer against the ASan/UBSan
+# addresses); last, rstream, riostream, udpong and rs_badpeer against the ASan/UBSan
 # builds. Every program is under timeout and must exit 0 and print its
 # result. Needs root (FUSE, raw sockets), rdmacm-utils and iperf3.
 NEED_LIBIBVERBS=1
@@ -218,7 +218,7 @@ wa2=$(counter "$MA" wire_packets_sent)
 echo "A sent $((wa2 - wa)) packets on the wire"
 
 echo
-echo "== rstream, riostream and rs_badpeer on the ASan/UBSan builds of librdmacm and libibverbs"
+echo "== rstream, riostream, udpong and rs_badpeer on the ASan/UBSan builds of librdmacm and libibverbs"
 make -s -C "$repo/librdmacm" asan >/dev/null
 make -s -C "$repo/libibverbs" asan >/dev/null
 make -s -C "$repo/librdmacm" B=build-asan SANITIZE=1 tests >/dev/null
@@ -240,6 +240,23 @@ for args in "rstream -T b -T v -S 100000 -C 10" "rstream -T a -T v -S 1000 -C 20
 	grep -q "^custom" "$work/client.log" || { cat "$work/client.log"; die "$args under ASan printed no result"; }
 	echo "$args under ASan/UBSan: $(grep "^custom" "$work/client.log")"
 done
+# udpong: its server never exits by itself
+RDMAFS_LIBDIR=$work/asanlib "$RDMAFS" exec --mount "$M" -- timeout "$TMO" env LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
+	udpong -b 127.0.0.1 -p 7493 -T b >"$work/server.log" 2>&1 &
+spid=$!
+for _ in $(seq 100); do
+	ss -Huln "sport = :7493" | grep -q . && break
+	sleep 0.05
+done
+rc=0
+RDMAFS_LIBDIR=$work/asanlib "$RDMAFS" exec --mount "$M" -- timeout "$TMO" env LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
+	udpong -s 127.0.0.1 -p 7493 -T b -C 100 -S 1000 >"$work/client.log" 2>&1 || rc=$?
+kill -TERM $spid 2>/dev/null || true
+wait $spid || true
+nosan client
+nosan server
+((rc == 0)) && grep -q "^custom" "$work/client.log" || { cat "$work/client.log"; die "udpong under ASan failed ($rc)"; }
+echo "udpong -T b under ASan/UBSan: $(grep "^custom" "$work/client.log")"
 # the hostile peer with the sanitizers, leaks included
 RDMAFS_LIBDIR=$work/asanlib timeout "$TMO" "$RDMAFS" exec --mount "$M" -- "$repo/librdmacm/build-asan/tests/rs_badpeer" 127.0.0.1 7492 >"$work/client.log" 2>&1 ||
 	{ cat "$work/client.log"; die "rs_badpeer under ASan failed"; }
