@@ -8,7 +8,9 @@
 # modes after junk datagrams to its server, on one mount only (udpong's
 # client does not bind, and the kernel's source address for another
 # loopback address is 127.0.0.1, which no --addr mount answers for); then
-# plain socket programs moved onto rsockets
+# librdmacm/tests/rs_dgram (datagrams with both ends bound, every byte
+# checked; also across the two mounts); then plain socket programs moved
+# onto rsockets
 # by Debian's librspreload.so: our tests/sock_echo (every byte checked both
 # ways, through read/recv/readv/write/send, poll and select) and iperf3,
 # with the mount's counters showing the bytes went over the device (the
@@ -199,10 +201,32 @@ for i in range(2000):
 	done
 }
 
+# dgrams SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR CLIENT_ADDR PORT:
+# librdmacm/tests/rs_dgram, both ends bound: 2000 datagrams of 4..2000
+# bytes echoed, every byte checked; all but the first (the UDP first
+# contact) must reach the server's device.
+dgrams() {
+	local sm=$1 cm=$2 sa=$3 ca=$4 port=$5 p0 p1
+	p0=$(counter "$sm" packets_recv)
+	"$RDMAFS" exec --mount "$sm" -- timeout "$TMO" "$T/rs_dgram" server "$sa" "$port" 2000 >"$work/server.log" 2>&1 &
+	local spid=$! rc=0 src=0
+	for _ in $(seq 100); do
+		ss -Huln "sport = :$port" | grep -q . && break
+		sleep 0.05
+	done
+	"$RDMAFS" exec --mount "$cm" -- timeout "$TMO" "$T/rs_dgram" client "$ca" "$port" 2000 "$sa" >"$work/client.log" 2>&1 || rc=$?
+	wait $spid || src=$?
+	((rc == 0 && src == 0)) || { cat "$work/client.log" "$work/server.log"; die "rs_dgram: client exit $rc, server $src"; }
+	p1=$(counter "$sm" packets_recv)
+	((p1 - p0 >= 1999)) || die "rs_dgram: the server's device received $((p1 - p0)) packets, want >= 1999"
+	echo "rs_dgram: $(cat "$work/client.log"); the server's device received +$((p1 - p0)) packets"
+}
+
 echo "== one local mount, 127.0.0.1"
 streams "$M" "$M" 127.0.0.1 "" 7471 "$SIZES"
 copy "$M" "$M" 127.0.0.1 7472
 pong "$M" 7475
+dgrams "$M" "$M" 127.0.0.1 127.0.0.1 7476
 preloaded "$M" "$M" 127.0.0.1 7473
 pp timeout "$TMO" "$RDMAFS" exec --mount "$M" -- "$T/rs_badpeer" 127.0.0.1 7474 ||
 	die "rs_badpeer failed"
@@ -212,6 +236,7 @@ echo "== two mounts on the wire ($A_ADDR, $B_ADDR): servers on B, clients on A"
 wa=$(counter "$MA" wire_packets_sent)
 streams "$MB" "$MA" "$B_ADDR" "$A_ADDR" 7481 "64 1000 4096 65536 100000 1048576 6291456"
 copy "$MB" "$MA" "$B_ADDR" 7482
+dgrams "$MB" "$MA" "$B_ADDR" "$A_ADDR" 7484
 preloaded "$MB" "$MA" "$B_ADDR" 7483
 wa2=$(counter "$MA" wire_packets_sent)
 ((wa2 > wa)) || die "A sent nothing on the wire"
@@ -264,4 +289,4 @@ nosan client
 echo "rs_badpeer under ASan/UBSan (leak checking on): ok"
 
 echo
-echo "PASS: rsockets (rstream, riostream, rcopy, udpong, librspreload.so with sock_echo and iperf3, rs_badpeer)"
+echo "PASS: rsockets (rstream, riostream, rcopy, udpong, rs_dgram, librspreload.so with sock_echo and iperf3, rs_badpeer)"
