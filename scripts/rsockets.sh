@@ -10,9 +10,9 @@
 # loopback address is 127.0.0.1, which no --addr mount answers for); then
 # librdmacm/tests/rs_dgram (datagrams with both ends bound, every byte
 # checked; also across the two mounts); then plain socket programs moved
-# onto rsockets
-# by Debian's librspreload.so: our tests/sock_echo (every byte checked both
-# ways, through read/recv/readv/write/send, poll and select) and iperf3,
+# onto rsockets by Debian's librspreload.so: our tests/sock_echo (every
+# byte checked both ways, through read/recv/readv/write/send, poll and
+# select) and iperf3,
 # with the mount's counters showing the bytes went over the device (the
 # preload falls back to TCP silently otherwise); then librdmacm/tests/
 # rs_badpeer, a peer that breaks the protocol (a fuzz of the control
