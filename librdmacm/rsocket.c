@@ -1334,7 +1334,8 @@ int rclose(int s)
 	return 0;
 }
 
-int rgetpeername(int s, struct sockaddr *addr, socklen_t *addrlen)
+/* rgetpeername (peer) and rgetsockname */
+static int rs_name(int s, struct sockaddr *addr, socklen_t *addrlen, bool peer)
 {
 	struct rsock *rs = rs_get(s);
 
@@ -1343,25 +1344,21 @@ int rgetpeername(int s, struct sockaddr *addr, socklen_t *addrlen)
 	if (!addr || !addrlen)
 		return rs_fail(EFAULT);
 	if (rs->type == SOCK_DGRAM)
-		return ds_getpeername(rs, addr, addrlen);
-	if (!(rs->state & (RS_CONNECTED | RS_DISCONNECTED | RS_ERROR)))
+		return peer ? ds_getpeername(rs, addr, addrlen) : ds_getsockname(rs, addr, addrlen);
+	if (peer && !(rs->state & (RS_CONNECTED | RS_DISCONNECTED | RS_ERROR)))
 		return rs_fail(ENOTCONN);
-	rs_copy_addr(addr, addrlen, rdma_get_peer_addr(rs->id));
+	rs_copy_addr(addr, addrlen, peer ? rdma_get_peer_addr(rs->id) : rdma_get_local_addr(rs->id));
 	return 0;
+}
+
+int rgetpeername(int s, struct sockaddr *addr, socklen_t *addrlen)
+{
+	return rs_name(s, addr, addrlen, true);
 }
 
 int rgetsockname(int s, struct sockaddr *addr, socklen_t *addrlen)
 {
-	struct rsock *rs = rs_get(s);
-
-	if (!rs)
-		return rs_fail(EBADF);
-	if (!addr || !addrlen)
-		return rs_fail(EFAULT);
-	if (rs->type == SOCK_DGRAM)
-		return ds_getsockname(rs, addr, addrlen);
-	rs_copy_addr(addr, addrlen, rdma_get_local_addr(rs->id));
-	return 0;
+	return rs_name(s, addr, addrlen, false);
 }
 
 void rs_copy_addr(struct sockaddr *dst, socklen_t *len, const struct sockaddr *src)
