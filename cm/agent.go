@@ -354,7 +354,7 @@ func (a *Agent) ChannelIDs(c *Channel) int {
 // --- ids ---------------------------------------------------------------
 
 // Create makes an id (rdma_create_id) for owner, reporting to ch.
-func (a *Agent) Create(owner uint32, ch *Channel, ps PortSpace, t QPType) (*ID, error) {
+func (a *Agent) Create(owner uint32, ch *Channel, ps PortSpace, t qp.Type) (*ID, error) {
 	const op = "create_id"
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -389,7 +389,7 @@ func (a *Agent) admitLocked(op string, owner uint32) error {
 	return nil
 }
 
-func (a *Agent) newIDLocked(owner uint32, ch *Channel, ps PortSpace, t QPType) *ID {
+func (a *Agent) newIDLocked(owner uint32, ch *Channel, ps PortSpace, t qp.Type) *ID {
 	id := &ID{a: a, Num: a.nextID, Owner: owner, ps: ps, qpType: t, ch: ch,
 		retryCount: 7, rnrRetryCount: 7, afonly: false}
 	a.nextID++

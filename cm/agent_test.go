@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"rdmafs/device"
+	"rdmafs/qp"
 )
 
 func pad(hexs string, n int) string { return hexs + strings.Repeat("00", n-len(hexs)/2) }
@@ -671,16 +672,16 @@ func TestIDLimits(t *testing.T) {
 	for range 5 {
 		s.newID(PSTCP)
 	}
-	if _, err := s.a.Create(1000, s.ch, PSTCP, QPTypeRC); device.Errno(err) != syscall.ENOMEM {
+	if _, err := s.a.Create(1000, s.ch, PSTCP, qp.TypeRC); device.Errno(err) != syscall.ENOMEM {
 		t.Fatalf("past the user's share: %v", err)
 	}
 	root, _ := s.a.NewChannel(0)
 	for range 5 {
-		if _, err := s.a.Create(0, root, PSTCP, QPTypeRC); err != nil {
+		if _, err := s.a.Create(0, root, PSTCP, qp.TypeRC); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.a.Create(0, root, PSTCP, QPTypeRC); device.Errno(err) != syscall.ENOMEM {
+	if _, err := s.a.Create(0, root, PSTCP, qp.TypeRC); device.Errno(err) != syscall.ENOMEM {
 		t.Fatalf("past the device's limit: %v", err)
 	}
 }

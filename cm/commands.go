@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"rdmafs/qp"
 )
 
 // The commands of cm/I/ctl, one a write: a word and key=value tokens. A
@@ -404,7 +406,7 @@ func (id *ID) connectCmd(rest string) error {
 	const op = "connect"
 	a := id.a
 	maxPriv := REQPrivateLen - CMAHdrLen
-	if id.qpType == QPTypeUD {
+	if id.qpType == qp.TypeUD {
 		maxPriv = SIDRReqPrivateLen - CMAHdrLen
 	}
 	p, err := id.parseConn(op, rest, maxPriv, "qp_num", "psn", "private_data", "responder_resources",
@@ -418,7 +420,7 @@ func (id *ID) connectCmd(rest string) error {
 		}
 		return id.wrongState(op, syscall.EINVAL, "route_resolved")
 	}
-	if id.qpType == QPTypeRC && (!p.hasQPNum || p.qpNum == 0) {
+	if id.qpType == qp.TypeRC && (!p.hasQPNum || p.qpNum == 0) {
 		return opError(op, syscall.EINVAL, "an RC connect needs qp_num=N (the QP the library made)")
 	}
 	id.localComm = a.newCommIDLocked()
@@ -433,7 +435,7 @@ func (id *ID) connectCmd(rest string) error {
 	id.peerCMTimeout = cmResponseTimeout
 	var hdr [CMAHdrLen]byte
 	PutCMAHdr(hdr[:], CMAHdr{Src: id.src, Dst: id.dst})
-	if id.qpType == QPTypeUD {
+	if id.qpType == qp.TypeUD {
 		m := &SIDRReq{RequestID: id.localComm, PKey: id.route.PKey, ServiceID: id.serviceID}
 		copy(m.PrivateData[:], hdr[:])
 		copy(m.PrivateData[CMAHdrLen:], p.private)
@@ -495,7 +497,7 @@ func (id *ID) acceptCmd(rest string) error {
 	const op = "accept"
 	a := id.a
 	maxPriv := REPPrivateLen
-	if id.qpType == QPTypeUD {
+	if id.qpType == qp.TypeUD {
 		maxPriv = SIDRRepPrivateLen
 	}
 	p, err := id.parseConn(op, rest, maxPriv, "qp_num", "psn", "private_data", "responder_resources",
@@ -513,7 +515,7 @@ func (id *ID) acceptCmd(rest string) error {
 		return opError(op, syscall.EINVAL, "accept needs qp_num=N")
 	}
 	id.qpNum, id.psn = p.qpNum, p.psn
-	if id.qpType == QPTypeUD {
+	if id.qpType == qp.TypeUD {
 		id.qkey = p.qkey
 		m := &SIDRRep{RequestID: id.remoteComm, Status: SIDRSuccess, QPN: p.qpNum, ServiceID: id.serviceID, QKey: p.qkey}
 		copy(m.PrivateData[:], p.private)
@@ -543,7 +545,7 @@ func (id *ID) rejectCmd(rest string) error {
 		return err
 	}
 	a := id.a
-	if id.qpType == QPTypeUD {
+	if id.qpType == qp.TypeUD {
 		priv, err := ar.private(SIDRRepPrivateLen)
 		if err != nil {
 			return err
@@ -582,7 +584,7 @@ func (id *ID) disconnectCmd(rest string) error {
 		return err
 	}
 	a := id.a
-	if id.qpType == QPTypeUD {
+	if id.qpType == qp.TypeUD {
 		return opError(op, syscall.EINVAL, "a UD id has no connection")
 	}
 	switch id.state {
@@ -686,7 +688,7 @@ func (id *ID) migrateCmd(rest string) error {
 }
 
 // ParseNew reads a cm/new request: ps=... [qp_type=rc|ud] channel=C.
-func ParseNew(text string) (ps PortSpace, t QPType, channel uint32, err error) {
+func ParseNew(text string) (ps PortSpace, t qp.Type, channel uint32, err error) {
 	const op = "create_id"
 	ar, err := parseArgs(op, text, "ps", "qp_type", "channel")
 	if err != nil {
@@ -699,18 +701,16 @@ func ParseNew(text string) (ps PortSpace, t QPType, channel uint32, err error) {
 	if ps, ok = ParsePortSpace(v); !ok {
 		return 0, 0, 0, opError(op, syscall.EINVAL, "ps=%q: want tcp, udp, ib or ipoib", clip(v))
 	}
-	t = QPTypeRC
+	t = qp.TypeRC
 	if ps == PSUDP || ps == PSIPoIB {
-		t = QPTypeUD
+		t = qp.TypeUD
 	}
-	switch ar.m["qp_type"] {
-	case "":
-	case "rc":
-		t = QPTypeRC
-	case "ud":
-		t = QPTypeUD
-	default:
-		return 0, 0, 0, opError(op, syscall.EINVAL, "qp_type=%q: want rc or ud", clip(ar.m["qp_type"]))
+	// The CM connects RC and sets up UD; the other types' names are
+	// qp's, so one spelling holds across the tree.
+	if v, ok := ar.m["qp_type"]; ok && v != "" {
+		if t, ok = qp.ParseType(v); !ok || (t != qp.TypeRC && t != qp.TypeUD) {
+			return 0, 0, 0, opError(op, syscall.EINVAL, "qp_type=%q: want rc or ud", clip(v))
+		}
 	}
 	if !ar.has("channel") {
 		return 0, 0, 0, opError(op, syscall.EINVAL, "channel=C is required (make one with cm/channel/new)")

@@ -13,6 +13,7 @@ import (
 	"rdmafs/clock"
 	"rdmafs/cm"
 	"rdmafs/device"
+	"rdmafs/qp"
 )
 
 // nextEvent waits for one event of ch.
@@ -51,10 +52,10 @@ func TestAttachLoopback(t *testing.T) {
 	var made *cm.ID
 	a.SetNewIDHook(func(id *cm.ID) { made = id })
 	ch, _ := a.NewChannel(0)
-	l, _ := a.Create(0, ch, cm.PSTCP, cm.QPTypeRC)
+	l, _ := a.Create(0, ch, cm.PSTCP, qp.TypeRC)
 	do(t, l, "bind addr=127.0.0.1 port=7471")
 	do(t, l, "listen")
-	c, _ := a.Create(0, ch, cm.PSTCP, cm.QPTypeRC)
+	c, _ := a.Create(0, ch, cm.PSTCP, qp.TypeRC)
 	do(t, c, "resolve_addr dst=127.0.0.1 port=7471")
 	do(t, c, "resolve_route")
 	for _, want := range []string{cm.EvAddrResolved, cm.EvRouteResolved} {
@@ -125,10 +126,10 @@ func TestAttachLossyLoopback(t *testing.T) {
 	var made *cm.ID
 	a.SetNewIDHook(func(id *cm.ID) { made = id })
 	ch, _ := a.NewChannel(0)
-	l, _ := a.Create(0, ch, cm.PSTCP, cm.QPTypeRC)
+	l, _ := a.Create(0, ch, cm.PSTCP, qp.TypeRC)
 	do(t, l, "listen")
 	port := strings.TrimPrefix(attrLine(l, "src_port"), "src_port=")
-	c, _ := a.Create(0, ch, cm.PSTCP, cm.QPTypeRC)
+	c, _ := a.Create(0, ch, cm.PSTCP, qp.TypeRC)
 	do(t, c, "resolve_addr dst=127.0.0.1 port="+port)
 	do(t, c, "resolve_route")
 	nextEvent(t, ch)

@@ -126,7 +126,7 @@ func TestREQFloodFromUDPAndUDQP(t *testing.T) {
 	defer a.Close()
 	addr := dev.Config().Addr
 	ch, _ := a.NewChannel(0)
-	srv, _ := a.Create(0, ch, cm.PSTCP, cm.QPTypeRC)
+	srv, _ := a.Create(0, ch, cm.PSTCP, qp.TypeRC)
 	do(t, srv, fmt.Sprintf("bind addr=%s port=7000", addr))
 	do(t, srv, "listen")
 	stop := make(chan struct{})
@@ -243,7 +243,7 @@ func TestREQFloodFromUDPAndUDQP(t *testing.T) {
 	}
 
 	// Root connects to its server through the flood's aftermath.
-	c, _ := a.Create(0, ch, cm.PSTCP, cm.QPTypeRC)
+	c, _ := a.Create(0, ch, cm.PSTCP, qp.TypeRC)
 	do(t, c, fmt.Sprintf("resolve_addr dst=%s port=7000", addr))
 	do(t, c, "resolve_route")
 	waitFor(t, "root's route", func() bool { return c.State() == cm.StateRouteResolved })

@@ -133,9 +133,9 @@ func (w *world) add(cfg Config, x netip.Addr, mod ...func(*Config)) *side {
 
 func (s *side) newID(ps PortSpace) *ID {
 	s.t.Helper()
-	t := QPTypeRC
+	t := qp.TypeRC
 	if ps == PSUDP {
-		t = QPTypeUD
+		t = qp.TypeUD
 	}
 	id, err := s.a.Create(1000, s.ch, ps, t)
 	if err != nil {

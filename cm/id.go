@@ -62,21 +62,6 @@ func (s State) connected() bool {
 	return s == StateEstablished || s == StateDreqRcvd
 }
 
-// QPType is the QP type an id connects.
-type QPType uint8
-
-const (
-	QPTypeRC QPType = iota
-	QPTypeUD
-)
-
-func (t QPType) String() string {
-	if t == QPTypeUD {
-		return "ud"
-	}
-	return "rc"
-}
-
 // Route is the path of a connection, built locally as the kernel does on
 // RoCE (no subnet administrator).
 type Route struct {
@@ -98,7 +83,7 @@ type ID struct {
 	Owner uint32
 
 	ps     PortSpace
-	qpType QPType
+	qpType qp.Type
 	ch     *Channel
 	// queued counts the events queued on a channel that are this id's to
 	// read: its own, and the connect requests of a listener (the reader
@@ -373,7 +358,7 @@ func (a *Agent) destroyLocked(id *ID) {
 	linger := false
 	switch id.state {
 	case StateReqSent:
-		if id.qpType == QPTypeRC {
+		if id.qpType == qp.TypeRC {
 			// As the kernel: the requester gives up with a timeout REJ
 			// that names its CA GUID.
 			rej := &REJ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm, MessageRejected: MsgOther, Reason: RejTimeout, ARILength: 8}
@@ -381,7 +366,7 @@ func (a *Agent) destroyLocked(id *ID) {
 			a.sendLocked(id.peerGID, id.tid, rej)
 		}
 	case StateReqRcvd:
-		if id.qpType == QPTypeUD {
+		if id.qpType == qp.TypeUD {
 			a.sendLocked(id.peerGID, id.tid, &SIDRRep{RequestID: id.remoteComm, Status: SIDRReject, ServiceID: id.serviceID})
 		} else {
 			a.sendLocked(id.peerGID, id.tid, &REJ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
@@ -395,7 +380,7 @@ func (a *Agent) destroyLocked(id *ID) {
 		a.sendLocked(id.peerGID, id.tid, &REJ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm,
 			MessageRejected: msg, Reason: RejConsumerDefined})
 	case StateEstablished:
-		if id.qpType == QPTypeRC {
+		if id.qpType == qp.TypeRC {
 			a.sendLocked(id.peerGID, a.nextTIDLocked(), &DREQ{LocalCommID: id.localComm, RemoteCommID: id.remoteComm, RemoteQPN: id.remoteQPN})
 			linger = true
 		}

@@ -88,7 +88,7 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 		a.rejectLocked(sgid, tid, m.LocalCommID, MsgREQ, RejInvalidServiceID)
 		return
 	}
-	if l.qpType != QPTypeRC || m.TransportType != 0 {
+	if l.qpType != qp.TypeRC || m.TransportType != 0 {
 		a.rejectLocked(sgid, tid, m.LocalCommID, MsgREQ, RejInvalidTransport)
 		return
 	}
@@ -96,7 +96,7 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 		a.rejectLocked(sgid, tid, m.LocalCommID, MsgREQ, RejNoResources)
 		return
 	}
-	id := a.requestIDLocked(l, QPTypeRC, ps, port, hdr, m.ServiceID, tid, sgid, key)
+	id := a.requestIDLocked(l, qp.TypeRC, ps, port, hdr, m.ServiceID, tid, sgid, key)
 	id.localComm = a.newCommIDLocked()
 	a.byComm[id.localComm] = id
 	id.remoteQPN, id.remotePSN = m.LocalQPN, m.StartingPSN
@@ -170,7 +170,7 @@ func (a *Agent) admitRequestLocked(l *ID, sgid [16]byte) bool {
 
 // requestIDLocked makes the id of a request for listener l from the peer
 // at sgid, whose comm ID (REQ) or request ID (SIDR) is key.commID.
-func (a *Agent) requestIDLocked(l *ID, t QPType, ps PortSpace, port uint16, hdr CMAHdr, sid, tid uint64, sgid [16]byte, key remoteKey) *ID {
+func (a *Agent) requestIDLocked(l *ID, t qp.Type, ps PortSpace, port uint16, hdr CMAHdr, sid, tid uint64, sgid [16]byte, key remoteKey) *ID {
 	id := a.newIDLocked(l.Owner, l.ch, ps, t)
 	id.listener, id.ListenID = l, l.Num
 	id.src = netip.AddrPortFrom(hdr.Dst.Addr(), port)
@@ -223,7 +223,7 @@ func (a *Agent) onMRA(m *MRA) {
 		return
 	}
 	switch {
-	case id.state == StateReqSent && m.MessageMRAed == MsgREQ && id.qpType == QPTypeRC,
+	case id.state == StateReqSent && m.MessageMRAed == MsgREQ && id.qpType == qp.TypeRC,
 		id.state == StateRepSent && m.MessageMRAed == MsgREP:
 		if id.remoteComm == 0 {
 			id.remoteComm = m.LocalCommID
@@ -279,7 +279,7 @@ func (a *Agent) onREP(m *REP) {
 	}
 	switch id.state {
 	case StateReqSent:
-		if id.qpType != QPTypeRC {
+		if id.qpType != qp.TypeRC {
 			a.Counters.DroppedState.Add(1)
 			return
 		}
@@ -396,7 +396,7 @@ func (a *Agent) onSIDRReq(sgid [16]byte, tid uint64, m *SIDRReq) {
 		return
 	}
 	ps, port, hdr, l := a.requestListener(m.ServiceID, m.PrivateData[:])
-	if l == nil || l.qpType != QPTypeUD {
+	if l == nil || l.qpType != qp.TypeUD {
 		a.Counters.RejectedNoListener.Add(1)
 		a.sendLocked(sgid, tid, &SIDRRep{RequestID: m.RequestID, Status: SIDRUnsupported, ServiceID: m.ServiceID})
 		return
@@ -405,7 +405,7 @@ func (a *Agent) onSIDRReq(sgid [16]byte, tid uint64, m *SIDRReq) {
 		a.sendLocked(sgid, tid, &SIDRRep{RequestID: m.RequestID, Status: SIDRReject, ServiceID: m.ServiceID})
 		return
 	}
-	id := a.requestIDLocked(l, QPTypeUD, ps, port, hdr, m.ServiceID, tid, sgid, key)
+	id := a.requestIDLocked(l, qp.TypeUD, ps, port, hdr, m.ServiceID, tid, sgid, key)
 	id.route = Route{SGID: a.cfg.GID, DGID: sgid, HopLimit: 1, PathMTU: a.cfg.ActiveMTU,
 		PacketLifeTime: roceLifeTime, PKey: m.PKey}
 	if sgid != a.cfg.GID {
@@ -428,7 +428,7 @@ func (a *Agent) onSIDRRep(m *SIDRRep) {
 		a.Counters.DroppedUnknown.Add(1)
 		return
 	}
-	if id.state != StateReqSent || id.qpType != QPTypeUD {
+	if id.state != StateReqSent || id.qpType != qp.TypeUD {
 		a.Counters.DroppedDuplicate.Add(1)
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"rdmafs/device"
+	"rdmafs/qp"
 	"rdmafs/roce"
 )
 
@@ -27,10 +28,10 @@ func TestListenSquatterRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	rootCh, _ := ss.a.NewChannel(0)
-	sq, _ := ss.a.Create(65534, evil, PSTCP, QPTypeRC)
+	sq, _ := ss.a.Create(65534, evil, PSTCP, qp.TypeRC)
 	ss.do(sq, "set_option reuseaddr=1")
 	ss.do(sq, "bind addr=10.0.0.2 port=7000")
-	srv, _ := ss.a.Create(0, rootCh, PSTCP, QPTypeRC)
+	srv, _ := ss.a.Create(0, rootCh, PSTCP, qp.TypeRC)
 	ss.do(srv, "set_option reuseaddr=1")
 	ss.do(srv, "bind addr=0.0.0.0 port=7000")
 	ss.do(srv, "listen")
@@ -38,14 +39,14 @@ func TestListenSquatterRefused(t *testing.T) {
 		t.Fatalf("the squatter's listen: %v, want EADDRINUSE", err)
 	}
 	// A second squatter cannot bind beside the listener either.
-	sq2, _ := ss.a.Create(65534, evil, PSTCP, QPTypeRC)
+	sq2, _ := ss.a.Create(65534, evil, PSTCP, qp.TypeRC)
 	ss.do(sq2, "set_option reuseaddr=1")
 	if err := sq2.DoAs("bind addr=10.0.0.2 port=7000", Caps{}); device.Errno(err) != syscall.EADDRINUSE {
 		t.Fatalf("bind beside a listener: %v", err)
 	}
 	// Two wildcard listeners of root's own, 0.0.0.0 and :: (not afonly),
 	// overlap too.
-	l6, _ := ss.a.Create(0, rootCh, PSTCP, QPTypeRC)
+	l6, _ := ss.a.Create(0, rootCh, PSTCP, qp.TypeRC)
 	ss.do(l6, "set_option reuseaddr=1")
 	if err := l6.Do("bind addr=:: port=7000"); err == nil {
 		if err := l6.Do("listen"); device.Errno(err) != syscall.EADDRINUSE {
@@ -132,7 +133,7 @@ func TestCMUserShare(t *testing.T) {
 	}
 	n := 0
 	for {
-		id, err := a.Create(65534, chans[0], PSTCP, QPTypeRC)
+		id, err := a.Create(65534, chans[0], PSTCP, qp.TypeRC)
 		if err != nil {
 			if device.Errno(err) != syscall.ENOMEM {
 				t.Fatal(err)
@@ -151,7 +152,7 @@ func TestCMUserShare(t *testing.T) {
 	}
 	// Root is not held by the user's share.
 	rc, _ := a.NewChannel(0)
-	if _, err := a.Create(0, rc, PSTCP, QPTypeRC); err != nil {
+	if _, err := a.Create(0, rc, PSTCP, qp.TypeRC); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -202,7 +203,7 @@ func TestREQFloodLeavesRootConnecting(t *testing.T) {
 	w := newWorld(t)
 	ss, cs := w.wireSide("10.0.0.2"), w.wireSide("10.0.0.1")
 	rootCh, _ := ss.a.NewChannel(0)
-	srv, _ := ss.a.Create(0, rootCh, PSTCP, QPTypeRC)
+	srv, _ := ss.a.Create(0, rootCh, PSTCP, qp.TypeRC)
 	ss.do(srv, "bind addr=0.0.0.0 port=7000")
 	ss.do(srv, "listen")
 	baseline := counter(ss.a, "ids")
@@ -223,7 +224,7 @@ func TestREQFloodLeavesRootConnecting(t *testing.T) {
 
 	// Root's client, from another port, still connects.
 	croot, _ := cs.a.NewChannel(0)
-	c, _ := cs.a.Create(0, croot, PSTCP, QPTypeRC)
+	c, _ := cs.a.Create(0, croot, PSTCP, qp.TypeRC)
 	cs.do(c, "resolve_addr dst=10.0.0.2 port=7000")
 	cs.do(c, "resolve_route")
 	cs.do(c, "connect qp_num=5")
@@ -238,7 +239,7 @@ func TestREQFloodLeavesRootConnecting(t *testing.T) {
 		t.Fatalf("root's client is %s", c.State())
 	}
 	// And root can still make ids.
-	if _, err := ss.a.Create(0, rootCh, PSTCP, QPTypeRC); err != nil {
+	if _, err := ss.a.Create(0, rootCh, PSTCP, qp.TypeRC); err != nil {
 		t.Fatal(err)
 	}
 

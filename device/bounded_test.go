@@ -200,18 +200,21 @@ func TestDuplicateReadsBounded(t *testing.T) {
 	close(stop)
 	<-done
 	after := e.qpCounters(b)
+	e.d.mu.Lock()
+	inPeak := a.inPeak
+	e.d.mu.Unlock()
 	const perReply = size / 4096
 	sent := after.PacketsSent - before.PacketsSent
 	t.Logf("11 duplicate READs of %d MiB: %d response packets (one reply is %d), requester queue peak %d, heap in use +%d KiB",
-		size>>20, sent, perReply, a.inPeak, (max(peak, base)-base)>>10)
+		size>>20, sent, perReply, inPeak, (max(peak, base)-base)>>10)
 	if after.DuplicateReqs-before.DuplicateReqs != 11 {
 		t.Fatalf("duplicates counted %d", after.DuplicateReqs-before.DuplicateReqs)
 	}
 	if sent < perReply || sent > 2*perReply {
 		t.Fatalf("%d response packets for 11 duplicates of a %d-packet READ", sent, perReply)
 	}
-	if !*wireFlag && a.inPeak > readWindow {
-		t.Fatalf("the requester's queue held %d packets (window %d)", a.inPeak, readWindow)
+	if !*wireFlag && inPeak > readWindow {
+		t.Fatalf("the requester's queue held %d packets (window %d)", inPeak, readWindow)
 	}
 	if peak > base+16<<20 {
 		t.Fatalf("heap in use peaked %d MiB above its base", (peak-base)>>20)

@@ -21,27 +21,28 @@ type CQ struct {
 	// WCFlags are the optional fields its CQEs carry: the completion
 	// timestamps, for which postLocked reads the clock.
 	WCFlags qp.CQWCFlags
-	region  *ring.Region
-	ring    *ring.Ring
-	prod    *ring.Producer // engine side; guarded by Device.mu and, with several engines, prodMu
+	// region and ring change on Resize, which holds pollMu and Device.mu.
+	region *ring.Region   // lockcheck:guarded dev.mu|pollMu
+	ring   *ring.Ring     // lockcheck:guarded dev.mu|pollMu
+	prod   *ring.Producer // engine side; lockcheck:guarded dev.mu lockcheck:guarded prodMu
 	// prodMu serializes the engines' turns that complete into the CQ (a
 	// verb holds all of Device.mu and needs it not).
 	prodMu sync.Mutex
-	users  int // QPs completing into this CQ
+	users  int // QPs completing into this CQ; lockcheck:guarded dev.mu
 	// overflowed is sticky: an overflowed CQ is in error (IBA 11.4.2.1) and
 	// accepts no more entries until resized; overflows counts the times.
-	overflowed bool
-	overflows  uint64
+	overflowed bool   // lockcheck:guarded dev.mu
+	overflows  uint64 // lockcheck:guarded dev.mu
 
-	pollMu sync.Mutex // serializes in-daemon pollers (Poll); orders before Device.mu
-	gone   bool       // destroyed or device closed: the ring is unmapped; guarded by pollMu
+	pollMu sync.Mutex // serializes in-daemon pollers (Poll)
+	gone   bool       // destroyed or device closed: the ring is unmapped; lockcheck:guarded pollMu
 
 	evMu      sync.Mutex
-	fired     uint64        // events fired
-	taken     uint64        // events taken by WaitEvent
-	evWake    chan struct{} // closed and replaced when an event fires
-	destroyed bool
-	hook      func() // called (without blocking) on every event; see SetEventHook
+	fired     uint64        // events fired; lockcheck:guarded evMu
+	taken     uint64        // events taken by WaitEvent; lockcheck:guarded evMu
+	evWake    chan struct{} // closed and replaced when an event fires; lockcheck:guarded evMu
+	destroyed bool          // lockcheck:guarded evMu
+	hook      func()        // called (without blocking) on every event; see SetEventHook; lockcheck:guarded evMu
 }
 
 // CreateCQ is ibv_create_cq.
@@ -62,14 +63,16 @@ func (d *Device) CreateCQ(owner Owner, req qp.CreateCQ) (*CQ, error) {
 		return nil, err
 	}
 	cq := &CQ{dev: d, Owner: owner, WCFlags: req.WCFlags, evWake: make(chan struct{})}
-	if err := cq.allocRing(req.CQE); err != nil {
+	// lockcheck:ok cq is not shared yet: nobody polls it, pollMu is not needed
+	if err := cq.allocRingLocked(req.CQE); err != nil {
 		return nil, errf(op, syscall.ENOMEM, "%v", err)
 	}
 	cq.Handle = d.cqs.add(cq)
 	return cq, nil
 }
 
-func (cq *CQ) allocRing(cqe uint32) error {
+// allocRingLocked gives cq a new ring for cqe entries (creation, Resize).
+func (cq *CQ) allocRingLocked(cqe uint32) error {
 	slots := ring.SlotCount(cqe)
 	region, err := ring.NewRegion(fmt.Sprintf("rdmafs-cq%d", cq.Handle), ring.Size(ring.CQESize, slots))
 	if err != nil {
@@ -152,7 +155,7 @@ func (cq *CQ) Resize(cqe uint32) error {
 	}
 	old, oldRing := cq.region, cq.ring
 	armed := oldRing.Armed()
-	if err := cq.allocRing(cqe); err != nil {
+	if err := cq.allocRingLocked(cqe); err != nil {
 		cq.region, cq.ring = old, oldRing
 		return errf(op, syscall.ENOMEM, "%v", err)
 	}
@@ -216,6 +219,8 @@ func (cq *CQ) postLocked(wc *qp.WC, solicited bool, e *engine) bool {
 
 // fire delivers one completion event: the futex word for mapped clients,
 // WaitEvent for the notify file, and the hook for the channel FIFO.
+//
+// lockcheck:locked
 func (cq *CQ) fire() {
 	cq.ring.BumpEvent()
 	cq.ring.WakeEventWaiters()

@@ -75,12 +75,13 @@
 //     with several engines it schedules them on the QPs' engines
 //     (Device.inlineTurns).
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
-//     schedules the QPs whose rings have new WQEs, under bellMu (the set
-//     of QPs that may send) and the scheduler's lock; on a device with a
-//     wire, when it found work, the engine sleeps and Device.mu is free
-//     (TryLock: it never waits for it), it runs their turns (a device
-//     without one leaves them to the engine, whose spin then serves the
-//     client's next posts without a doorbell).
+//     schedules the QPs whose rings have new WQEs, reading the set of QPs
+//     that may send (bellView) without a lock and taking only the
+//     scheduler's; on a device with a wire, when it found work, the
+//     engine sleeps and Device.mu is free (TryLock: it never waits for
+//     it), it runs their turns (a device without one leaves them to the
+//     engine, whose spin then serves the client's next posts without a
+//     doorbell).
 //   - The wire's receive goroutine (package link, when Config.Addr is
 //     set): sleeps in recvmmsg, checks datagrams without a lock, then
 //     delivers them under Device.mu (dispatcher, link.go) and, while the
@@ -117,32 +118,51 @@
 //     packets (LOCAL_INV, BIND_MW, SEND_WITH_INV) stops short of it and
 //     runs again under all of Device.mu (exclusiveLocked, runExclusive);
 //   - the chain, with several engines, has chainMu for the engines'
-//     writes; the event queue, the GSI's queue, the counters and the
-//     packet pools (one per engine) need nothing more.
+//     writes (Device.mu is the chain's lock: an engine writes with its
+//     stripe held, and chainMu with several; the wire's receive goroutine
+//     and the fault injector's delay timers take all of it to deliver;
+//     package link, Locking);
+//   - the doorbell's view of the QPs that can send is an atomic pointer,
+//     replaced under bellMu; the event queue has its own lock
+//     (eventQueue.mu); the GSI's queue is a channel, the counters are
+//     atomics, and each engine has its own packet pool.
+//
+// Each field names the lock that guards it, beside it
+// (lockcheck:guarded), and a function whose name ends in Locked runs
+// with its caller's locks; scripts/test.sh checks both with
+// internal/lockcheck. To the checker a stripe is Device.mu, and all of
+// it (devMutex.Lock) also stands for the locks above (prodMu, takeMu,
+// inMu), since it excludes every turn. The rule that a turn holding
+// only its stripe writes only its own QP's state is kept by the code's
+// structure, not by the tool.
 //
 // Every QP turn does a bounded amount of work (run.go: packet budgets, the
 // READ window), and between two turns an engine lets anyone waiting for
 // all of Device.mu go first (devMutex, engine.go), so a verb waits for at
 // most one turn per engine, whatever another user's QPs are doing.
-// Device.mu is also the link's chain lock: an engine sends with its
-// stripe held (and chainMu with several), and the wire's receive
-// goroutine and the fault injector's delay timers take all of it to
-// deliver (package link, Locking). Lock order: the per-queue producer
-// locks (postMu, pollMu; a verb takes its queue's first), then Device.mu
-// (its stripes in engine order), then chainMu or an SRQ's takeMu (a
-// direct SEND or WRITE_WITH_IMM holds it while it completes), then a
-// CQ's prodMu, then the link's capture lock, bellMu or a QP's inMu, then
-// the scheduler's lock (engine.mu), the innermost. The transport's timers never
-// take Device.mu: they mark a QP runnable under its engine's scheduler
-// lock and wake that engine. The doorbell takes Device.mu only with
-// TryLock, after it has let go of bellMu, so it never waits for it. A
-// goroutine that runs turns in the engine's place stops when someone
-// waits for Device.mu, as the engine does, and leaves the rest to the
-// engine. The GSI's handler (the CM agent) runs on the GSI's own goroutine
-// without Device.mu and may call SendMAD, which takes Device.mu for one
-// send: the agent's lock
-// orders before Device.mu, and nothing under Device.mu waits for the
-// agent.
+//
+// The lock order, outermost first:
+//
+//  1. a queue's in-daemon producer or consumer lock (QP.postMu,
+//     SRQ.postMu, CQ.pollMu), one at a time;
+//  2. Device.mu, its stripes in engine order;
+//  3. chainMu or an SRQ's takeMu (a direct SEND or WRITE_WITH_IMM holds
+//     takeMu while it completes);
+//  4. a CQ's prodMu;
+//  5. a CQ's evMu, eventQueue.mu, the link's capture lock, bellMu or a
+//     QP's inMu, one at a time (a turn accepts its inbox's packets under
+//     inMu, and may schedule its QP);
+//  6. the scheduler's lock (engine.mu), the innermost.
+//
+// The transport's timers take no lock but the scheduler's: they mark a
+// QP runnable and wake its engine. The doorbell takes no lock but the
+// scheduler's either, and Device.mu only with TryLock, so it never waits
+// for it. A goroutine that runs turns in the engine's place stops when
+// someone waits for Device.mu, as the engine does, and leaves the rest to
+// the engine. The GSI's handler (the CM agent) runs on the GSI's own
+// goroutine without Device.mu and may call SendMAD, which takes Device.mu
+// for one send: the agent's lock orders before Device.mu, and nothing
+// under Device.mu waits for the agent.
 package device
 
 import (
@@ -394,6 +414,9 @@ func (c *Config) fill() error {
 
 // Device is one virtual RDMA device with a single port.
 type Device struct {
+	// mu is Device.mu, the device's lock: one stripe per engine (devMutex;
+	// Locking in the package doc).
+	mu devMutex
 	*objects
 	cfg   Config
 	clock clock.Clock
@@ -404,15 +427,15 @@ type Device struct {
 	// messages take the packet path (directLocked).
 	odpMRs atomic.Int64
 
-	closed bool // guarded by mu
+	closed bool // lockcheck:guarded mu
 	// engines run the QPs' turns, each QP on one (QP.home); Device.mu has
 	// a stripe per engine (devMutex). nextEngine picks a new QP's.
 	engines    []*engine
-	nextEngine int // guarded by mu
+	nextEngine int // lockcheck:guarded mu
 	// chainMu is the chain's lock while an engine sends on it holding only
 	// its stripe (several engines); chainOwner is that engine.
 	chainMu    sync.Mutex
-	chainOwner *engine
+	chainOwner *engine // lockcheck:guarded chainMu
 	// batchEnds counts the engine batches that ended (Quiesce).
 	batchEnds atomic.Uint64
 	// keepApart leaves connected QPs on the engines they were made on
@@ -420,16 +443,16 @@ type Device struct {
 	keepApart bool
 	// chain is the device's link (link.go), built at creation; link is
 	// what the transport writes to, its head (a test may put a link of its
-	// own in front). Guarded by mu, the chain's lock.
+	// own in front). Both are set at creation; writes and deliveries on
+	// the chain hold its lock (Locking in the package doc).
 	chain *link.Chain
 	link  link.Endpoint
 	bell  *doorbell // the futex doorbell (doorbell.go)
 	// bellView holds the device's QPs that can send (doorbell.go): an
 	// immutable slice a doorbell wake reads without a lock, replaced by
-	// syncBellLocked under bellMu (which orders after Device.mu). bellScan
-	// is odd while a wake looks at a view (the reaper of destroyed QPs
-	// waits for it before it unmaps their rings). bellScans counts the
-	// QPs wakes have looked at.
+	// syncBellLocked under bellMu. bellScan is odd while a wake looks at
+	// a view (the reaper of destroyed QPs waits for it before it unmaps
+	// their rings). bellScans counts the QPs wakes have looked at.
 	bellMu    sync.Mutex
 	bellView  atomic.Pointer[[]*QP]
 	bellScan  atomic.Uint64
@@ -441,24 +464,23 @@ type Device struct {
 }
 
 // objects are a device's verbs objects, its key and QPN tables, its event
-// queue and counters, and the mutex that guards them (Device.mu).
+// queue and counters.
 type objects struct {
-	mu   devMutex
-	pds  table[PD]
-	mrs  table[MR]
-	mws  table[MW]
-	ahs  table[AH]
-	cqs  table[CQ]
-	srqs table[SRQ]
-	qps  map[uint32]*QP // by QPN
+	pds  table[PD]      // lockcheck:guarded Device.mu
+	mrs  table[MR]      // lockcheck:guarded Device.mu
+	mws  table[MW]      // lockcheck:guarded Device.mu
+	ahs  table[AH]      // lockcheck:guarded Device.mu
+	cqs  table[CQ]      // lockcheck:guarded Device.mu
+	srqs table[SRQ]     // lockcheck:guarded Device.mu
+	qps  map[uint32]*QP // by QPN; lockcheck:guarded Device.mu
 	// mcast are the multicast groups by MGID, mcastAttached their
 	// attachments (mcast.go); changed under all of Device.mu.
-	mcast         map[[16]byte]*mcGroup
-	mcastAttached int
+	mcast         map[[16]byte]*mcGroup // lockcheck:guarded Device.mu
+	mcastAttached int                   // lockcheck:guarded Device.mu
 	// keys maps a key's tag (key >> 8) to its MR or MW (keys.go).
-	keys     keyTable
-	nextQPN  uint32
-	mrBytes  uint64 // registered bytes, against MaxTotalMRBytes
+	keys     keyTable // lockcheck:guarded Device.mu
+	nextQPN  uint32   // lockcheck:guarded Device.mu
+	mrBytes  uint64   // registered bytes, against MaxTotalMRBytes; lockcheck:guarded Device.mu
 	events   eventQueue
 	Counters Counters
 }
@@ -480,21 +502,30 @@ func New(cfg Config) (*Device, error) {
 	objs.cqs.init()
 	objs.srqs.init()
 	objs.events.init()
-	objs.mu.init(cfg.Engines)
 	d := &Device{objects: objs, cfg: cfg, clock: cfg.Clock, clockBase: cfg.Clock.Now()}
+	d.mu.init(cfg.Engines)
 	for range cfg.Engines {
 		d.engines = append(d.engines, &engine{})
 	}
 	d.Counters.shard(cfg.Engines)
+	// The engines first: the wire's receive goroutine, started with the
+	// chain, may schedule a turn with the first datagram.
+	for i, e := range d.engines {
+		e.start(d, i)
+	}
+	stopEngines := func() {
+		for _, e := range d.engines {
+			e.stop()
+		}
+	}
 	if err := d.newChain(); err != nil {
+		stopEngines()
 		return nil, err
 	}
 	if err := d.startDoorbell(); err != nil {
+		stopEngines()
 		d.chain.Close()
 		return nil, err
-	}
-	for i, e := range d.engines {
-		e.start(d, i)
 	}
 	return d, nil
 }
@@ -863,6 +894,7 @@ func (c *Counters) List() []Counter {
 		{"wire_recv_calls", c.WireRecvCalls.Load()},
 		{"wire_send_full", c.WireSendFull.Load()},
 		{"wire_recv_overruns", c.WireRecvOverruns.Load()},
+		{"wire_mcast_overruns", c.WireMcastOverruns.Load()},
 		{"wire_coalesced_sends", c.WireCoalescedSends.Load()},
 		{"wire_coalesced_recv", c.WireCoalescedRecv.Load()},
 		{"wire_coalesce_refused", c.WireCoalesceRefused.Load()},

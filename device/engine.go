@@ -46,8 +46,8 @@ type engine struct {
 	// running counts the batches being run, by the engine goroutine or by
 	// a goroutine that runs them in its place (runHeldLocked); guarded by
 	// mu.
-	running int
-	runq    []*QP // guarded by mu
+	running int   // lockcheck:guarded mu
+	runq    []*QP // lockcheck:guarded mu
 	// held counts the goroutines that scheduled QPs and promised to run
 	// them themselves (holdWake): while it is not zero, schedule does not
 	// wake the engine goroutine, whose wake-up (a futex, another thread
@@ -62,8 +62,8 @@ type engine struct {
 	// spin loop, which asks on every round and must not take mu from
 	// schedule (the wire's receive goroutine, timers, doorbells).
 	queued  atomic.Int32
-	spare   []*QP // guarded by mu
-	retired []*QP // destroyed QPs whose rings the engine unmaps; guarded by mu
+	spare   []*QP // lockcheck:guarded mu
+	retired []*QP // destroyed QPs whose rings the engine unmaps; lockcheck:guarded mu
 	wake    chan struct{}
 	stopCh  chan struct{}
 	done    chan struct{}
@@ -76,29 +76,29 @@ type engine struct {
 	// inline says a goroutine other than the engine's runs turns
 	// (runHeldLocked); ran are the QPs it ran whose SQs do not ask for
 	// doorbells until it rearms them. Both guarded by Device.mu.
-	inline bool
-	ran    []*QP
+	inline bool  // lockcheck:guarded d.mu
+	ran    []*QP // lockcheck:guarded d.mu
 
 	// exclusive is true while the engine runs a turn under all of
 	// Device.mu (runExclusive); guarded by its stripe.
-	exclusive bool
+	exclusive bool // lockcheck:guarded d.mu
 
 	// now is the clock read once per batch, for the many timestamps a
 	// batch takes (one per ACK); guarded by the engine's stripe, valid
 	// while nowOK.
-	now   time.Time
-	nowOK bool
+	now   time.Time // lockcheck:guarded d.mu
+	nowOK bool      // lockcheck:guarded d.mu
 
 	// The rest is the state of the engine's turns, guarded by its stripe
 	// of Device.mu: the packets a turn holds for the chain (txq, while
 	// txBatching; link.go), the QPs its direct deliveries made runnable
 	// (soon, loopback.go), and its packet pool.
-	txq        []link.Packet
-	txBatching bool
-	counts     directCounts // loopback.go
-	soon       []*QP
-	soonHead   int
-	pool       packetPool
+	txq        []link.Packet // lockcheck:guarded d.mu
+	txBatching bool          // lockcheck:guarded d.mu
+	counts     directCounts  // loopback.go; lockcheck:guarded d.mu
+	soon       []*QP         // lockcheck:guarded d.mu
+	soonHead   int           // lockcheck:guarded d.mu
+	pool       packetPool    // lockcheck:guarded d.mu
 }
 
 // maxHold is how long the engine keeps Device.mu across the QPs of a batch
@@ -131,7 +131,10 @@ type stripe struct {
 
 func (m *devMutex) init(engines int) { m.stripes = make([]stripe, engines) }
 
-// Lock takes every stripe.
+// Lock takes every stripe. Its holder excludes every turn, and so needs
+// none of the locks by which turns of different engines share things.
+//
+// lockcheck:covers CQ.prodMu SRQ.takeMu QP.inMu
 func (m *devMutex) Lock() {
 	if m.TryLock() {
 		return
@@ -144,6 +147,8 @@ func (m *devMutex) Lock() {
 }
 
 // Unlock lets go of every stripe.
+//
+// lockcheck:covers CQ.prodMu SRQ.takeMu QP.inMu
 func (m *devMutex) Unlock() {
 	for i := len(m.stripes) - 1; i >= 0; i-- {
 		m.stripes[i].m.Unlock()
@@ -151,6 +156,8 @@ func (m *devMutex) Unlock() {
 }
 
 // TryLock takes every stripe if all are free.
+//
+// lockcheck:covers CQ.prodMu SRQ.takeMu QP.inMu
 func (m *devMutex) TryLock() bool {
 	for i := range m.stripes {
 		if !m.stripes[i].m.TryLock() {
@@ -179,8 +186,14 @@ func (m *devMutex) yield(e *engine) {
 	s.Lock()
 }
 
-// lockStripe and unlockStripe are engine e's hold for its batches.
-func (m *devMutex) lockStripe(e *engine)   { m.stripes[e.idx].m.Lock() }
+// lockStripe and unlockStripe are engine e's hold for its batches. To
+// the lock analyzer a stripe is Device.mu (it does not tell a stripe from
+// the whole lock).
+//
+// lockcheck:acquire
+func (m *devMutex) lockStripe(e *engine) { m.stripes[e.idx].m.Lock() }
+
+// lockcheck:release
 func (m *devMutex) unlockStripe(e *engine) { m.stripes[e.idx].m.Unlock() }
 
 // nowLocked is the time, read at most once per engine batch; e's stripe
@@ -198,7 +211,7 @@ func (d *Device) nowLocked() time.Time { return d.clock.Now() }
 
 func (e *engine) start(d *Device, idx int) {
 	e.d, e.idx = d, idx
-	e.pool.dev = d
+	e.pool.dev = d // lockcheck:ok New, before the engine's goroutine starts
 	e.spinIdle = d.cfg.SpinIdle
 	e.wake = make(chan struct{}, 1)
 	e.stopCh = make(chan struct{})
@@ -297,7 +310,7 @@ func (e *engine) runHeldLocked() {
 			}
 			continue
 		}
-		batch := e.take()
+		batch := e.takeLocked()
 		e.mu.Unlock()
 		d.Counters.EngineRuns.Add(e.idx, 1)
 		d.Counters.InlineRuns.Add(1)
@@ -386,8 +399,8 @@ func (e *engine) unqueueLocked(q *QP) {
 	q.queued.Store(false)
 }
 
-// take takes the run queue as a batch; e.mu held.
-func (e *engine) take() []*QP {
+// takeLocked takes the run queue as a batch; e.mu held.
+func (e *engine) takeLocked() []*QP {
 	// Double buffering: runq and spare never share an array.
 	batch := e.runq
 	e.runq, e.spare = e.spare[:0], nil
@@ -453,7 +466,7 @@ func (e *engine) runBatches() {
 			e.mu.Unlock()
 			return
 		}
-		batch := e.take()
+		batch := e.takeLocked()
 		e.mu.Unlock()
 		d.Counters.EngineRuns.Add(e.idx, 1)
 		d.mu.lockStripe(e)

@@ -30,9 +30,11 @@ import (
 // maxQueuedEvents, and all the queues of one viewer together (its
 // readers' and its pending one) as many: one user's unread events cost
 // at most maxQueuedEvents * about 64 bytes, however often it opens the
-// file. On overflow the reader's oldest event is dropped (its newest when
-// it holds none: the viewer's other readers hold its share), counted for
-// the reader (Dropped) and the device (EventDrops). A viewer other than
+// file. A full queue drops its oldest event for the newest. When the
+// viewer's share is full, its longest queue (a reader that does not read,
+// or the pending one) gives up its oldest event instead, so that one idle
+// reader cannot starve the viewer's others. Each drop is counted for the
+// reader (Dropped) and the device (EventDrops). A viewer other than
 // root may hold at most MaxEventReaders readers (OpenEventsLimited).
 
 const maxQueuedEvents = 4096
@@ -44,16 +46,19 @@ const MaxEventReaders = 256
 // eventQueue is the device's event hub.
 type eventQueue struct {
 	mu      sync.Mutex
-	seq     uint64
-	subs    map[*EventReader]struct{}
-	pending map[Owner][]Event // per owner: raised while none of its readers was open
-	queued  map[Owner]int     // events held per viewer: its readers' and its pending ones
-	open    map[Owner]int     // readers open per viewer
-	dropped uint64
-	closed  bool
-	done    chan struct{} // closed with the device
+	seq     uint64                    // lockcheck:guarded mu
+	subs    map[*EventReader]struct{} // lockcheck:guarded mu
+	pending map[Owner][]Event         // per owner: raised while none of its readers was open; lockcheck:guarded mu
+	queued  map[Owner]int             // events held per viewer: its readers' and its pending ones; lockcheck:guarded mu
+	open    map[Owner]int             // readers open per viewer; lockcheck:guarded mu
+	dropped uint64                    // lockcheck:guarded mu
+	closed  bool                      // lockcheck:guarded mu
+	done    chan struct{}             // closed with the device
 }
 
+// init makes the queue's maps.
+//
+// lockcheck:ok New calls it before the device is shared
 func (e *eventQueue) init() {
 	e.subs = map[*EventReader]struct{}{}
 	e.pending = map[Owner][]Event{}
@@ -62,18 +67,48 @@ func (e *eventQueue) init() {
 	e.done = make(chan struct{})
 }
 
-// appendLocked appends ev to q, a queue of viewer v's, within the
-// queue's bound and v's share; it reports whether it dropped an event.
-func (e *eventQueue) appendLocked(v Owner, q []Event, ev Event) ([]Event, bool) {
-	if len(q) >= maxQueuedEvents || e.queued[v] >= maxQueuedEvents {
+// appendLocked appends ev to q, the queue of reader r (nil: viewer v's
+// pending queue), within the queue's bound and v's share; it reports
+// whether q lost an event.
+func (e *eventQueue) appendLocked(v Owner, r *EventReader, q []Event, ev Event) ([]Event, bool) {
+	if len(q) >= maxQueuedEvents {
+		e.dropped++
+		return append(q[1:], ev), true // the oldest for the newest: v's count stays
+	}
+	if e.queued[v] >= maxQueuedEvents && !e.shedLocked(v, r, len(q)) {
 		e.dropped++
 		if len(q) == 0 {
-			return q, true // v's other queues hold its share
+			return q, true
 		}
-		return append(q[1:], ev), true // the oldest for the newest: v's count stays
+		return append(q[1:], ev), true
 	}
 	e.queued[v]++
 	return append(q, ev), false
+}
+
+// shedLocked makes room in viewer v's full share for a queue of n events
+// (reader r's; nil: v's pending one): v's longest other queue, when it is
+// at least as long, gives up its oldest event. The reader that does not
+// read pays for its backlog, and one that does still gets new events.
+func (e *eventQueue) shedLocked(v Owner, r *EventReader, n int) bool {
+	var long *EventReader
+	most := n
+	for o := range e.subs {
+		if o != r && o.viewer == v && len(o.q) > 0 && len(o.q) >= most {
+			long, most = o, len(o.q)
+		}
+	}
+	if p := e.pending[v]; r != nil && len(p) > 0 && len(p) >= most {
+		e.pending[v] = p[1:]
+	} else if long != nil {
+		long.q = long.q[1:]
+		long.dropped++
+	} else {
+		return false
+	}
+	e.dropped++
+	e.queued[v]--
+	return true
 }
 
 // forgetLocked takes n events of viewer v out of its count.
@@ -97,7 +132,7 @@ func (e *eventQueue) push(ev Event) {
 			continue
 		}
 		var lost bool
-		if r.q, lost = e.appendLocked(r.viewer, r.q, ev); lost {
+		if r.q, lost = e.appendLocked(r.viewer, r, r.q, ev); lost {
 			r.dropped++
 		}
 		received = received || r.viewer == ev.Owner
@@ -107,7 +142,7 @@ func (e *eventQueue) push(ev Event) {
 		}
 	}
 	if !received {
-		e.pending[ev.Owner], _ = e.appendLocked(ev.Owner, e.pending[ev.Owner], ev)
+		e.pending[ev.Owner], _ = e.appendLocked(ev.Owner, nil, e.pending[ev.Owner], ev)
 	}
 }
 
@@ -142,6 +177,8 @@ func (d *Device) eventOwnerLocked(kind string, h uint32) Owner {
 
 // raise queues an async event; Device.mu is held (every caller is in the
 // engine or a verb).
+//
+// lockcheck:locked
 func (d *Device) raise(t EventType, kind string, h uint32) {
 	d.Counters.AsyncEvents.Add(1)
 	d.events.push(Event{Type: t, Kind: kind, Handle: h, Owner: d.eventOwnerLocked(kind, h)})
@@ -154,10 +191,10 @@ var ErrClosed = &Error{Op: "device", Errno: 19, Err: fmt.Errorf("device is close
 type EventReader struct {
 	e       *eventQueue
 	viewer  Owner
-	q       []Event       // guarded by e.mu
+	q       []Event       // lockcheck:guarded e.mu
 	wake    chan struct{} // a push for this reader happened
-	closed  bool          // guarded by e.mu
-	dropped uint64        // events this reader lost to the bounds; guarded by e.mu
+	closed  bool          // lockcheck:guarded e.mu
+	dropped uint64        // events this reader lost to the bounds; lockcheck:guarded e.mu
 }
 
 // Dropped is how many events this reader lost to its bounds.

@@ -174,3 +174,39 @@ func TestEventReadersBoundedPerUser(t *testing.T) {
 		t.Fatalf("after closing: %v", err)
 	}
 }
+
+// A reader that never reads fills its viewer's share; a reader of the same
+// viewer opened after that (another program of the same user) still gets
+// every new event, and the idle one pays with its oldest.
+func TestEventsIdleReaderDoesNotStarve(t *testing.T) {
+	e := newEnv(t)
+	d := e.d
+	cq := e.cq(4)
+	q := e.qp(qpOpts{scq: cq, rcq: cq})
+	setOwner(d, 65534, q)
+	idle, err := d.OpenEventsLimited(65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	for range maxQueuedEvents + 10 {
+		raiseFor(d, q)
+	}
+	busy, err := d.OpenEventsLimited(65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for i := range 100 {
+		raiseFor(d, q)
+		if evs := busy.TryRead(0); len(evs) != 1 {
+			t.Fatalf("event %d after the share filled: the second reader got %d", i, len(evs))
+		}
+	}
+	d.events.mu.Lock()
+	held, idleLen := d.events.queued[65534], len(idle.q)
+	d.events.mu.Unlock()
+	if held > maxQueuedEvents || held != idleLen || idle.Dropped() < 100 {
+		t.Fatalf("uid 65534 holds %d (idle reader %d, dropped %d)", held, idleLen, idle.Dropped())
+	}
+}

@@ -61,7 +61,7 @@ type gsi struct {
 	queue   chan GSIMessage
 	done    chan struct{}
 	stopped chan struct{}
-	psn     uint32 // guarded by Device.mu
+	psn     uint32 // lockcheck:guarded Device.mu
 
 	recv, sent, droppedSize, droppedQKey, droppedOpcode, droppedFull, droppedNoHandler, droppedSource atomic.Uint64
 }

@@ -39,6 +39,9 @@ const (
 	drop
 )
 
+// WritePackets implements link.Endpoint.
+//
+// lockcheck:ok the device calls it holding the chain's lock, Device.mu
 func (dl devLink) WritePackets(pkts []link.Packet) {
 	for _, lp := range pkts {
 		p := lp.(*packet)

@@ -35,6 +35,8 @@ func (d *Device) invalidateLocked(mr *MR, mw *MW) {
 	switch {
 	case mr != nil:
 		mr.valid = false
+		// lockcheck:ok all of Device.mu is held: a verb's, or a turn's
+		// past exclusiveLocked, which the checker cannot follow
 		d.detachPacketsLocked(mr)
 	case mw != nil:
 		mw.unbindLocked()

@@ -23,7 +23,9 @@ import (
 // what the kernel's rdma_cm makes of an IPv4 group on RoCEv2) is also an
 // IP multicast group that the link joins on its interface (link/mcast.go),
 // so devices on other hosts, or other --addr mounts of this one, take part.
-// Other MGIDs (ff..) stay on the device: the wire carries IPv4 only.
+// Other MGIDs (ff..) stay on the device: the wire carries IPv4 only (rxe
+// on an IPv4 netdev sends them nowhere: such a GID has no IPv4 address;
+// and the kernel's rdma_cm joins no IPv6 group on RoCEv2).
 
 // MulticastQPN is the destination QPN of a multicast datagram.
 const MulticastQPN = 0xFFFFFF
@@ -42,7 +44,7 @@ const (
 // they attached.
 type mcGroup struct {
 	mgid [16]byte
-	qps  []*QP
+	qps  []*QP // lockcheck:guarded Device.mu
 }
 
 // IsMulticastGID reports whether g is a multicast GID: an IPv6 multicast

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -294,4 +295,59 @@ func TestMcastCaptureAndFaults(t *testing.T) {
 	e.setFaults(Faults{})
 	send(3)
 	e.expect(bcq, recvWC(11, "success", "recv", b, 104, a, "wc_flags=grh"))
+}
+
+// A user's share of the attachments: a uid other than root can hold at
+// most --user-share percent of max_total_mcast_qp_attach (its QPs in its
+// groups); another user, and root, can still attach; a detach gives one
+// back.
+func TestMcastUserAttachShare(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.UserShare = 1 }) // 1 %: 40 attachments, 10 groups, 10 QPs
+	share := int(e.d.cfg.userShare(MaxTotalMcastQPAttach))
+	groups := int(e.d.cfg.userShare(MaxMcastGrp))
+	// QPs of uid 1000 in one PD with one CQ, each attached to each of
+	// the user's groups in turn
+	pd, err := e.d.AllocPD(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := e.d.CreateCQ(1000, qp.CreateCQ{CQE: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qps []*QP
+	group := func(k int) [16]byte { return [16]byte{0xff, 0x0e, 14: 7, 15: byte(k % groups)} }
+	for k := range share + 1 {
+		if k%groups == 0 {
+			q, err := e.d.CreateQP(1000, qp.CreateQP{PD: pd.Handle, Type: qp.TypeUD, SendCQ: cq.Handle, RecvCQ: cq.Handle,
+				Cap: qp.Cap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				t.Fatalf("qp %d: %v", len(qps), err)
+			}
+			qps = append(qps, q)
+		}
+		err := qps[k/groups].AttachMcast(group(k), mlid)
+		if k < share && err != nil {
+			t.Fatalf("attachment %d: %v", k, err)
+		}
+		if k == share {
+			var de *Error
+			if !errors.As(err, &de) || de.Errno != syscall.ENOMEM || !strings.Contains(err.Error(), "max_total_mcast_qp_attach per user") {
+				t.Fatalf("attachment %d beyond the share %d: %v", k, share, err)
+			}
+		}
+	}
+	o, _, _ := e.udQPOf(1001, "0x1234")
+	r, _, _ := e.udQPOf(0, "0x1234")
+	for _, q := range []*QP{o, r} {
+		if err := q.AttachMcast(group(0), mlid); err != nil {
+			t.Fatalf("uid %d, with uid 1000 at its share: %v", q.Owner, err)
+		}
+	}
+	if err := qps[0].DetachMcast(group(0), mlid); err != nil {
+		t.Fatal(err)
+	}
+	if err := qps[share/groups].AttachMcast(group(share), mlid); err != nil {
+		t.Fatalf("after a detach: %v", err)
+	}
 }

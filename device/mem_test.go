@@ -123,7 +123,7 @@ func TestKeyChecks(t *testing.T) {
 			t.Errorf("lkey %s: fault %v, want %v", c.name, f, c.want)
 			continue
 		}
-		if f == faultNone && (uint64(len(b)) != c.n || c.n > 0 && &b[0] != &c.mr.mem[c.off]) {
+		if f == faultNone && (uint64(len(b)) != c.n || c.n > 0 && &b[0] != &c.mr.Mem()[c.off]) {
 			t.Errorf("lkey %s: wrong bytes", c.name)
 		}
 	}
@@ -178,7 +178,7 @@ func TestKeyChecks(t *testing.T) {
 			t.Errorf("rkey %s: fault %v, want %v", c.name, f, c.want)
 			continue
 		}
-		if f == faultNone && (uint64(len(b)) != c.n || &b[0] != &c.mr.mem[c.off]) {
+		if f == faultNone && (uint64(len(b)) != c.n || &b[0] != &c.mr.Mem()[c.off]) {
 			t.Errorf("rkey %s: wrong bytes", c.name)
 		}
 	}

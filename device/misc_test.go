@@ -176,7 +176,7 @@ func TestMRDeregWithPacketsInFlight(t *testing.T) {
 	e.postRaw(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:%d", src.LKey, size))
 	e.d.mu.Lock()
 	a.runLocked()                         // packets aliasing src now wait in b's queue
-	queued := len(b.reqIn) + len(b.inbox) // b's inbox when on another engine
+	queued := len(b.reqIn) + b.inboxLen() // b's inbox when on another engine
 	e.d.mu.Unlock()
 	// 69 MTU-sized packets, or on the direct path a 64 KiB segment and
 	// the rest.
@@ -417,7 +417,10 @@ func TestSharedMRBacking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.d.mrBytes; got != 8192 {
+	e.d.mu.Lock()
+	got := e.d.mrBytes
+	e.d.mu.Unlock()
+	if got != 8192 {
 		t.Fatalf("mrBytes %d after a shared registration, want 8192", got)
 	}
 	src := e.mr(64, 0)
@@ -437,7 +440,10 @@ func TestSharedMRBacking(t *testing.T) {
 	if err := share.Dereg(); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.d.mrBytes; got != 64 {
+	e.d.mu.Lock()
+	got = e.d.mrBytes
+	e.d.mu.Unlock()
+	if got != 64 {
 		t.Fatalf("mrBytes %d after both went, want 64 (src)", got)
 	}
 	if z, err := e.d.RegMR(0, qp.CreateMR{PD: pd, Length: 0, Share: src.Handle}); err != nil || len(z.Mem()) != 0 {

@@ -21,7 +21,7 @@ type PD struct {
 	dev    *Device
 	Handle uint32
 	Owner  Owner
-	users  int // MRs, MWs, AHs, SRQs, QPs on this PD
+	users  int // MRs, MWs, AHs, SRQs, QPs on this PD; lockcheck:guarded dev.mu
 }
 
 // AllocPD is ibv_alloc_pd.
@@ -63,15 +63,15 @@ type MR struct {
 	Access  qp.Access
 	LKey    uint32
 	RKey    uint32
-	keyTag  uint32     // the key table's name for it (keys.go)
-	backing *mrBacking // the memory; shared with the MRs registered on it (share=H)
-	mem     []byte     // the MR's bytes in backing, len == Length
+	keyTag  uint32     // the key table's name for it (keys.go); lockcheck:guarded dev.mu
+	backing *mrBacking // the memory; shared with the MRs registered on it (share=H); lockcheck:guarded dev.mu
+	mem     []byte     // the MR's bytes in backing, len == Length; lockcheck:guarded dev.mu
 	// MemOffset is where the MR's bytes start in its backing's region (0
 	// unless registered with share=H offset=N).
 	MemOffset uint64
-	valid     bool   // false after LOCAL_INV / SEND_WITH_INV, until re-registered
-	odpVA     uint64 // on demand: the program's address of iova's byte
-	boundMWs  int
+	valid     bool   // false after LOCAL_INV / SEND_WITH_INV, until re-registered; lockcheck:guarded dev.mu
+	odpVA     uint64 // on demand: the program's address of iova's byte; lockcheck:guarded dev.mu
+	boundMWs  int    // lockcheck:guarded dev.mu
 }
 
 // mrBacking is the memfd behind one or more MRs. An MR made with
@@ -416,10 +416,18 @@ func (d *Device) MR(h uint32) *MR { return lookup(d, &d.mrs, h) }
 // backing's whole region, in which the MR's bytes start at MemOffset.
 // It is nil for an MR on the program's own memory (addr=A), which the
 // program maps already.
-func (mr *MR) Region() *ring.Region { return mr.backing.region }
+func (mr *MR) Region() *ring.Region {
+	mr.dev.mu.Lock()
+	defer mr.dev.mu.Unlock()
+	return mr.backing.region
+}
 
 // Mem is the MR's memory as the daemon maps it.
-func (mr *MR) Mem() []byte { return mr.mem }
+func (mr *MR) Mem() []byte {
+	mr.dev.mu.Lock()
+	defer mr.dev.mu.Unlock()
+	return mr.mem
+}
 
 // Valid reports whether the MR's keys are usable (not invalidated).
 func (mr *MR) Valid() bool {
@@ -456,13 +464,13 @@ type MW struct {
 	PD     *PD
 	Type   uint8
 	RKey   uint32
-	keyTag uint32
-	valid  bool // bound and not invalidated
-	mr     *MR
-	addr   uint64
-	length uint64
-	access qp.Access
-	qp     *QP // type 2: the QP it is bound through
+	keyTag uint32    // lockcheck:guarded dev.mu
+	valid  bool      // bound and not invalidated; lockcheck:guarded dev.mu
+	mr     *MR       // lockcheck:guarded dev.mu
+	addr   uint64    // lockcheck:guarded dev.mu
+	length uint64    // lockcheck:guarded dev.mu
+	access qp.Access // lockcheck:guarded dev.mu
+	qp     *QP       // type 2: the QP it is bound through; lockcheck:guarded dev.mu
 }
 
 // AllocMW is ibv_alloc_mw.

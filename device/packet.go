@@ -78,10 +78,12 @@ func (p *packet) psn() qp.PSN { return qp.PSN(p.PSN) }
 
 func (p *packet) setPSN(n qp.PSN) { p.PSN = uint32(n) }
 
-// packetPool is a free list of packets. It is used only under Device.mu,
-// so it needs no lock of its own. It keeps at most maxPooledPackets (the
-// rest go to the garbage collector), so a burst leaves no lasting trace in
-// the heap: what a large message had in flight is not kept for ever.
+// packetPool is a free list of packets, one per engine (engine.pool): an
+// engine's turns use its own under its stripe of Device.mu, a holder of
+// all of Device.mu the first engine's (poolLocked), so it needs no lock
+// of its own. It keeps at most maxPooledPackets (the rest go to the
+// garbage collector), so a burst leaves no lasting trace in the heap:
+// what a large message had in flight is not kept for ever.
 type packetPool struct {
 	dev  *Device
 	free *packet

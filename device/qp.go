@@ -25,39 +25,39 @@ type QP struct {
 	Type  qp.Type
 	pd    *PD
 	// mcastGroups counts the multicast groups q is attached to (mcast.go).
-	mcastGroups int
+	mcastGroups int // lockcheck:guarded dev.mu
 	sendCQ      *CQ
 	recvCQ      *CQ
 	srq         *SRQ
 	Cap         qp.Cap // actual capacities, as ibv_create_qp reports them
 	SQSigAll    bool
 
-	attr qp.Attr // current attributes; attr.QPState is the state
+	attr qp.Attr // current attributes; attr.QPState is the state; lockcheck:guarded dev.mu
 
 	sqRegion, rqRegion *ring.Region
 	sq, rq             *ring.Ring
 
-	postMu sync.Mutex // serializes in-daemon posters; orders before Device.mu
-	gone   bool       // destroyed: rings unmapped; guarded by postMu
+	postMu sync.Mutex // serializes in-daemon posters
+	gone   bool       // destroyed: rings unmapped; lockcheck:guarded postMu
 
-	destroyed bool        // guarded by Device.mu
+	destroyed bool        // lockcheck:guarded dev.mu
 	queued    atomic.Bool // in its engine's run queue; set under engine.mu
 	watched   atomic.Bool // its engine's spin loop polls the SQ (set by that engine)
-	soon      bool        // in its engine's soon list (loopback.go); its stripe
-	inBell    bool        // in dev.bellView; guarded by dev.bellMu
+	soon      bool        // in its engine's soon list (loopback.go); its stripe; lockcheck:guarded dev.mu
+	inBell    bool        // in dev.bellView (written under bellMu too); lockcheck:guarded dev.mu
 	// home is the engine that runs the QP's turns; it changes only under
 	// all of Device.mu (colocateLocked), and is read without a lock by
 	// whoever schedules the QP. wantAll asks for the next turn under all
 	// of Device.mu (exclusiveLocked); guarded by the home's stripe.
 	home    atomic.Pointer[engine]
-	wantAll bool
+	wantAll bool // lockcheck:guarded dev.mu
 	// inbox holds packets other engines delivered to the QP, accepted by
 	// its own engine at its next turn (acceptLocked, takeInboxLocked);
-	// guarded by inMu, which nests inside any stripe. inboxed is
+	// guarded by inMu. inboxed is
 	// len(inbox) > 0, read without inMu.
 	inMu    sync.Mutex
-	inbox   []*packet
-	spareIn []*packet // guarded by the home's stripe
+	inbox   []*packet // lockcheck:guarded inMu
+	spareIn []*packet // the home's stripe; lockcheck:guarded dev.mu
 	inboxed atomic.Bool
 	// retireLeft counts the engines that have not yet let go of the
 	// destroyed QP's rings (Device.retire).
@@ -73,42 +73,42 @@ type QP struct {
 	// copied; the ring's consumer index moves when a client WQE completes.
 	// swq has room for the ring's slots plus the reserved operations, so
 	// reserved WQEs never take a slot of the client's queue.
-	sqCons      *ring.Consumer
-	swq         []sendWQE
-	sqHead      uint32
-	sqFetched   uint32
-	ringFetched uint32
-	resv        reserved // the device's own send WQEs (reserved.go)
-	reqIdx      uint32   // the requester's current WQE
-	req         reqState
-	comp        compState
-	ssn         uint32
+	sqCons      *ring.Consumer // lockcheck:guarded dev.mu
+	swq         []sendWQE      // lockcheck:guarded dev.mu
+	sqHead      uint32         // lockcheck:guarded dev.mu
+	sqFetched   uint32         // lockcheck:guarded dev.mu
+	ringFetched uint32         // lockcheck:guarded dev.mu
+	resv        reserved       // the device's own send WQEs (reserved.go); lockcheck:guarded dev.mu
+	reqIdx      uint32         // the requester's current WQE; lockcheck:guarded dev.mu
+	req         reqState       // lockcheck:guarded dev.mu
+	comp        compState      // lockcheck:guarded dev.mu
+	ssn         uint32         // lockcheck:guarded dev.mu
 
 	// Receive side.
-	rqCons *ring.Consumer // nil with an SRQ
-	resp   respState
+	rqCons *ring.Consumer // nil with an SRQ; lockcheck:guarded dev.mu
+	resp   respState      // lockcheck:guarded dev.mu
 	// Packets received and not yet taken by the engine: requests for the
 	// responder, and responses (ACKs, NAKs, READ responses, atomic
 	// acknowledgements) for the requester. inPeak is the longest either
 	// has been (for tests).
-	reqIn, respIn []*packet
-	inPeak        int
+	reqIn, respIn []*packet // lockcheck:guarded dev.mu
+	inPeak        int       // lockcheck:guarded dev.mu
 
-	retryTimer clock.Timer
-	rnrTimer   clock.Timer
+	retryTimer clock.Timer // lockcheck:guarded dev.mu
+	rnrTimer   clock.Timer // lockcheck:guarded dev.mu
 	// Bumped whenever the timer is armed or stopped: a callback that
 	// already fired and waits for Device.mu while its timer is stopped and
 	// a new one armed must not act (Stop cannot recall it).
-	retrySeq, rnrSeq uint64
+	retrySeq, rnrSeq uint64 // lockcheck:guarded dev.mu
 	// retryFired and rnrFired are the sequence numbers of timers that
 	// fired and wait for the QP's turn (0: none); the timers' only writes.
 	retryFired, rnrFired atomic.Uint64
 
-	commEst   bool // comm_est raised since the last move to RTR
-	drainSent bool // sq_drained raised for this SQD
-	lastWQE   bool // qp_last_wqe_reached raised
+	commEst   bool // comm_est raised since the last move to RTR; lockcheck:guarded dev.mu
+	drainSent bool // sq_drained raised for this SQD; lockcheck:guarded dev.mu
+	lastWQE   bool // qp_last_wqe_reached raised; lockcheck:guarded dev.mu
 
-	Counters QPCounters
+	Counters QPCounters // lockcheck:guarded dev.mu
 }
 
 // QPCounters are per-QP statistics. NAKs are counted by kind, as the
@@ -748,4 +748,7 @@ func (q *QP) outstandingRdAtomicLocked() int {
 	return n
 }
 
+// sqMask is the mask of an index into swq.
+//
+// lockcheck:locked
 func (q *QP) sqMask() uint32 { return uint32(len(q.swq) - 1) }

@@ -83,6 +83,9 @@ const (
 	requestBudget  = 256 // packets per run before other QPs get a turn
 )
 
+// mtu is the packets' payload size: the path MTU, the port's for UD.
+//
+// lockcheck:locked
 func (q *QP) mtu() int {
 	if q.Type == qp.TypeUD {
 		return q.dev.cfg.ActiveMTU.Bytes()

@@ -243,6 +243,8 @@ func (q *QP) seqOKLocked(flags roce.Class) bool {
 // packetLenOK applies the packet length rules of C9-95..C9-97: FIRST and
 // MIDDLE carry exactly one MTU, LAST and ONLY at most one; a packet of the
 // direct path as many as its PSNs (loopback.go).
+//
+// lockcheck:locked
 func (q *QP) packetLenOK(p *packet, flags roce.Class) bool {
 	n, mtu := len(p.Payload), q.mtu()*int(p.npsn())
 	if flags&roce.ClassLast == 0 {

@@ -20,17 +20,19 @@ type SRQ struct {
 	MaxSGE uint32 // SGEs a slot holds
 	// Limit is srq_limit: when the number of WQEs drops below it, the
 	// srq_limit_reached event fires once and the limit disarms (0).
-	Limit  uint32
-	region *ring.Region
-	ring   *ring.Ring
-	cons   *ring.Consumer // engine side; guarded by Device.mu and, with several engines, takeMu
-	users  int            // QPs attached
+	Limit uint32 // lockcheck:guarded dev.mu
+	// region and ring change on a resize (Modify), which holds postMu and
+	// Device.mu.
+	region *ring.Region   // lockcheck:guarded dev.mu|postMu
+	ring   *ring.Ring     // lockcheck:guarded dev.mu|postMu
+	cons   *ring.Consumer // engine side; lockcheck:guarded dev.mu lockcheck:guarded takeMu
+	users  int            // QPs attached; lockcheck:guarded dev.mu
 	// takeMu serializes the engines' turns that take from the SRQ (a
 	// verb holds all of Device.mu and needs it not).
 	takeMu sync.Mutex
 
-	postMu sync.Mutex // serializes in-daemon posters; orders before Device.mu
-	gone   bool       // guarded by postMu
+	postMu sync.Mutex // serializes in-daemon posters
+	gone   bool       // lockcheck:guarded postMu
 }
 
 // CreateSRQ is ibv_create_srq.
@@ -233,12 +235,15 @@ func (s *SRQ) releaseLocked() {
 // the take that may follow it (QP.peekRecvLocked, QP.takeRecvLocked):
 // QPs of several engines take from one SRQ. With one engine the stripe
 // already does.
+//
+// lockcheck:acquire takeMu
 func (s *SRQ) lockTake() {
 	if len(s.dev.engines) > 1 {
 		s.takeMu.Lock()
 	}
 }
 
+// lockcheck:release takeMu
 func (s *SRQ) unlockTake() {
 	if len(s.dev.engines) > 1 {
 		s.takeMu.Unlock()

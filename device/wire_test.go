@@ -532,6 +532,9 @@ type faultLink struct {
 	dropped, duped, reo int
 }
 
+// clone copies p for the link to keep.
+//
+// lockcheck:ok WritePackets calls it, under the chain's lock, Device.mu
 func (l *faultLink) clone(p *packet) *packet {
 	c := l.d.poolLocked(l.d.chainEngine()).get()
 	buf := c.buf
@@ -551,6 +554,9 @@ func (l *faultLink) WritePackets(pkts []link.Packet) {
 func (*faultLink) Attach(link.Dispatcher) {}
 func (*faultLink) Close()                 {}
 
+// write delivers, drops, duplicates or holds back p.
+//
+// lockcheck:ok WritePackets calls it, under the chain's lock, Device.mu
 func (l *faultLink) write(p *packet) {
 	r := l.rng.IntN(1000)
 	switch {

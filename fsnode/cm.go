@@ -162,7 +162,7 @@ func (t *tree) publishRequestID(id *cm.ID) {
 
 func (t *tree) publishID(ctx context.Context, id *cm.ID, uid, gid uint32) {
 	o := &object{owner: owner{uid: uid, gid: gid, born: time.Now()}, kind: "cm",
-		name: strconv.FormatUint(uint64(id.Num), 10)}
+		name: strconv.FormatUint(uint64(id.Num), 10), logf: t.logf}
 	o.destroy = id.Destroy
 	ctl := o.cmdFile("cm", func(ctx context.Context, text string) error {
 		return id.DoAs(text, cm.Caps{NetBindService: callerHasCap(ctx, capNetBindService)})

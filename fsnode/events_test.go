@@ -126,3 +126,50 @@ timeout 5 cat <&3
 		t.Errorf("uid %d's later open: %q %v, want nothing", nobody, o, err)
 	}
 }
+
+// TestEventsFileKeepsReading: after a batch one read is at end of file
+// (so cat ends), and the read after it on the same open waits for and
+// gets the next batch. The C library keeps its open for its context's
+// life: an event raised between a close and a reopen would go to another
+// open of the same user (here: other) and never to it.
+func TestEventsFileKeepsReading(t *testing.T) {
+	m := mount(t)
+	f, err := os.Open(m.path("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	other, err := os.Open(m.path("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	commEst := func() string {
+		s := m.setup()
+		m.toRTR(s.qa, s.qb)
+		m.toRTR(s.qb, s.qa)
+		m.toRTS(s.qa)
+		m.mustWrite(fmt.Sprintf("wr_id=1 sge=%s:%d:64\n", s.lkeyB, 0x10000), "qp", s.qb, "post_recv")
+		m.mustWrite(fmt.Sprintf("opcode=send wr_id=2 sge=%s:0:8 send_flags=signaled\n", s.lkeyA), "qp", s.qa, "post_send")
+		m.pollUntil(s.cq, 2)
+		return "event=comm_est qp=" + s.qb + "\n"
+	}
+	first := commEst()
+	if got := readEvents(t, f); got != first {
+		t.Fatalf("first batch: %q, want %q", got, first)
+	}
+	if got := readEvents(t, f); got != "error: EOF" {
+		t.Fatalf("after the batch: %q, want end of file", got)
+	}
+	// The next read waits (it is not another end of file) and wakes with
+	// the next event.
+	next := make(chan string, 1)
+	go func() { next <- readEvents(t, f) }()
+	second := commEst()
+	if got := <-next; got != second {
+		t.Fatalf("the same open's next batch: %q, want %q", got, second)
+	}
+	if got := readEvents(t, other); got != first+second {
+		t.Errorf("the other open: %q, want both", got)
+	}
+}

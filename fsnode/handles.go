@@ -152,7 +152,7 @@ func commandFile(op string, obj *object, do func(ctx context.Context, text strin
 // out is empty.
 type stream struct {
 	mu  sync.Mutex
-	out []byte // produced, not yet read
+	out []byte // produced, not yet read; lockcheck:guarded mu
 	// fill produces more output for a read of at most n bytes; it may
 	// block (honouring ctx) and returns nothing at end of file.
 	fill func(ctx context.Context, n int) ([]byte, error)
@@ -211,7 +211,7 @@ func (h *stream) unread() int {
 type shared struct {
 	file
 	mu sync.Mutex
-	fd int // -1 once the object is gone
+	fd int // -1 once the object is gone; lockcheck:guarded mu
 	// read and write serve pread and pwrite on a handle; fd is the
 	// handle's duplicate.
 	read  func(fd int, p []byte, off int64) (int, error)
@@ -269,7 +269,7 @@ func preadFd(fd int, p []byte, off int64) (int, error) {
 type sharedHandle struct {
 	node *shared
 	mu   sync.Mutex
-	fd   int
+	fd   int // lockcheck:guarded mu
 }
 
 var (

@@ -42,10 +42,10 @@ type leaseHandle struct {
 	t *tree
 
 	mu     sync.Mutex
-	held   []leased             // in the order leased; guarded by mu
-	has    map[*object]struct{} // the objects in held; guarded by mu
-	failed string               // the last failed write's reason; guarded by mu
-	cursor int                  // read position in the listing (the file is not seekable); guarded by mu
+	held   []leased             // in the order leased; lockcheck:guarded mu
+	has    map[*object]struct{} // the objects in held; lockcheck:guarded mu
+	failed string               // the last failed write's reason; lockcheck:guarded mu
+	cursor int                  // read position in the listing (the file is not seekable); lockcheck:guarded mu
 }
 
 var (

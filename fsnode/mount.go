@@ -31,6 +31,9 @@ type Options struct {
 	// closes it at unmount.
 	CM      *cm.Agent
 	CMAddrs []netip.Addr
+	// Logf, when set, is told of every command refused (its errno and
+	// reason), as the daemon's log reports refused inputs.
+	Logf func(format string, args ...any)
 }
 
 // Server is one mounted device.
@@ -99,9 +102,12 @@ func Mount(dir string, dev *device.Device, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.tree = newTree(dev, rt)
+	if opts.Logf != nil {
+		s.tree.logf = opts.Logf
+	}
 	s.tree.cm = opts.CM
 	if s.tree.cm == nil {
-		s.tree.cm = cm.Attach(dev, cm.Config{Addrs: opts.CMAddrs})
+		s.tree.cm = cm.Attach(dev, cm.Config{Addrs: opts.CMAddrs, Logf: opts.Logf})
 		s.ownCM = true
 	}
 	s.tree.maxLease = opts.MaxLease

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
 )
 
 // object is the fsnode side of one verbs object: its directory, the last
@@ -15,6 +16,7 @@ type object struct {
 	owner
 	kind, name string
 	dir        *dir
+	logf       logFunc // the daemon's log; nil logs nothing
 
 	// destroy is the verb (dealloc_pd, destroy_qp, ...); cleanup releases
 	// fsnode's resources (memfd duplicates, the channel FIFO) after it
@@ -28,15 +30,35 @@ type object struct {
 	gone atomic.Bool
 
 	mu      sync.Mutex
-	lastErr string // guarded by mu
+	lastErr string // lockcheck:guarded mu
 }
 
 // fail records err as the object's last error and returns its errno.
 func (o *object) fail(op string, err error) syscall.Errno {
+	r := reason(op, err)
 	o.mu.Lock()
-	o.lastErr = reason(op, err)
+	o.lastErr = r
 	o.mu.Unlock()
-	return errnoOf(err)
+	e := errnoOf(err)
+	o.logf.refused(op, o.kind+"/"+o.name, e, r)
+	return e
+}
+
+// logFunc is the daemon's log, a printf.
+type logFunc func(format string, args ...any)
+
+// refused logs a command refused on the file of what, with its errno and
+// reason, as the daemon's log reports refused inputs. An interrupted one
+// (EINTR: the caller gave up) was not refused.
+func (f logFunc) refused(op, what string, e syscall.Errno, reason string) {
+	if f == nil || e == syscall.EINTR {
+		return
+	}
+	name := unix.ErrnoName(e)
+	if name == "" {
+		name = e.Error()
+	}
+	f("refused %s on %s: %s: %s", op, what, name, reason)
 }
 
 // record is fail for paths that return an error rather than an errno.

@@ -27,8 +27,9 @@ lower-case, without the IBV_ prefix.
                     (at most 4096 for all of a user's opens; the oldest are
                     dropped, counted as event_drops). A user other than
                     root holds at most 256 opens (EMFILE beyond). The first read blocks until there are events
-                    and takes them; after they are read the file is at end of
-                    file, so "cat events" prints one batch.
+                    and takes them; after they are read one read is at end of
+                    file, so "cat events" prints one batch; the read after
+                    that waits for the next batch.
   capture           a live pcap of the packets the device sends and receives
                     (loopback too): "cat capture | tshark -r -". Each open is
                     one capture; a slow reader loses packets (capture_drops).

@@ -28,14 +28,15 @@ type tree struct {
 	kinds      map[string]*dir // pd, mr, ... once OnAdd ran
 	maxLease   int             // objects one open lease file holds
 	cm         *cm.Agent       // the connection manager (cm.go)
+	logf       logFunc         // the daemon's log (Options.Logf); never nil
 
 	mu       sync.Mutex
-	channels map[*channel]bool // live CQ channels; guarded by mu
+	channels map[*channel]bool // live CQ channels; lockcheck:guarded mu
 }
 
 func newTree(dev *device.Device, runtimeDir string) *tree {
 	t := &tree{dev: dev, runtimeDir: runtimeDir, born: time.Now(),
-		kinds: map[string]*dir{}, channels: map[*channel]bool{}}
+		kinds: map[string]*dir{}, channels: map[*channel]bool{}, logf: func(string, ...any) {}}
 	t.root = &root{t: t}
 	t.root.owner = owner{perm: 0755, born: t.born}
 	return t
@@ -107,88 +108,29 @@ func (r *root) OnAdd(ctx context.Context) {
 
 func (t *tree) deviceText() string {
 	a := t.dev.Attr()
-	var b strings.Builder
-	kv := func(k string, v any) { fmt.Fprintf(&b, "%s=%v\n", k, v) }
-	kv("fw_ver", a.FwVer)
-	kv("node_guid", fmt.Sprintf("0x%016x", a.NodeGUID))
-	kv("sys_image_guid", fmt.Sprintf("0x%016x", a.SysImageGUID))
-	kv("max_mr_size", a.MaxMRSize)
-	kv("page_size_cap", a.PageSizeCap)
-	kv("vendor_id", a.VendorID)
-	kv("vendor_part_id", a.VendorPartID)
-	kv("hw_ver", a.HwVer)
-	kv("max_qp", a.MaxQP)
-	kv("max_qp_wr", a.MaxQPWR)
-	kv("device_cap_flags", a.DeviceCapFlags)
-	kv("device_cap_flags_ex", a.DeviceCapFlagsEx)
-	kv("max_sge", a.MaxSGE)
-	kv("max_sge_rd", a.MaxSGERd)
-	kv("max_cq", a.MaxCQ)
-	kv("max_cqe", a.MaxCQE)
-	kv("max_mr", a.MaxMR)
-	kv("max_pd", a.MaxPD)
-	kv("max_qp_rd_atom", a.MaxQPRdAtom)
-	kv("max_res_rd_atom", a.MaxResRdAtom)
-	kv("max_qp_init_rd_atom", a.MaxQPInitRdAtom)
-	kv("atomic_cap", a.AtomicCap)
-	kv("max_mw", a.MaxMW)
-	kv("max_ah", a.MaxAH)
-	kv("max_srq", a.MaxSRQ)
-	kv("max_srq_wr", a.MaxSRQWR)
-	kv("max_srq_sge", a.MaxSRQSGE)
-	kv("max_pkeys", a.MaxPKeys)
-	kv("local_ca_ack_delay", a.LocalCAAckDelay)
-	kv("phys_port_cnt", a.PhysPortCnt)
-	kv("max_inline_data", a.MaxInlineData)
-	kv("reserved_operations", a.ReservedOps)
-	kv("max_mcast_grp", a.MaxMcastGrp)
-	kv("max_mcast_qp_attach", a.MaxMcastQPAttach)
-	kv("max_total_mcast_qp_attach", a.MaxTotalMcastQPAttach)
-	kv("engines", t.dev.Config().Engines)
-	kv("max_total_mr_bytes", a.MaxTotalMRBytes)
-	kv("hca_core_clock", a.HCACoreClock)
-	kv("completion_timestamp_mask", fmt.Sprintf("0x%016x", a.CompletionTimestampMask))
-	// What one user other than root may take (root: the limits above).
 	cfg := t.dev.Config()
 	sh := cfg.UserShares()
-	kv("user_share", cfg.UserShare)
-	kv("max_qp_per_user", sh.QP)
-	kv("max_cq_per_user", sh.CQ)
-	kv("max_mr_per_user", sh.MR)
-	kv("max_pd_per_user", sh.PD)
-	kv("max_mw_per_user", sh.MW)
-	kv("max_ah_per_user", sh.AH)
-	kv("max_srq_per_user", sh.SRQ)
-	kv("max_total_mr_bytes_per_user", sh.MRBytes)
-	kv("max_mcast_grp_per_user", device.UserShareOf(uint64(a.MaxMcastGrp), cfg.UserShare))
-	kv("max_total_mcast_qp_attach_per_user", device.UserShareOf(uint64(a.MaxTotalMcastQPAttach), cfg.UserShare))
-	// Opens of events and capture one user may hold (EMFILE beyond).
-	kv("max_event_readers_per_user", device.MaxEventReaders)
-	kv("max_captures_per_user", device.MaxCaptureReaders)
-	return b.String()
+	f := qp.DeviceFile{Attr: a, Engines: uint32(cfg.Engines), UserShare: cfg.UserShare,
+		// What one user other than root may take (root: the limits).
+		PerUser: qp.UserLimits{QP: sh.QP, CQ: sh.CQ, MR: sh.MR, PD: sh.PD, MW: sh.MW, AH: sh.AH, SRQ: sh.SRQ,
+			TotalMRBytes:       sh.MRBytes,
+			McastGrp:           device.UserShareOf(uint64(a.MaxMcastGrp), cfg.UserShare),
+			TotalMcastQPAttach: device.UserShareOf(uint64(a.MaxTotalMcastQPAttach), cfg.UserShare),
+			EventReaders:       device.MaxEventReaders, Captures: device.MaxCaptureReaders}}
+	return qp.FormatDeviceFile(&f)
 }
 
 // clockText is the device clock and the wall clock at one instant.
 func (t *tree) clockText() string {
 	ticks, wall := t.dev.RawClock()
-	return lines("raw_clock", ticks, "wallclock_ns", wall)
+	return qp.FormatClockFile(&qp.ClockFile{RawClock: ticks, WallclockNS: wall})
 }
 
 func (t *tree) portText() string {
 	p := t.dev.Port()
-	var b strings.Builder
-	kv := func(k string, v any) { fmt.Fprintf(&b, "%s=%v\n", k, v) }
-	kv("port_num", 1)
-	kv("state", p.State)
-	kv("max_mtu", p.MaxMTU.Bytes())
-	kv("active_mtu", p.ActiveMTU.Bytes())
-	kv("gid", qp.FormatGID(p.GID))
-	kv("lid", p.LID)
-	kv("link_layer", p.LinkLayer)
-	kv("gid_tbl_len", p.GIDTblLen)
-	kv("pkey_tbl_len", p.PKeyTblLen)
-	kv("max_msg_sz", p.MaxMsgSz)
-	return b.String()
+	return qp.FormatPortAttr(&qp.PortAttr{PortNum: 1, State: p.State, MaxMTU: p.MaxMTU, ActiveMTU: p.ActiveMTU,
+		GID: p.GID, LID: p.LID, LinkLayer: p.LinkLayer, GIDTblLen: p.GIDTblLen, PKeyTblLen: p.PKeyTblLen,
+		MaxMsgSz: p.MaxMsgSz})
 }
 
 // countersText is the device's counters and, last, the daemon's own
@@ -228,8 +170,12 @@ func countersText(cs []device.Counter) string {
 // openEvents opens a reader of the async events of the opener's objects
 // (root: of all). The first read blocks until there are events and takes
 // those that fit; later reads take the rest without blocking, and once
-// they are read the handle is at end of file (one ibv_get_async_event
-// batch per open). Each read returns whole lines.
+// they are read one read returns end of file (so "cat events" shows one
+// batch and ends). The read after that blocks for the next batch: a
+// program that keeps the file open misses nothing between batches, as one
+// that reopened it could (another reader of its owner would take the
+// events raised between the close and the open). Each read returns whole
+// lines.
 func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	uid, _ := caller(ctx)
 	r, err := t.dev.OpenEventsLimited(device.Owner(uid))
@@ -249,6 +195,7 @@ func (t *tree) openEvents(ctx context.Context, flags uint32) (fs.FileHandle, uin
 			}
 			done = true
 		} else if evs = r.TryRead(most); len(evs) == 0 {
+			done = false // end of this batch; the next read waits for another
 			return nil, nil
 		}
 		var b []byte
@@ -296,8 +243,11 @@ func (t *tree) newFile(k kind) *file {
 				name, err = k.create(t, ctx, text)
 			}
 			if err != nil {
-				h.emit("error: " + reason(k.op, err) + "\n")
-				return 0, errnoOf(err)
+				r := reason(k.op, err)
+				h.emit("error: " + r + "\n")
+				e := errnoOf(err)
+				t.logf.refused(k.op, k.name+"/new", e, r)
+				return 0, e
 			}
 			h.emit(name + "\n")
 			return uint32(len(data)), 0
@@ -312,7 +262,7 @@ func (t *tree) newFile(k kind) *file {
 func (t *tree) newObject(ctx context.Context, kind string, handle uint32) *object {
 	uid, gid := caller(ctx)
 	return &object{owner: owner{uid: uid, gid: gid, born: time.Now()}, kind: kind,
-		name: strconv.FormatUint(uint64(handle), 10)}
+		name: strconv.FormatUint(uint64(handle), 10), logf: t.logf}
 }
 
 // publish makes the object's directory appear, with attr, error and
@@ -410,7 +360,7 @@ func (t *tree) createPD(ctx context.Context, text string) (string, error) {
 	}
 	o := t.newObject(ctx, "pd", pd.Handle)
 	o.destroy = pd.Dealloc
-	t.publish(ctx, o, func() string { return lines("handle", pd.Handle) })
+	t.publish(ctx, o, func() string { return qp.FormatPDAttr(&qp.PDAttr{Handle: pd.Handle}) })
 	return o.name, nil
 }
 
@@ -461,9 +411,8 @@ func (t *tree) createMR(ctx context.Context, text string) (string, error) {
 	entries = append(entries, named("ctl", ctl))
 	t.publish(ctx, o, func() string {
 		a := mr.Attr()
-		return lines("pd", a.PD, "length", a.Length, "iova", a.IOVA,
-			"access", a.Access, "lkey", a.LKey, "rkey", a.RKey, "valid", boolNum(a.Valid),
-			"mem_offset", a.MemOffset, "memory", a.Memory)
+		return qp.FormatMRAttr(&qp.MRAttr{PD: a.PD, Length: a.Length, IOVA: a.IOVA, Access: a.Access,
+			LKey: a.LKey, RKey: a.RKey, Valid: a.Valid, MemOffset: a.MemOffset, Memory: a.Memory})
 	}, entries...)
 	return o.name, nil
 }
@@ -482,8 +431,8 @@ func (t *tree) createMW(ctx context.Context, text string) (string, error) {
 	o.destroy = mw.Dealloc
 	t.publish(ctx, o, func() string {
 		a := mw.Attr()
-		return lines("pd", a.PD, "type", a.Type, "rkey", a.RKey, "bound", boolNum(a.Bound),
-			"mr", a.MR, "addr", a.Addr, "length", a.Length, "access", a.Access)
+		return qp.FormatMWAttr(&qp.MWAttr{PD: a.PD, Type: a.Type, RKey: a.RKey, Bound: a.Bound, MR: a.MR,
+			Addr: a.Addr, Length: a.Length, Access: a.Access})
 	})
 	return o.name, nil
 }
@@ -501,10 +450,7 @@ func (t *tree) createAH(ctx context.Context, text string) (string, error) {
 	o := t.newObject(ctx, "ah", ah.Handle)
 	o.destroy = ah.Destroy
 	t.publish(ctx, o, func() string {
-		a := ah.Attr
-		return lines("pd", ah.PD.Handle, "dgid", qp.FormatGID(a.DGID), "sgid_index", a.SGIDIndex,
-			"hop_limit", a.HopLimit, "traffic_class", a.TrafficClass, "flow_label", a.FlowLabel,
-			"sl", a.SL, "dlid", a.DLID, "port_num", a.PortNum, "static_rate", a.StaticRate)
+		return qp.FormatAHAttr(&qp.AHAttr{PD: ah.PD.Handle, AH: ah.Attr})
 	})
 	return o.name, nil
 }
@@ -563,7 +509,8 @@ func (t *tree) createSRQ(ctx context.Context, text string) (string, error) {
 	})
 	t.publish(ctx, o, func() string {
 		a := srq.Attr()
-		return lines("pd", a.PD, "max_wr", a.MaxWR, "max_sge", a.MaxSGE, "srq_limit", a.SRQLimit, "pending", a.Pending)
+		return qp.FormatSRQAttr(&qp.SRQAttr{PD: a.PD, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit,
+			Pending: a.Pending})
 	}, ring, named("ctl", ctl), named("post_recv", post))
 	return o.name, nil
 }
@@ -652,16 +599,11 @@ func (t *tree) createQP(ctx context.Context, text string) (string, error) {
 		named("counters", o.privFile(func() string { return qpCountersText(q) })),
 	)
 	t.publish(ctx, o, func() string {
-		a := q.Query()
-		s := qp.FormatAttr(&a, q.Type) + lines("qp_num", q.QPN, "qp_type", q.Type,
-			"pd", q.PDHandle(), "send_cq", q.SendCQHandle(), "recv_cq", q.RecvCQHandle(),
-			"srq", q.SRQHandle(), "sq_sig_all", boolNum(q.SQSigAll))
-		if g := q.McastGroups(); len(g) > 0 {
-			// The groups attach_mcast joined (a UD QP's only).
-			slices.Sort(g)
-			s += lines("mcast_groups", strings.Join(g, ","))
-		}
-		return s
+		f := qp.AttrFile{Attr: q.Query(), QPN: q.QPN, Type: q.Type, PD: q.PDHandle(),
+			SendCQ: q.SendCQHandle(), RecvCQ: q.RecvCQHandle(), SRQ: q.SRQHandle(), SQSigAll: q.SQSigAll,
+			McastGroups: q.McastGroups()}
+		slices.Sort(f.McastGroups)
+		return qp.FormatAttrFile(&f)
 	}, entries...)
 	return o.name, nil
 }
@@ -773,8 +715,8 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 	ow.perm = 0777
 	t.publish(ctx, o, func() string {
 		s := cq.Status()
-		return lines("cqe", s.CQE, "wc_flags", cq.WCFlags, "overflowed", boolNum(s.Overflowed),
-			"pending", s.Pending, "armed", s.Armed, "overflows", s.Overflows)
+		return qp.FormatCQAttr(&qp.CQAttr{CQE: s.CQE, WCFlags: cq.WCFlags, Overflowed: s.Overflowed,
+			Pending: s.Pending, Armed: s.Armed, Overflows: s.Overflows})
 	}, ringEntry, named("poll", entry{node: poll, mode: syscall.S_IFREG}),
 		named("notify", entry{node: notify, mode: syscall.S_IFREG}),
 		named("ctl", ctl),

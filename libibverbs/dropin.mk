@@ -26,11 +26,16 @@ WARN     := -Wall -Wextra -Werror
 ifeq ($(SANITIZE),1)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
-ALL_CFLAGS  = $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE $(SAN) $(CPPFLAGS)
+ALL_CFLAGS  = $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -I$(MOUNTIO) $(SAN) $(CPPFLAGS)
 ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 
-SRCS := $(sort $(wildcard *.c))
-HDRS := $(wildcard *.h)
+# mountio.c, the file operations on a mount, is libibverbs's source and
+# part of every drop-in library; so is rdmafs-text.h, qp/'s words and
+# rules, generated.
+MOUNTIO := $(GEN_DIR)/..
+vpath mountio.c $(MOUNTIO)
+SRCS := $(sort $(wildcard *.c) mountio.c)
+HDRS := $(wildcard *.h) $(MOUNTIO)/mountio.h $(MOUNTIO)/rdmafs-text.h
 OBJS := $(SRCS:%.c=$(B)/%.o)
 GEN  := $(B)/gen
 LIB  := $(B)/$(NAME).so.1

@@ -181,11 +181,8 @@ static void *async_main(void *arg)
 			continue;
 		if (n < 0)
 			break;
-		if (n == 0) {
-			/* one batch per open */
-			close_events(ctx);
-			continue;
-		}
+		if (n == 0)
+			continue; /* end of a batch: the next read waits for another */
 		buf[n] = 0;
 		deliver(ctx, buf);
 	}

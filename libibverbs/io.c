@@ -1,6 +1,6 @@
 /* The control path: every verb that is not on the data path is a file
- * operation on the mount, exactly as a shell user would do it (README.md,
- * "File formats"). The daemon checks everything; we only translate. */
+ * operation on the mount, exactly as a shell user would do it
+ * (docs/file-formats.md), made by mountio.c, which librdmacm shares. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -11,138 +11,54 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mountio.h"
 #include "rdmafs.h"
 
-static int debug = -1;
+/* The mount as mountio sees it for ctx. */
+static struct mio mio_of(const struct rf_context *ctx)
+{
+	return (struct mio){.mount_fd = ctx->mount_fd, .lease_fd = ctx->lease_fd, .gone = EIO, .tag = "rdmafs"};
+}
 
 void rf_log(const char *fmt, ...)
 {
 	va_list ap;
 
-	if (debug < 0) {
-		const char *e = getenv("RDMAFS_DEBUG");
-		debug = e && *e && strcmp(e, "0") != 0;
-	}
-	if (!debug)
-		return;
-	fprintf(stderr, "rdmafs: ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	mio_vlog("rdmafs", fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 /* A device that went away (daemon died, unmounted) answers ENOTCONN or
  * ECONNABORTED; libibverbs says EIO for a dead device. */
 int rf_errno_of_write(int err)
 {
-	if (err == ENOTCONN || err == ECONNABORTED || err == ENODEV)
-		return EIO;
-	return err;
-}
+	struct mio m = {.gone = EIO};
 
-static int fail(int err)
-{
-	errno = err;
-	return err;
+	return mio_errno(&m, err);
 }
 
 int rf_read_file(struct rf_context *ctx, const char *path, char *buf, size_t len)
 {
-	int fd = openat(ctx->mount_fd, path, O_RDONLY | O_CLOEXEC);
-	size_t got = 0;
+	struct mio m = mio_of(ctx);
 
-	if (fd < 0)
-		return fail(rf_errno_of_write(errno));
-	while (got + 1 < len) {
-		ssize_t n = read(fd, buf + got, len - 1 - got);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			int err = errno;
-			close(fd);
-			return fail(rf_errno_of_write(err));
-		}
-		if (n == 0)
-			break;
-		got += n;
-	}
-	buf[got] = 0;
-	close(fd);
-	return 0;
-}
-
-/* The last failure on an object, for the log. */
-static void log_error_file(struct rf_context *ctx, const char *dir, const char *what)
-{
-	char p[300], why[512];
-
-	if (!debug)
-		return;
-	snprintf(p, sizeof(p), "%s/error", dir);
-	if (rf_read_file(ctx, p, why, sizeof(why)) == 0)
-		rf_log("%s: %s", what, why);
+	return mio_read(&m, path, buf, len);
 }
 
 int rf_transact(struct rf_context *ctx, const char *kind, const char *req, uint32_t *handle)
 {
-	char path[64], ans[512], line[1024];
-	int fd, err = 0;
-	size_t n = strlen(req);
-	ssize_t r;
+	struct mio m = mio_of(ctx);
+	char path[64];
 
-	if (n + 2 > sizeof(line))
-		return fail(EINVAL);
-	memcpy(line, req, n);
-	line[n++] = '\n';
 	snprintf(path, sizeof(path), "%s/new", kind);
-	fd = openat(ctx->mount_fd, path, O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		return fail(rf_errno_of_write(errno));
-	if (write(fd, line, n) != (ssize_t)n)
-		err = rf_errno_of_write(errno ? errno : EIO);
-	do
-		r = read(fd, ans, sizeof(ans) - 1);
-	while (r < 0 && errno == EINTR);
-	close(fd);
-	if (r < 0)
-		r = 0;
-	ans[r] = 0;
-	if (err) {
-		rf_log("%s/new \"%s\": %s", kind, req, ans);
-		return fail(err);
-	}
-	char *end;
-	unsigned long h = strtoul(ans, &end, 10);
-	if (end == ans || h == 0 || h > UINT32_MAX) {
-		rf_log("%s/new \"%s\": unexpected answer \"%s\"", kind, req, ans);
-		return fail(EIO);
-	}
-	*handle = h;
-	if (ctx->lease_fd >= 0) {
-		n = snprintf(line, sizeof(line), "%s %lu\n", kind, h);
-		if (write(ctx->lease_fd, line, n) != (ssize_t)n)
-			rf_log("lease %s %lu: %s", kind, h, strerror(errno));
-	}
-	return 0;
+	return mio_create(&m, path, req, kind, handle);
 }
 
 int rf_command(struct rf_context *ctx, const char *path, const char *cmd)
 {
-	char line[2048];
-	size_t n = strlen(cmd);
-	int fd, err = 0;
+	struct mio m = mio_of(ctx);
+	int err = mio_write(&m, path, cmd);
 
-	if (n + 2 > sizeof(line))
-		return fail(EINVAL);
-	memcpy(line, cmd, n);
-	line[n++] = '\n';
-	fd = openat(ctx->mount_fd, path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return fail(rf_errno_of_write(errno));
-	if (write(fd, line, n) != (ssize_t)n)
-		err = rf_errno_of_write(errno ? errno : EIO);
-	close(fd);
 	if (err) {
 		char dir[256];
 		const char *slash = strrchr(path, '/');
@@ -151,23 +67,19 @@ int rf_command(struct rf_context *ctx, const char *path, const char *cmd)
 			dl = sizeof(dir) - 1;
 		memcpy(dir, path, dl);
 		dir[dl] = 0;
-		log_error_file(ctx, dir, cmd);
-		return fail(err);
+		mio_reason(&m, dir, cmd);
+		errno = err;
 	}
-	return 0;
+	return err;
 }
 
 int rf_destroy(struct rf_context *ctx, const char *kind, uint32_t handle)
 {
+	struct mio m = mio_of(ctx);
 	char p[64];
 
 	snprintf(p, sizeof(p), "%s/%u", kind, handle);
-	if (unlinkat(ctx->mount_fd, p, AT_REMOVEDIR) < 0) {
-		int err = rf_errno_of_write(errno);
-		log_error_file(ctx, p, "destroy");
-		return fail(err);
-	}
-	return 0;
+	return mio_rmdir(&m, p);
 }
 
 const char *rf_kv(const char *text, const char *key)

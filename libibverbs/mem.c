@@ -40,7 +40,9 @@
  * Lock: one process-wide mutex (memory is the process's, not a context's:
  * two contexts, or two devices, register the same pages). Between write-
  * protecting a range and mapping over it nothing here allocates or takes
- * a lock: a thread blocked on the protection may hold the allocator's. */
+ * a lock (a thread blocked on the protection may hold the allocator's),
+ * and the thread runs on a stack of the library's own (the window, below:
+ * its own stack may be in the range). */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -53,6 +55,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "rdmafs.h"
@@ -395,6 +398,90 @@ static void wp_unprotected(uintptr_t s, uintptr_t e)
 
 /* ---- re-backing and giving back ---- */
 
+/* ---- the window: a range write-protected while its backing changes ----
+ *
+ * The window runs on a stack of the library's own (swapcontext): the
+ * calling thread's stack may lie in the range (a buffer in the frame that
+ * registers it, or deregisters it, or the forking thread's own stack in
+ * the child), and a store to a protected page waits for the window's end,
+ * which that thread would never reach; and a stack page copied while its
+ * frames still change would come back without the changes. On its own
+ * stack the thread touches nothing of the range but what it copies. The
+ * window's arguments and result are static for the same reason (mem_lock
+ * held: one window at a time). */
+
+#define WIN_STACK ((size_t)256 << 10)
+
+static struct window {
+	int k;          /* the shadow */
+	uintptr_t s, e; /* the range */
+	int prot;       /* reback: the range's protection */
+	void *view;     /* reback of a huge shadow: a mapping of it */
+	const struct vma *v; /* give_back: the VMA, a mapping of shadow k */
+	void *tmp;      /* give_back: the private pages to put in place */
+	int err;
+} win;
+static ucontext_t win_ctx, win_caller;
+static char *win_stack;
+static void (*win_fn)(void);
+
+static void win_entry(void) { win_fn(); }
+
+/* Runs fn (which reads and writes win) on the window stack. */
+static int in_window(void (*fn)(void))
+{
+	if (!win_stack) {
+		void *st = sys_mmap(NULL, WIN_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+		if (st == MAP_FAILED)
+			return errno;
+		win_stack = st;
+	}
+	if (win.s < (uintptr_t)win_stack + WIN_STACK && (uintptr_t)win_stack < win.e)
+		return EFAULT; /* the range covers the window's own stack */
+	win_fn = fn;
+	if (getcontext(&win_ctx))
+		return errno;
+	win_ctx.uc_stack.ss_sp = win_stack;
+	win_ctx.uc_stack.ss_size = WIN_STACK;
+	win_ctx.uc_link = &win_caller;
+	makecontext(&win_ctx, win_entry, 0);
+	if (swapcontext(&win_caller, &win_ctx))
+		return errno;
+	return win.err;
+}
+
+/* reback's window: copies win's private range into the shadow and maps
+ * the shadow over it. */
+static void reback_window(void)
+{
+	struct shadow *sh = &shadows[win.k];
+	uintptr_t s = win.s;
+	size_t len = win.e - s;
+	int err = 0;
+	int uffd = wp_begin(s, len, false);
+	if (uffd < 0)
+		wp_unprotected(s, win.e);
+	/* From here to close(uffd): system calls only. */
+	if (win.view) {
+		volatile uint64_t *d = win.view;
+		const volatile uint64_t *src = (const void *)s;
+		for (size_t i = 0; i < len / 8; i++)
+			d[i] = src[i];
+	} else {
+		err = shadow_io(1, sh->fd, (void *)s, len, s);
+	}
+	if (!err) {
+		void *m = sys_mmap((void *)s, len, win.prot, MAP_SHARED | MAP_FIXED, sh->fd, (off_t)s);
+		if (m == MAP_FAILED)
+			err = errno;
+		else if (m != (void *)s)
+			err = EFAULT; /* cannot happen with MAP_FIXED; never trust it */
+	}
+	if (uffd >= 0)
+		close(uffd);
+	win.err = err;
+}
+
 /* Copies private [s, e) (protection prot) into shadow k and maps the
  * shadow over it. */
 static int reback(int k, uintptr_t s, uintptr_t e, int prot)
@@ -411,63 +498,40 @@ static int reback(int k, uintptr_t s, uintptr_t e, int prot)
 		if (view == MAP_FAILED)
 			return errno;
 	}
-	int uffd = wp_begin(s, len, false);
-	if (uffd < 0)
-		wp_unprotected(s, e);
-	/* From here to close(uffd): system calls only. */
-	if (view) {
-		volatile uint64_t *d = view;
-		const volatile uint64_t *src = (const void *)s;
-		for (size_t i = 0; i < len / 8; i++)
-			d[i] = src[i];
-	} else {
-		err = shadow_io(1, sh->fd, (void *)s, len, s);
-	}
-	if (!err) {
-		void *m = sys_mmap((void *)s, len, prot, MAP_SHARED | MAP_FIXED, sh->fd, (off_t)s);
-		if (m == MAP_FAILED)
-			err = errno;
-		else if (m != (void *)s)
-			err = EFAULT; /* cannot happen with MAP_FIXED; never trust it */
-	}
-	if (uffd >= 0)
-		close(uffd);
+	win = (struct window){.k = k, .s = s, .e = e, .prot = prot, .view = view};
+	err = in_window(reback_window);
 	if (view)
 		sys_munmap(view, len);
 	return err;
 }
 
-/* Puts [s, e) of VMA v, a mapping of shadow k, back as private memory
- * with its bytes and protection. */
-static int give_back(int k, const struct vma *v, uintptr_t s, uintptr_t e)
+/* give_back's window: puts win.tmp, holding the range's bytes and
+ * protection, in place of the shadow's mapping. */
+static void give_back_window(void)
 {
+	struct shadow *sh = &shadows[win.k];
+	const struct vma *v = win.v;
+	uintptr_t s = win.s;
+	size_t len = win.e - s;
 	uint64_t off = v->off + (s - v->start); /* s's offset in the shadow */
-	struct shadow *sh = &shadows[k];
-	size_t len = e - s;
 	int err = 0;
-	int huge = sh->huge ? MAP_HUGETLB : 0;
-	void *tmp = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | huge, -1, 0);
-	if (tmp == MAP_FAILED && huge)
-		tmp = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (tmp == MAP_FAILED)
-		return errno;
 	int uffd = wp_begin(s, len, true);
 	if (uffd < 0)
-		wp_unprotected(s, e);
+		wp_unprotected(s, win.e);
 	if (sh->huge) {
-		volatile uint64_t *d = tmp;
+		volatile uint64_t *d = win.tmp;
 		const volatile uint64_t *src = (const void *)s;
 		if (!(v->prot & PROT_READ))
 			sys_mprotect((void *)s, len, v->prot | PROT_READ);
 		for (size_t i = 0; i < len / 8; i++)
 			d[i] = src[i];
 	} else {
-		err = shadow_io(0, sh->fd, tmp, len, off);
+		err = shadow_io(0, sh->fd, win.tmp, len, off);
 	}
 	if (!err && v->prot != (PROT_READ | PROT_WRITE))
-		sys_mprotect(tmp, len, v->prot);
+		sys_mprotect(win.tmp, len, v->prot);
 	if (!err) {
-		void *m = sys_mremap(tmp, len, (void *)s);
+		void *m = sys_mremap(win.tmp, len, (void *)s);
 		if (m == MAP_FAILED)
 			err = errno;
 		else if (m != (void *)s)
@@ -475,6 +539,23 @@ static int give_back(int k, const struct vma *v, uintptr_t s, uintptr_t e)
 	}
 	if (uffd >= 0)
 		close(uffd);
+	win.err = err;
+}
+
+/* Puts [s, e) of VMA v, a mapping of shadow k, back as private memory
+ * with its bytes and protection. */
+static int give_back(int k, const struct vma *v, uintptr_t s, uintptr_t e)
+{
+	struct shadow *sh = &shadows[k];
+	size_t len = e - s;
+	int huge = sh->huge ? MAP_HUGETLB : 0;
+	void *tmp = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | huge, -1, 0);
+	if (tmp == MAP_FAILED && huge)
+		tmp = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (tmp == MAP_FAILED)
+		return errno;
+	win = (struct window){.k = k, .s = s, .e = e, .v = v, .tmp = tmp};
+	int err = in_window(give_back_window);
 	if (err)
 		sys_munmap(tmp, len);
 	return err;

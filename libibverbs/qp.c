@@ -15,30 +15,31 @@
 #include <arpa/inet.h>
 
 #include "rdmafs.h"
+#include "rdmafs-text.h" /* the words and rules of qp/, generated */
 
-static const char *const state_names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
-static int parse_state(const char *s)
+/* word reports whether the value at s is w, ended by the end of its token. */
+static bool word(const char *s, const char *w)
 {
-	for (int i = 0; i < 7; i++) {
-		size_t n = strlen(state_names[i]);
-		if (!strncmp(s, state_names[i], n) && (s[n] == '\n' || s[n] == 0 || s[n] == ' '))
+	size_t n = strlen(w);
+
+	return !strncmp(s, w, n) && (s[n] == '\n' || s[n] == 0 || s[n] == ' ' || s[n] == ',');
+}
+
+/* The index of the value at s in a table of names, or -1. */
+static int name_index(const char *s, const char *const *names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (names[i] && word(s, names[i]))
 			return i;
-	}
 	return -1;
 }
 
+/* An access-flag list as attr prints it: names joined by commas, or a
+ * number (0 for none). */
 static int access_of(const char *s)
 {
-	static const struct {
-		const char *n;
-		int bit;
-	} names[] = {
-		{"local_write", IBV_ACCESS_LOCAL_WRITE},   {"remote_write", IBV_ACCESS_REMOTE_WRITE},
-		{"remote_read", IBV_ACCESS_REMOTE_READ},   {"remote_atomic", IBV_ACCESS_REMOTE_ATOMIC},
-		{"mw_bind", IBV_ACCESS_MW_BIND},
-	};
-	size_t line = strcspn(s, "\n");
 	int acc = 0;
 	char *end;
 
@@ -46,12 +47,15 @@ static int access_of(const char *s)
 	if (end != s && (*end == '\n' || *end == 0))
 		return acc;
 	acc = 0;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		const char *hit = strstr(s, names[i].n);
-		if (hit && (size_t)(hit - s) < line)
-			acc |= names[i].bit;
+	for (;;) {
+		for (size_t i = 0; i < NELEMS(rdmafs_access_names); i++)
+			if (word(s, rdmafs_access_names[i].name))
+				acc |= rdmafs_access_names[i].bit;
+		s += strcspn(s, ",\n ");
+		if (*s != ',')
+			return acc;
+		s++;
 	}
-	return acc;
 }
 
 static enum ibv_mtu mtu_of(uint64_t v)
@@ -83,21 +87,11 @@ static uint32_t u32kv(const char *text, const char *key)
 	return v;
 }
 
-static int qp_type_ok(enum ibv_qp_type t)
-{
-	return t == IBV_QPT_RC || t == IBV_QPT_UC || t == IBV_QPT_UD;
-}
-
+/* The qp/new name of a QP type rdmafs implements; NULL for another. */
 static const char *type_name(enum ibv_qp_type t)
 {
-	return t == IBV_QPT_RC ? "rc" : t == IBV_QPT_UC ? "uc" : "ud";
+	return (unsigned)t < NELEMS(rdmafs_qp_type_names) ? rdmafs_qp_type_names[t] : NULL;
 }
-
-#define RF_QP_EX_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-		      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | \
-		      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
-		      IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV | \
-		      IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *init)
 {
@@ -119,11 +113,11 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!qp_type_ok(init->qp_type)) {
+	if (!type_name(init->qp_type)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if ((init->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (init->send_ops_flags & ~(uint64_t)RF_QP_EX_OPS)) {
+	if ((init->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (init->send_ops_flags & ~(uint64_t)RDMAFS_QP_EX_OPS)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -140,26 +134,29 @@ struct ibv_qp *rf_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		return NULL;
 	}
 	int n = snprintf(req, sizeof(req),
-			 "pd=%u qp_type=%s send_cq=%u recv_cq=%u max_send_wr=%u max_send_sge=%u max_inline_data=%u",
+			 RDMAFS_KEY_PD "=%u " RDMAFS_KEY_QP_TYPE "=%s " RDMAFS_KEY_SEND_CQ "=%u " RDMAFS_KEY_RECV_CQ
+			 "=%u " RDMAFS_KEY_MAX_SEND_WR "=%u " RDMAFS_KEY_MAX_SEND_SGE "=%u " RDMAFS_KEY_MAX_INLINE_DATA
+			 "=%u",
 			 to_rpd(init->pd)->handle, type_name(init->qp_type), to_rcq(init->send_cq)->handle,
 			 to_rcq(init->recv_cq)->handle, init->cap.max_send_wr, init->cap.max_send_sge,
 			 init->cap.max_inline_data);
 	if (init->srq)
-		n += snprintf(req + n, sizeof(req) - n, " srq=%u", to_rsrq(init->srq)->handle);
+		n += snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEY_SRQ "=%u", to_rsrq(init->srq)->handle);
 	else
-		n += snprintf(req + n, sizeof(req) - n, " max_recv_wr=%u max_recv_sge=%u", init->cap.max_recv_wr,
+		n += snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEY_MAX_RECV_WR "=%u " RDMAFS_KEY_MAX_RECV_SGE "=%u",
+			      init->cap.max_recv_wr,
 			      init->cap.max_recv_sge);
 	if (init->sq_sig_all)
-		snprintf(req + n, sizeof(req) - n, " sq_sig_all=1");
+		snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEY_SQ_SIG_ALL "=1");
 	if ((err = rf_transact(ctx, "qp", req, &qp->qpn)))
 		goto fail_free;
 	if ((err = read_attr(ctx, qp->qpn, text, sizeof(text))))
 		goto fail_destroy;
-	qp->cap.max_send_wr = u32kv(text, "max_send_wr");
-	qp->cap.max_recv_wr = init->srq ? 0 : u32kv(text, "max_recv_wr");
-	qp->cap.max_send_sge = u32kv(text, "max_send_sge");
-	qp->cap.max_recv_sge = init->srq ? 0 : u32kv(text, "max_recv_sge");
-	qp->cap.max_inline_data = u32kv(text, "max_inline_data");
+	qp->cap.max_send_wr = u32kv(text, RDMAFS_KEY_MAX_SEND_WR);
+	qp->cap.max_recv_wr = init->srq ? 0 : u32kv(text, RDMAFS_KEY_MAX_RECV_WR);
+	qp->cap.max_send_sge = u32kv(text, RDMAFS_KEY_MAX_SEND_SGE);
+	qp->cap.max_recv_sge = init->srq ? 0 : u32kv(text, RDMAFS_KEY_MAX_RECV_SGE);
+	qp->cap.max_inline_data = u32kv(text, RDMAFS_KEY_MAX_INLINE_DATA);
 	snprintf(path, sizeof(path), "qp/%u/sq", qp->qpn);
 	if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_SQ, &qp->sq)))
 		goto fail_destroy;
@@ -282,6 +279,33 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 
 #define ADD(...) (n += snprintf(cmd + n, sizeof(cmd) - n, __VA_ARGS__))
 
+/* The value of a single-key attribute (rdmafs_modify_keys) as the modify
+ * command writes it. */
+static unsigned int attr_value(const struct ibv_qp_attr *a, unsigned int bit)
+{
+	switch (bit) {
+	case IBV_QP_STATE: return a->qp_state;
+	case IBV_QP_CUR_STATE: return a->cur_qp_state;
+	case IBV_QP_EN_SQD_ASYNC_NOTIFY: return a->en_sqd_async_notify ? 1 : 0;
+	case IBV_QP_ACCESS_FLAGS: return a->qp_access_flags & RDMAFS_QP_ACCESS_FLAGS;
+	case IBV_QP_PKEY_INDEX: return a->pkey_index;
+	case IBV_QP_PORT: return a->port_num;
+	case IBV_QP_QKEY: return a->qkey;
+	case IBV_QP_PATH_MTU: return a->path_mtu;
+	case IBV_QP_TIMEOUT: return a->timeout;
+	case IBV_QP_RETRY_CNT: return a->retry_cnt;
+	case IBV_QP_RNR_RETRY: return a->rnr_retry;
+	case IBV_QP_RQ_PSN: return a->rq_psn;
+	case IBV_QP_MAX_QP_RD_ATOMIC: return a->max_rd_atomic;
+	case IBV_QP_MIN_RNR_TIMER: return a->min_rnr_timer;
+	case IBV_QP_SQ_PSN: return a->sq_psn;
+	case IBV_QP_MAX_DEST_RD_ATOMIC: return a->max_dest_rd_atomic;
+	case IBV_QP_PATH_MIG_STATE: return a->path_mig_state;
+	case IBV_QP_DEST_QPN: return a->dest_qp_num;
+	}
+	abort(); /* a bit qp/ learnt that this switch has not: a build-time slip */
+}
+
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 {
 	struct rf_qp *q = to_rqp(qp);
@@ -291,61 +315,39 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 
 	if (!mask)
 		return EINVAL;
-	if (mask & (IBV_QP_ALT_PATH | IBV_QP_RATE_LIMIT))
+	if (mask & RDMAFS_MODIFY_UNSUPPORTED)
 		return EOPNOTSUPP;
-	if (mask & ~((1 << 21) - 1))
+	if (mask & ~RDMAFS_MODIFY_MASK)
 		return EINVAL;
 	ADD("modify");
-	if (mask & IBV_QP_STATE)
-		ADD(" qp_state=%u", a->qp_state);
-	if (mask & IBV_QP_CUR_STATE)
-		ADD(" cur_qp_state=%u", a->cur_qp_state);
-	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
-		ADD(" en_sqd_async_notify=%u", a->en_sqd_async_notify ? 1 : 0);
-	if (mask & IBV_QP_ACCESS_FLAGS)
-		ADD(" qp_access_flags=%u", a->qp_access_flags & 0x1f);
-	if (mask & IBV_QP_PKEY_INDEX)
-		ADD(" pkey_index=%u", a->pkey_index);
-	if (mask & IBV_QP_PORT)
-		ADD(" port_num=%u", a->port_num);
-	if (mask & IBV_QP_QKEY)
-		ADD(" qkey=%u", a->qkey);
-	if (mask & IBV_QP_AV) {
+	for (size_t i = 0; i < NELEMS(rdmafs_modify_keys); i++) {
+		unsigned int bit = rdmafs_modify_keys[i].bit;
 		struct ibv_ah_attr *ah = &a->ah_attr;
-		if (!ah->is_global && (ctx->port.roce || ah->dlid != ctx->port.lid))
-			return ctx->port.roce ? EINVAL : EHOSTUNREACH;
-		rf_dest_gid(ctx, ah, gid, sizeof(gid));
-		ADD(" dgid=%s sl=%u", gid, ah->sl);
-		if (ah->is_global)
-			ADD(" sgid_index=%u hop_limit=%u traffic_class=%u flow_label=%u", ah->grh.sgid_index,
-			    ah->grh.hop_limit, ah->grh.traffic_class, rf_flow_label(ah->grh.flow_label));
+
+		if (!(mask & bit))
+			continue;
+		switch (bit) {
+		case IBV_QP_AV:
+			if (!ah->is_global && (ctx->port.roce || ah->dlid != ctx->port.lid))
+				return ctx->port.roce ? EINVAL : EHOSTUNREACH;
+			rf_dest_gid(ctx, ah, gid, sizeof(gid));
+			ADD(" " RDMAFS_KEY_DGID "=%s " RDMAFS_KEY_SL "=%u", gid, ah->sl);
+			if (ah->is_global)
+				ADD(" " RDMAFS_KEY_SGID_INDEX "=%u " RDMAFS_KEY_HOP_LIMIT "=%u " RDMAFS_KEY_TRAFFIC_CLASS
+				    "=%u " RDMAFS_KEY_FLOW_LABEL "=%u",
+				    ah->grh.sgid_index, ah->grh.hop_limit, ah->grh.traffic_class,
+				    rf_flow_label(ah->grh.flow_label));
+			break;
+		case IBV_QP_CAP:
+			ADD(" " RDMAFS_KEY_MAX_SEND_WR "=%u " RDMAFS_KEY_MAX_RECV_WR "=%u " RDMAFS_KEY_MAX_SEND_SGE
+			    "=%u " RDMAFS_KEY_MAX_RECV_SGE "=%u " RDMAFS_KEY_MAX_INLINE_DATA "=%u",
+			    a->cap.max_send_wr, a->cap.max_recv_wr, a->cap.max_send_sge, a->cap.max_recv_sge,
+			    a->cap.max_inline_data);
+			break;
+		default:
+			ADD(" %s=%u", rdmafs_modify_keys[i].key, attr_value(a, bit));
+		}
 	}
-	if (mask & IBV_QP_PATH_MTU)
-		ADD(" path_mtu=%u", a->path_mtu);
-	if (mask & IBV_QP_TIMEOUT)
-		ADD(" timeout=%u", a->timeout);
-	if (mask & IBV_QP_RETRY_CNT)
-		ADD(" retry_cnt=%u", a->retry_cnt);
-	if (mask & IBV_QP_RNR_RETRY)
-		ADD(" rnr_retry=%u", a->rnr_retry);
-	if (mask & IBV_QP_RQ_PSN)
-		ADD(" rq_psn=%u", a->rq_psn);
-	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
-		ADD(" max_rd_atomic=%u", a->max_rd_atomic);
-	if (mask & IBV_QP_MIN_RNR_TIMER)
-		ADD(" min_rnr_timer=%u", a->min_rnr_timer);
-	if (mask & IBV_QP_SQ_PSN)
-		ADD(" sq_psn=%u", a->sq_psn);
-	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
-		ADD(" max_dest_rd_atomic=%u", a->max_dest_rd_atomic);
-	if (mask & IBV_QP_PATH_MIG_STATE)
-		ADD(" path_mig_state=%u", a->path_mig_state);
-	if (mask & IBV_QP_CAP)
-		ADD(" max_send_wr=%u max_recv_wr=%u max_send_sge=%u max_recv_sge=%u max_inline_data=%u",
-		    a->cap.max_send_wr, a->cap.max_recv_wr, a->cap.max_send_sge, a->cap.max_recv_sge,
-		    a->cap.max_inline_data);
-	if (mask & IBV_QP_DEST_QPN)
-		ADD(" dest_qp_num=%u", a->dest_qp_num);
 	if ((size_t)n >= sizeof(cmd))
 		return EINVAL;
 	snprintf(path, sizeof(path), "qp/%u/ctl", q->qpn);
@@ -380,46 +382,46 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
 	if ((err = read_attr(ctx, q->qpn, text, sizeof(text))))
 		return err;
 	memset(a, 0, sizeof(*a));
-	s = rf_kv(text, "qp_state");
-	int st = s ? parse_state(s) : -1;
+	s = rf_kv(text, RDMAFS_KEY_QP_STATE);
+	int st = s ? name_index(s, rdmafs_qp_state_names, NELEMS(rdmafs_qp_state_names)) : -1;
 	a->qp_state = st >= 0 ? (enum ibv_qp_state)st : qp->state;
 	a->cur_qp_state = a->qp_state;
 	qp->state = a->qp_state;
-	a->path_mtu = mtu_of(u32kv(text, "path_mtu"));
-	s = rf_kv(text, "path_mig_state");
-	a->path_mig_state = !s ? IBV_MIG_MIGRATED : !strncmp(s, "rearm", 5) ? IBV_MIG_REARM :
-			    !strncmp(s, "armed", 5) ? IBV_MIG_ARMED : IBV_MIG_MIGRATED;
-	a->qkey = u32kv(text, "qkey");
-	a->rq_psn = u32kv(text, "rq_psn");
-	a->sq_psn = u32kv(text, "sq_psn");
-	a->dest_qp_num = u32kv(text, "dest_qp_num");
-	s = rf_kv(text, "qp_access_flags");
+	a->path_mtu = mtu_of(u32kv(text, RDMAFS_KEY_PATH_MTU));
+	s = rf_kv(text, RDMAFS_KEY_PATH_MIG_STATE);
+	int mig = s ? name_index(s, rdmafs_mig_state_names, NELEMS(rdmafs_mig_state_names)) : -1;
+	a->path_mig_state = mig >= 0 ? (enum ibv_mig_state)mig : IBV_MIG_MIGRATED;
+	a->qkey = u32kv(text, RDMAFS_KEY_QKEY);
+	a->rq_psn = u32kv(text, RDMAFS_KEY_RQ_PSN);
+	a->sq_psn = u32kv(text, RDMAFS_KEY_SQ_PSN);
+	a->dest_qp_num = u32kv(text, RDMAFS_KEY_DEST_QP_NUM);
+	s = rf_kv(text, RDMAFS_KEY_QP_ACCESS_FLAGS);
 	a->qp_access_flags = s ? access_of(s) : 0;
 	a->cap = q->cap;
-	s = rf_kv(text, "dgid");
+	s = rf_kv(text, RDMAFS_KEY_DGID);
 	if (s && !rf_parse_gid(s, &a->ah_attr.grh.dgid)) {
 		static const uint8_t zero[16];
 		a->ah_attr.is_global = memcmp(a->ah_attr.grh.dgid.raw, zero, 16) != 0;
 	}
-	a->ah_attr.grh.sgid_index = u32kv(text, "sgid_index");
-	a->ah_attr.grh.hop_limit = u32kv(text, "hop_limit");
-	a->ah_attr.grh.traffic_class = u32kv(text, "traffic_class");
-	a->ah_attr.grh.flow_label = u32kv(text, "flow_label");
-	a->ah_attr.sl = u32kv(text, "sl");
-	a->ah_attr.port_num = u32kv(text, "port_num");
+	a->ah_attr.grh.sgid_index = u32kv(text, RDMAFS_KEY_SGID_INDEX);
+	a->ah_attr.grh.hop_limit = u32kv(text, RDMAFS_KEY_HOP_LIMIT);
+	a->ah_attr.grh.traffic_class = u32kv(text, RDMAFS_KEY_TRAFFIC_CLASS);
+	a->ah_attr.grh.flow_label = u32kv(text, RDMAFS_KEY_FLOW_LABEL);
+	a->ah_attr.sl = u32kv(text, RDMAFS_KEY_SL);
+	a->ah_attr.port_num = u32kv(text, RDMAFS_KEY_PORT_NUM);
 	if (!ctx->port.roce && a->ah_attr.is_global &&
 	    !memcmp(a->ah_attr.grh.dgid.raw, ctx->port.gid.raw, 16))
 		a->ah_attr.dlid = ctx->port.lid;
-	a->pkey_index = u32kv(text, "pkey_index");
-	a->en_sqd_async_notify = u32kv(text, "en_sqd_async_notify");
+	a->pkey_index = u32kv(text, RDMAFS_KEY_PKEY_INDEX);
+	a->en_sqd_async_notify = u32kv(text, RDMAFS_KEY_EN_SQD_ASYNC_NOTIFY);
 	a->sq_draining = 0;
-	a->max_rd_atomic = u32kv(text, "max_rd_atomic");
-	a->max_dest_rd_atomic = u32kv(text, "max_dest_rd_atomic");
-	a->min_rnr_timer = u32kv(text, "min_rnr_timer");
-	a->port_num = u32kv(text, "port_num");
-	a->timeout = u32kv(text, "timeout");
-	a->retry_cnt = u32kv(text, "retry_cnt");
-	a->rnr_retry = u32kv(text, "rnr_retry");
+	a->max_rd_atomic = u32kv(text, RDMAFS_KEY_MAX_RD_ATOMIC);
+	a->max_dest_rd_atomic = u32kv(text, RDMAFS_KEY_MAX_DEST_RD_ATOMIC);
+	a->min_rnr_timer = u32kv(text, RDMAFS_KEY_MIN_RNR_TIMER);
+	a->port_num = u32kv(text, RDMAFS_KEY_PORT_NUM);
+	a->timeout = u32kv(text, RDMAFS_KEY_TIMEOUT);
+	a->retry_cnt = u32kv(text, RDMAFS_KEY_RETRY_CNT);
+	a->rnr_retry = u32kv(text, RDMAFS_KEY_RNR_RETRY);
 	if (init) {
 		memset(init, 0, sizeof(*init));
 		init->qp_context = qp->qp_context;
@@ -444,7 +446,7 @@ int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_
 /* One send WQE into slot s; 0 or an errno for a WR that cannot be posted. */
 int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 {
-	uint32_t flags = wr->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+	uint32_t flags = wr->send_flags & RDMAFS_SEND_FLAGS;
 	uint32_t imm = 0, rkey = 0, ah = 0, rqpn = 0, rqkey = 0;
 	uint64_t raddr = 0, cadd = 0, swap = 0;
 	enum ibv_qp_type t = q->qpx.qp_base.qp_type;
@@ -454,7 +456,10 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 	uint8_t aw[8];
 	bool atomic_write = false;
 
-	if (wr->num_sge < 0)
+	/* Which QP types may post which opcode is qp/'s table (OpInfo),
+	 * generated into rdmafs-text.h: the daemon applies the same one. */
+	if (wr->num_sge < 0 || (unsigned)wr->opcode >= NELEMS(rdmafs_wr_qp_types) ||
+	    !(rdmafs_wr_qp_types[wr->opcode] & (1u << t)))
 		return EINVAL;
 	switch (wr->opcode) {
 	case IBV_WR_SEND:
@@ -466,21 +471,15 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		imm = be32toh(wr->imm_data);
 		/* fall through */
 	case IBV_WR_RDMA_WRITE:
-		if (t == IBV_QPT_UD)
-			return EINVAL;
 		raddr = wr->wr.rdma.remote_addr;
 		rkey = wr->wr.rdma.rkey;
 		break;
 	case IBV_WR_RDMA_READ:
-		if (t != IBV_QPT_RC)
-			return EINVAL;
 		raddr = wr->wr.rdma.remote_addr;
 		rkey = wr->wr.rdma.rkey;
 		break;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		if (t != IBV_QPT_RC)
-			return EINVAL;
 		raddr = wr->wr.atomic.remote_addr;
 		rkey = wr->wr.atomic.rkey;
 		cadd = wr->wr.atomic.compare_add;
@@ -493,7 +492,7 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		 * inline data is (the lkey is not used), and travel in the
 		 * WQE's compare_add (ring/doc.go). ibv_wr_atomic_write comes
 		 * here with its bytes as that SGE. */
-		if (t != IBV_QPT_RC || wr->num_sge != 1 || wr->sg_list[0].length != 8 ||
+		if (wr->num_sge != 1 || wr->sg_list[0].length != 8 ||
 		    (wr->wr.rdma.remote_addr & 7))
 			return EINVAL;
 		raddr = wr->wr.rdma.remote_addr;
@@ -503,8 +502,6 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		flags &= ~IBV_SEND_INLINE;
 		break;
 	case IBV_WR_SEND_WITH_INV:
-		if (t == IBV_QPT_UD)
-			return EINVAL;
 		imm = wr->invalidate_rkey;
 		break;
 	case IBV_WR_LOCAL_INV:
@@ -518,7 +515,7 @@ int rf_encode_send(struct rf_qp *q, uint8_t *s, const struct ibv_send_wr *wr)
 		rkey = wr->bind_mw.rkey;
 		raddr = bi->addr;
 		cadd = bi->length;
-		swap = (uint64_t)(bi->mr ? bi->mr->lkey : 0) | (uint64_t)(bi->mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED)) << 32;
+		swap = (uint64_t)(bi->mr ? bi->mr->lkey : 0) | (uint64_t)(bi->mw_access_flags & RDMAFS_MW_ACCESS_FLAGS) << 32;
 		break;
 	}
 	default:

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 
 #include "rdmacm.h"
+#include "rdmafs-text.h" /* qp/'s transition table, generated (libibverbs/) */
 
 static int fail(int err)
 {
@@ -26,6 +27,16 @@ uint32_t rc_new_psn(void)
 	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
 		v = (uint32_t)random();
 	return v & 0xffffff;
+}
+
+/* The mask of a modify from cur to next of a QP of type t: IBV_QP_STATE
+ * and the attributes qp/'s transition table requires, which
+ * rdma_init_qp_attr fills in. */
+static int required(enum ibv_qp_type t, enum ibv_qp_state cur, enum ibv_qp_state next)
+{
+	if ((unsigned)t >= sizeof(rdmafs_modify_required) / sizeof(rdmafs_modify_required[0]))
+		return IBV_QP_STATE;
+	return IBV_QP_STATE | (int)rdmafs_modify_required[t][cur][next];
 }
 
 static int clamp(int v, int max)
@@ -48,25 +59,23 @@ int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
 	if (qa->qp_state == IBV_QPS_INIT) {
 		qa->pkey_index = 0;
 		qa->port_num = cid->port_num ? cid->port_num : 1;
-		*mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-		if (ud) {
+		if (ud)
 			qa->qkey = RDMA_UDP_QKEY;
-			*mask |= IBV_QP_QKEY;
-		} else {
+		else
 			qa->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-			*mask |= IBV_QP_ACCESS_FLAGS;
-		}
+		*mask = required(ud ? IBV_QPT_UD : IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT);
 		return 0;
 	}
 	if ((err = rc_read_attr(s->dev, s->handle, &a)))
 		return fail(err);
 	rc_id_fill(id, &a, true);
 	if (ud) {
-		*mask = IBV_QP_STATE;
 		if (qa->qp_state == IBV_QPS_RTS) {
 			qa->sq_psn = 0;
-			*mask |= IBV_QP_SQ_PSN;
-		} else if (qa->qp_state != IBV_QPS_RTR) {
+			*mask = required(IBV_QPT_UD, IBV_QPS_RTR, IBV_QPS_RTS);
+		} else if (qa->qp_state == IBV_QPS_RTR) {
+			*mask = required(IBV_QPT_UD, IBV_QPS_INIT, IBV_QPS_RTR);
+		} else {
 			return fail(EINVAL);
 		}
 		return 0;
@@ -97,8 +106,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
 									: id->responder_resources,
 							da->max_qp_rd_atom);
 		qa->min_rnr_timer = 12;
-		*mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		*mask = required(IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RTR);
 		return 0;
 	}
 	case IBV_QPS_RTS: {
@@ -110,8 +118,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
 		qa->sq_psn = a.remote_psn >= 0 ? (uint32_t)a.remote_psn : 0;
 		qa->max_rd_atomic = (uint8_t)clamp(a.initiator_depth >= 0 ? a.initiator_depth : id->initiator_depth,
 						   da->max_qp_init_rd_atom);
-		*mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-			IBV_QP_MAX_QP_RD_ATOMIC;
+		*mask = required(IBV_QPT_RC, IBV_QPS_RTR, IBV_QPS_RTS);
 		return 0;
 	}
 	case IBV_QPS_ERR:

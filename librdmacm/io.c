@@ -11,146 +11,65 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mountio.h"
 #include "rdmacm.h"
 
-static int debug = -1;
+/* The mount as mountio sees it for d: a device that went away (ENOTCONN,
+ * ECONNABORTED) is ENODEV, as librdmacm says for a device that is gone. */
+static struct mio mio_of(const struct rc_device *d)
+{
+	return (struct mio){.mount_fd = d->mount_fd, .lease_fd = d->lease_fd, .gone = ENODEV, .tag = "rdmafs-cm"};
+}
 
 void rc_log(const char *fmt, ...)
 {
 	va_list ap;
 
-	if (debug < 0) {
-		const char *e = getenv("RDMAFS_DEBUG");
-		debug = e && *e && strcmp(e, "0") != 0;
-	}
-	if (!debug)
-		return;
-	fprintf(stderr, "rdmafs-cm: ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	mio_vlog("rdmafs-cm", fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-}
-
-/* A device that went away answers ENOTCONN or ECONNABORTED: ENODEV, as
- * librdmacm says for a device that is gone. */
-static int fail(int err)
-{
-	if (err == ENOTCONN || err == ECONNABORTED)
-		err = ENODEV;
-	errno = err;
-	return err;
 }
 
 int rc_read(struct rc_device *d, const char *path, char *buf, size_t len)
 {
-	int fd = openat(d->mount_fd, path, O_RDONLY | O_CLOEXEC);
-	size_t got = 0;
+	struct mio m = mio_of(d);
 
-	if (fd < 0)
-		return fail(errno);
-	while (got + 1 < len) {
-		ssize_t n = read(fd, buf + got, len - 1 - got);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			int err = errno;
-			close(fd);
-			return fail(err);
-		}
-		if (n == 0)
-			break;
-		got += n;
-	}
-	buf[got] = 0;
-	close(fd);
-	return 0;
-}
-
-static void log_reason(struct rc_device *d, uint32_t id, const char *what)
-{
-	char p[64], why[512];
-
-	if (!debug)
-		return;
-	snprintf(p, sizeof(p), "cm/%u/error", id);
-	if (rc_read(d, p, why, sizeof(why)) == 0)
-		rc_log("%s: cm %u: %s: %s", d->mount, id, what, why);
+	return mio_read(&m, path, buf, len);
 }
 
 int rc_transact(struct rc_device *d, const char *path, const char *req, uint32_t *handle, const char *lease_kind)
 {
-	char ans[256], line[512];
-	size_t n = strlen(req);
-	int fd, err = 0;
-	ssize_t r;
+	struct mio m = mio_of(d);
 
-	if (n + 2 > sizeof(line))
-		return fail(EINVAL);
-	memcpy(line, req, n);
-	line[n++] = '\n';
-	fd = openat(d->mount_fd, path, O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		return fail(errno);
-	if (write(fd, line, n) != (ssize_t)n)
-		err = errno ? errno : EIO;
-	do
-		r = read(fd, ans, sizeof(ans) - 1);
-	while (r < 0 && errno == EINTR);
-	close(fd);
-	ans[r < 0 ? 0 : r] = 0;
-	if (err) {
-		rc_log("%s: %s \"%s\": %s (%s)", d->mount, path, req, strerror(err), ans);
-		return fail(err);
-	}
-	char *end;
-	unsigned long h = strtoul(ans, &end, 10);
-	if (end == ans || h == 0 || h > UINT32_MAX) {
-		rc_log("%s: %s \"%s\": unexpected answer \"%s\"", d->mount, path, req, ans);
-		return fail(EIO);
-	}
-	*handle = (uint32_t)h;
-	rc_lease(d, lease_kind, *handle);
-	return 0;
+	return mio_create(&m, path, req, lease_kind, handle);
 }
 
 void rc_lease(struct rc_device *d, const char *kind, uint32_t handle)
 {
-	char line[64];
-	int n;
+	struct mio m = mio_of(d);
 
-	if (d->lease_fd < 0)
-		return;
-	n = snprintf(line, sizeof(line), "%s %u\n", kind, handle);
-	if (write(d->lease_fd, line, n) != n)
-		rc_log("lease %s %u: %s", kind, handle, strerror(errno));
+	mio_lease(&m, kind, handle);
 }
 
 int rc_ctl(struct rc_device *d, uint32_t id, const char *fmt, ...)
 {
+	struct mio m = mio_of(d);
 	char line[1024], path[64];
 	va_list ap;
-	int fd, n, err = 0;
+	int n, err;
 
 	va_start(ap, fmt);
-	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	if (n < 0 || n >= (int)sizeof(line) - 1)
-		return fail(EINVAL);
-	line[n++] = '\n';
-	snprintf(path, sizeof(path), "cm/%u/ctl", id);
-	fd = openat(d->mount_fd, path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return fail(errno);
-	if (write(fd, line, n) != n)
-		err = errno ? errno : EIO;
-	close(fd);
-	if (err) {
-		line[n - 1] = 0;
-		log_reason(d, id, line);
-		return fail(err);
+	if (n < 0 || n >= (int)sizeof(line))
+		return mio_fail(EINVAL);
+	snprintf(path, sizeof(path), "cm/%u", id);
+	if ((err = mio_write(&m, strcat(path, "/ctl"), line))) {
+		path[strlen(path) - 4] = 0;
+		mio_reason(&m, path, line);
+		return mio_fail(err);
 	}
-	rc_log("%s: cm %u: %.*s", d->mount, id, n - 1, line);
+	rc_log("%s: cm %u: %s", d->mount, id, line);
 	return 0;
 }
 
@@ -164,16 +83,14 @@ int rc_read_attr(struct rc_device *d, uint32_t id, struct rc_attr *a)
 		return err;
 	if (rc_parse_attr(text, a)) {
 		rc_log("%s: %s: cannot parse \"%s\"", d->mount, p, text);
-		return fail(EIO);
+		return mio_fail(EIO);
 	}
 	return 0;
 }
 
 int rc_rmdir(struct rc_device *d, const char *path)
 {
-	if (unlinkat(d->mount_fd, path, AT_REMOVEDIR) < 0) {
-		rc_log("%s: rmdir %s: %s", d->mount, path, strerror(errno));
-		return fail(errno);
-	}
-	return 0;
+	struct mio m = mio_of(d);
+
+	return mio_rmdir(&m, path);
 }

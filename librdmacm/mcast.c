@@ -117,6 +117,13 @@ int rdma_join_multicast_ex(struct rdma_cm_id *cid, struct rdma_cm_join_mc_attr_e
 		rc_log("rdma_join_multicast: the id has no device yet (bind it to an address or resolve one)");
 		return fail(EINVAL);
 	}
+	/* the kernel's rdma_cm has no IPv6 groups on RoCEv2 (its MGID would
+	 * be the address, which an IPv4 netdev cannot send to): it fails the
+	 * join (cma_iboe_join_multicast, ENOTSUPP, 524 to a program) */
+	if (sub->dev->on_wire && attr->addr->sa_family == AF_INET6) {
+		rc_log("rdma_join_multicast: an IPv6 group on a RoCEv2 device (as the kernel's rdma_cm: IPv4 groups only)");
+		return fail(EOPNOTSUPP);
+	}
 	if (!(mc = calloc(1, sizeof(*mc))))
 		return fail(ENOMEM);
 	memcpy(&mc->addr, attr->addr, rc_sockaddr_len(attr->addr));

@@ -51,12 +51,12 @@ type Capture struct {
 	c     *Counters
 	rp    roce.Packet // scratch; under the chain's lock
 
-	on     atomic.Bool // some capture is open
-	mu     sync.Mutex  // guards subs, open, queued and every reader's queue; taken under the chain's lock, never the other way
-	subs   map[*CaptureReader]struct{}
-	open   map[uint32]int // open captures per viewer
-	queued map[uint32]int // bytes queued per viewer, all its captures
-	closed chan struct{}  // closed with the chain
+	on     atomic.Bool                 // some capture is open
+	mu     sync.Mutex                  // guards the readers and their queues
+	subs   map[*CaptureReader]struct{} // lockcheck:guarded mu
+	open   map[uint32]int              // open captures per viewer; lockcheck:guarded mu
+	queued map[uint32]int              // bytes queued per viewer, all its captures; lockcheck:guarded mu
+	closed chan struct{}               // closed with the chain
 	once   sync.Once
 }
 
@@ -186,9 +186,9 @@ func (h *Capture) publish(data []byte, a, b uint32) {
 type CaptureReader struct {
 	h       *Capture
 	viewer  uint32        // 0: every packet
-	q       []captureRec  // guarded by h.mu
-	bytes   int           // what q costs; guarded by h.mu
-	dropped uint64        // guarded by h.mu
+	q       []captureRec  // lockcheck:guarded h.mu
+	bytes   int           // what q costs; lockcheck:guarded h.mu
+	dropped uint64        // lockcheck:guarded h.mu
 	wake    chan struct{} // a packet was queued
 	started bool
 	buf     bytes.Buffer

@@ -58,7 +58,8 @@
 // (started by NewChain once the dispatcher is attached, stopped by Close,
 // which shuts the socket down to wake it), one receive goroutine per IPv4
 // multicast group joined (mcast.go: it delivers as the main one does, one
-// datagram at a time under the chain's lock, and ends when the group is
+// datagram at a time under the chain's lock, a datagram that fails the
+// checks without it unless a capture is open, and ends when the group is
 // left or the chain closes), and the timers of delayed
 // packets (the device's clock; each takes the chain's lock, and sends the
 // packet only if the fault settings it was delayed under are still in
@@ -85,14 +86,18 @@
 //
 // # Locking
 //
-// One lock, the chain's (Options.Lock: the device's mutex), guards every
-// endpoint's state and every call across the interfaces: WritePackets,
-// DeliverLocal, DeliverDatagrams, the busy function a delivery returns,
-// and every Packet method run with it held. The device holds it anyway
-// when it sends (the engine's batch); the wire's receive goroutine takes
-// it once per batch of datagrams, after checking them (ICRC, parsing)
-// without it; a delayed packet's timer takes it to send. Close is called
-// without it.
+// The chain is entered by one goroutine at a time: every endpoint's state,
+// and every call across the interfaces (WritePackets, DeliverLocal,
+// DeliverDatagrams, the busy function a delivery returns, every Packet
+// method), is under the chain's lock. The chain's own goroutines take it
+// as Options.Lock (the device's mutex, all of it): the wire's receive
+// goroutine once per batch of datagrams, after checking them (ICRC,
+// parsing) without it, and a delayed packet's timer to send. The device
+// writes with a hold that excludes those and its other writers: all of
+// its mutex, or, with several engines, one engine's stripe of it and
+// the device's chain lock (package device, Locking). So a write may run
+// without Options.Lock held whole, never beside a delivery or another
+// write. Close is called without it.
 //
 // Lock order: the chain's lock, then Capture's own (which guards the set
 // of readers, and is all Open and CaptureReader.Close take). Nothing in

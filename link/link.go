@@ -180,6 +180,8 @@ type Counters struct {
 	WireRecvCalls    atomic.Uint64
 	WireSendFull     atomic.Uint64
 	WireRecvOverruns atomic.Uint64
+	// The datagrams multicast groups' sockets dropped (mcast.go).
+	WireMcastOverruns atomic.Uint64
 	// Coalesced runs (gso.go): sends that carried more than one datagram,
 	// received datagrams that held more than one packet, the refusal that
 	// turned coalescing off, source ports sent through the raw socket,
@@ -289,8 +291,9 @@ type Chain struct {
 
 // Options are what NewChain needs from the device.
 type Options struct {
-	// Lock is the chain's lock (the device's mutex): held for every write
-	// and delivery (Locking in the package doc).
+	// Lock is the chain's lock (the device's mutex), which the chain's own
+	// goroutines take to deliver; the device's writes exclude them
+	// (Locking in the package doc).
 	Lock sync.Locker
 	// Counters receive the link's statistics.
 	Counters *Counters

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -24,8 +25,21 @@ import (
 // receive goroutine, which reads one datagram at a time (multicast is
 // unreliable and rare next to the connected traffic), checks it as the
 // main one does and delivers it; it never backs off, so a flood to a
-// group costs the socket buffer (mcastBufBytes, the kernel drops beyond)
-// and a bounded delivery each, never the unicast path.
+// group costs the socket buffer (mcastBufBytes, the kernel drops beyond,
+// counted in WireMcastOverruns) and a bounded delivery each, never the
+// unicast path; a datagram that fails the checks is counted there and
+// never takes the chain's lock (which the engines need) unless a capture
+// is open.
+
+// mcastQPN is the destination QPN of a multicast datagram.
+const mcastQPN = 0xFFFFFF
+
+// capturing reports whether the wire's dispatcher is a capture that
+// someone reads (it then records every datagram, bad ones too).
+func (w *WireEndpoint) capturing() bool {
+	c, ok := w.disp.(interface{ On() bool })
+	return !ok || c.On()
+}
 
 // mcastBufBytes is a group socket's receive buffer: what a flood can
 // queue before the kernel drops.
@@ -35,7 +49,7 @@ const mcastBufBytes = 1 << 20
 type mcSock struct {
 	fd   int
 	done chan struct{}
-	stop bool // set (under mu) before the socket is shut down
+	stop bool // set before the socket is shut down; lockcheck:guarded mu
 	mu   sync.Mutex
 }
 
@@ -127,6 +141,8 @@ func (w *WireEndpoint) join(g [4]byte) error {
 		return fmt.Errorf("group %v on %v: %w", netip.AddrFrom4(g), netip.AddrFrom4(w.addr), err)
 	}
 	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, mcastBufBytes)
+	// What a flood makes the kernel drop comes with the next datagram.
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 	drain(fd)
 	s := &mcSock{fd: fd, done: make(chan struct{})}
 	if w.groups == nil {
@@ -174,9 +190,11 @@ func (w *WireEndpoint) groupLoop(s *mcSock) {
 	defer close(s.done)
 	defer unix.Close(s.fd)
 	buf := make([]byte, recvBufSize)
+	oob := make([]byte, unix.CmsgSpace(4))
 	var out []Datagram
+	var dropped uint32 // the socket's own count of overruns so far
 	for {
-		n, _, err := unix.Recvfrom(s.fd, buf, 0)
+		n, oobn, _, _, err := unix.Recvmsg(s.fd, buf, oob, 0)
 		s.mu.Lock()
 		stop := s.stop
 		s.mu.Unlock()
@@ -192,9 +210,23 @@ func (w *WireEndpoint) groupLoop(s *mcSock) {
 			continue
 		}
 		w.c.WireRecvCalls.Add(1)
+		if v, ok := rxqOverflow(oob[:oobn]); ok && v != dropped {
+			w.c.WireMcastOverruns.Add(uint64(v - dropped))
+			dropped = v
+		}
 		dgs := [1]Datagram{{Raw: buf[:n]}}
 		out = w.verifyTo(dgs[:], out[:0], true)
-		if len(out) == 0 {
+		good := false
+		for i := range out {
+			// Its QPN is the group's: a bad one names no QP to count
+			// it against.
+			out[i].BadQPN = mcastQPN
+			good = good || out[i].Status == OK
+		}
+		if len(out) == 0 || !good && !w.capturing() {
+			// Counted (verifyTo) and of no use to the device: junk
+			// to a group never takes the chain's lock, unless a
+			// capture is there to show it.
 			continue
 		}
 		w.lock.Lock()
@@ -208,4 +240,19 @@ func (w *WireEndpoint) groupLoop(s *mcSock) {
 		w.lock.Unlock()
 		clear(out)
 	}
+}
+
+// rxqOverflow reads SO_RXQ_OVFL, the socket's count of the datagrams it
+// dropped for want of receive buffer, from a datagram's control messages.
+func rxqOverflow(ctl []byte) (uint32, bool) {
+	msgs, err := unix.ParseSocketControlMessage(ctl)
+	if err != nil {
+		return 0, false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_RXQ_OVFL && len(m.Data) >= 4 {
+			return binary.NativeEndian.Uint32(m.Data), true
+		}
+	}
+	return 0, false
 }

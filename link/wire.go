@@ -559,19 +559,11 @@ func (w *WireEndpoint) recvLoop() {
 // number of datagrams the socket has dropped so far for want of receive
 // buffer, which the kernel attaches once there are any.
 func (w *WireEndpoint) overruns(ctl []byte) {
-	msgs, err := unix.ParseSocketControlMessage(ctl)
-	if err != nil {
-		return
-	}
-	for _, m := range msgs {
-		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_RXQ_OVFL && len(m.Data) >= 4 {
-			v := uint64(binary.NativeEndian.Uint32(m.Data))
-			for {
-				old := w.c.WireRecvOverruns.Load()
-				if v <= old || w.c.WireRecvOverruns.CompareAndSwap(old, v) {
-					break
-				}
-			}
+	v, ok := rxqOverflow(ctl)
+	for ok {
+		old := w.c.WireRecvOverruns.Load()
+		if uint64(v) <= old || w.c.WireRecvOverruns.CompareAndSwap(old, uint64(v)) {
+			break
 		}
 	}
 }

@@ -22,12 +22,18 @@
 //     file, work request and completion line has a parser and a formatter
 //     here, and Parse(Format(x)) is x (the tests check it; the fuzz targets
 //     feed the parsers arbitrary bytes).
-//   - gen_ctext.go and internal/ctext: libibverbs/rdmafs-text.h, the
-//     words of these files the C library matches (the events file's name
-//     of each event), generated from this package (go generate ./qp);
-//     TestCTextFresh fails when the header drifts. (The C library still
-//     spells out its modify masks and its opcode-by-QP-type rules itself:
-//     issue 25.)
+//   - text_attrfile.go, text_objattr.go, text_devfile.go: the attr file
+//     of every object (AttrFile for a QP: its attributes and its
+//     identity; PDAttr, MRAttr, MWAttr, CQAttr, SRQAttr, AHAttr) and the
+//     mount's device, port and clock files, printed by the daemon and
+//     read by the verbs library and rdmafs show and trace.
+//   - gen_ctext.go and internal/ctext: libibverbs/rdmafs-text.h,
+//     generated from this package (go generate ./qp): the words of these
+//     files the C library writes and matches (event, state, type,
+//     migration and access names, every attr and modify key) and the
+//     rules it applies before the daemon does (the attribute-mask bits a
+//     modify may set, the QP types each send opcode may be posted on);
+//     TestCTextFresh fails when the header drifts.
 //
 // Nothing here knows about FUSE, rings or the engine; the device applies
 // these rules to its objects, and the files show what these formatters

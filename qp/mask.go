@@ -1,6 +1,9 @@
 package qp
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // maskNames names each attribute-mask bit by the text key that sets it. AV
 // and CAP are groups of keys (dgid, sl, … and max_send_wr, …); they are
@@ -56,3 +59,50 @@ var AVKeys = []string{"dgid", "sgid_index", "hop_limit", "traffic_class", "flow_
 
 // CapKeys are the text keys of ibv_qp_cap (MaskCap).
 var CapKeys = []string{"max_send_wr", "max_recv_wr", "max_send_sge", "max_recv_sge", "max_inline_data"}
+
+// MaskUnsupported are the named bits rdmafs leaves out (alternate paths,
+// rate limits): a modify naming them is refused with ErrUnsupported.
+const MaskUnsupported = MaskAltPath | MaskRateLimit
+
+// ModifyKey is one attribute-mask bit a modify may set and the keys that
+// set it: one, or the group of MaskAV (AVKeys) or MaskCap (CapKeys).
+type ModifyKey struct {
+	Bit  AttrMask
+	Keys []string
+}
+
+// ModifyKeys lists the bits ParseModify sets, in bit order, each with its
+// keys, read from the parser's own table.
+func ModifyKeys() []ModifyKey {
+	var out []ModifyKey
+	for _, n := range maskNames {
+		var keys []string
+		switch n.bit {
+		case MaskAV:
+			keys = AVKeys
+		case MaskCap:
+			keys = CapKeys
+		default:
+			for k, ak := range textAttrKeys {
+				if ak.mask == n.bit {
+					keys = append(keys, k)
+				}
+			}
+		}
+		if len(keys) > 0 {
+			out = append(out, ModifyKey{n.bit, slices.Clone(keys)})
+		}
+	}
+	return out
+}
+
+// AttrKeys lists, sorted, every key of qp/N/attr: the modify keys and
+// the identity keys (AttrFileKeys).
+func AttrKeys() []string {
+	keys := slices.Clone(AttrFileKeys)
+	for k := range textAttrKeys {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -98,9 +98,13 @@ func (t Type) String() string {
 // Valid reports whether rdmafs implements t.
 func (t Type) Valid() bool { return t == TypeRC || t == TypeUC || t == TypeUD }
 
+// Types lists the QP types rdmafs implements, in numeric order: the one
+// list ParseType and the C library's tables (qp/internal/ctext) follow.
+func Types() []Type { return []Type{TypeRC, TypeUC, TypeUD} }
+
 // ParseType accepts rc, uc, ud in any case.
 func ParseType(s string) (Type, bool) {
-	for _, t := range []Type{TypeRC, TypeUC, TypeUD} {
+	for _, t := range Types() {
 		if equalFold(s, t.String()) {
 			return t, true
 		}
@@ -389,6 +393,14 @@ const (
 	MigRearm    MigState = 1
 	MigArmed    MigState = 2
 )
+
+// String is the name attr and modify use: migrated, rearm or armed.
+func (m MigState) String() string {
+	if int(m) < len(textMigNames) {
+		return textMigNames[m]
+	}
+	return fmt.Sprintf("MigState(%d)", uint8(m))
+}
 
 // SGE is one scatter/gather element (ibv_sge); Addr is in the MR's iova space.
 type SGE struct {

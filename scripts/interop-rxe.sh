@@ -39,6 +39,7 @@
 # Their checks: both sides' exit status, rping's last ping on both sides,
 # perftest's result lines, and the CM counters of the mount (a REQ and a
 # REP each way, an RTU, a DREQ).
+# Cases 40-41 are multicast (mckey both ways; their block, at the end).
 # perftest runs with its default sizes on both sides (64 KiB for the bw
 # tests, 2 B for ib_send_lat: the guest's perfserver/perfclient modes take no
 # size) and PERF_ITERS iterations (default ITERS). Every case checks both
@@ -73,7 +74,7 @@ SIZE=${2:-4096}
 MTU=${3:-1024}
 PERF_ITERS=${4:-$ITERS}
 PERF_MTU=1024 # the guest's perftest path MTU: rxe's active_mtu (see above)
-CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 30 31}
+CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 30 31 40 41}
 MOUNT_FLAGS=${RDMAFS_MOUNT_FLAGS:-}
 NS=rxepeer
 # The guest's work directory (run-guest.sh's and stop-guest.sh's WORK):
@@ -531,6 +532,86 @@ if want 31; then
 	stop_guest
 fi
 
+# ---- Multicast (issue #22): cases 40-41, Debian's mckey on both sides.
+# Both sides join an IPv4 group through rdma_cm (on rdmafs the drop-in
+# librdmacm, in the guest the kernel's cma.c), which makes the MGID
+# ::ffff:GROUP; the kernel joins the IP group on eth0 (IGMP) and rxe puts
+# the group's Ethernet address in eth0's filter, rdmafs's wire joins the
+# group on br0 with a socket of its own. Datagrams go to GROUP on UDP 4791
+# with QPN 0xffffff and the Q_Key RDMA_UDP_QKEY (0x01234567):
+#   40. mckey: rdmafs exec sender (send-only) -> kernel rxe receiver;
+#   41. mckey: kernel rxe sender -> two rdmafs exec receivers (two processes
+#       on one mount: the wire's one membership serves both).
+# The receivers must get every datagram (mckey -C waits for all of them);
+# the capture check after the ICRC check finds the group's datagrams on the
+# bridge from each side with the IPv4 multicast MAC, BTH and DETH rxe uses.
+MC_COUNT=${MC_COUNT:-20}
+MC_SIZE=512 # within both sides' path MTU (rxe's active_mtu is 1024 here)
+MC_WAIT=120
+
+# mc_counter TAG KEY: KEY's value in the counters of case TAG's mount.
+mc_counter() { sed -n "s/^$2=//p" "$work/counters-$1.log" 2>/dev/null | grep . || echo 0; }
+
+if want 40; then
+	echo "== 40. mckey: rdmafs exec sender -> kernel rxe receiver (group 224.77.0.40, $MC_COUNT x $MC_SIZE B)"
+	guest mckeyrecv rxe.group=224.77.0.40 rxe.iters=$MC_COUNT rxe.size=$MC_SIZE rxe.poweroff=1
+	guest_wait "joined dgid" $MC_WAIT || die "the rxe guest's mckey did not join"
+	crc=0
+	onrdmafs 40 timeout 60 "${EXEC[@]}" mckey -m 224.77.0.40 -b 10.77.0.1 -s -o -C $MC_COUNT -S $MC_SIZE \
+		>"$work/mckey-sender.log" 2>&1 || crc=$?
+	guest_wait "hw_counters" 60 || true
+	echo "rdmafs sender (exit $crc): $(grep -a 'joined dgid' "$work/mckey-sender.log")"
+	echo "rxe receiver: $(grep -a 'joined dgid' $GUEST_LOG | tr -d '\r'); $(grep -a 'mckey receiver rc=' $GUEST_LOG | tr -d '\r')"
+	grep -a "hw_counters" $GUEST_LOG | tr -d '\r' | tail -1 || true
+	((crc == 0)) && grep -q "test complete" "$work/mckey-sender.log" ||
+		die "mckey on rdmafs (sender) failed: $(tail -5 "$work/mckey-sender.log")"
+	grep -aq "mckey receiver rc=0" $GUEST_LOG && grep -aq "test complete" $GUEST_LOG ||
+		die "the kernel's mckey receiver did not get the $MC_COUNT datagrams"
+	grep -q "joined dgid: ::ffff:224.77.0.40" "$work/mckey-sender.log" ||
+		die "rdmafs's MGID for 224.77.0.40 is not ::ffff:224.77.0.40"
+	(($(mc_counter 40 multicast_packets_sent) == MC_COUNT)) ||
+		die "case 40: multicast_packets_sent=$(mc_counter 40 multicast_packets_sent), want $MC_COUNT"
+	stop_guest
+fi
+
+if want 41; then
+	echo "== 41. mckey: kernel rxe sender -> two rdmafs exec receivers (group 224.77.0.41, $MC_COUNT x $MC_SIZE B)"
+	rm -f "$work"/mckey-r[12].log
+	# shellcheck disable=SC2016
+	onrdmafs 41 bash -c '
+		w=$1; shift
+		"$@" >"$w/mckey-r1.log" 2>&1 & p1=$!
+		"$@" >"$w/mckey-r2.log" 2>&1 & p2=$!
+		r1=0 r2=0
+		wait $p1 || r1=$?
+		wait $p2 || r2=$?
+		echo "receivers exit $r1 $r2" >"$w/mckey-rc.log"
+		((r1 == 0 && r2 == 0))' bash "$work" timeout 240 "${EXEC[@]}" stdbuf -oL mckey -m 224.77.0.41 -b 10.77.0.1 -C $MC_COUNT -S $MC_SIZE &
+	srv=$!
+	for _ in $(seq 200); do
+		grep -q "joined dgid" "$work/mckey-r1.log" 2>/dev/null && grep -q "joined dgid" "$work/mckey-r2.log" 2>/dev/null && break
+		sleep 0.1
+	done
+	grep -q "joined dgid" "$work/mckey-r1.log" && grep -q "joined dgid" "$work/mckey-r2.log" ||
+		{ kill $srv; die "the rdmafs receivers did not join: $(cat "$work"/mckey-r[12].log)"; }
+	guest mckeysend rxe.group=224.77.0.41 rxe.iters=$MC_COUNT rxe.size=$MC_SIZE rxe.poweroff=1
+	src=0
+	wait $srv || src=$?
+	guest_wait "hw_counters" 60 || true
+	echo "rdmafs receivers (exit $src): $(cat "$work/mckey-rc.log" 2>/dev/null); $(grep -ah 'test complete' "$work"/mckey-r[12].log | wc -l) completed"
+	echo "rxe sender: $(grep -a 'joined dgid' $GUEST_LOG | tr -d '\r'); $(grep -a 'mckey sender rc=' $GUEST_LOG | tr -d '\r')"
+	grep -a "hw_counters" $GUEST_LOG | tr -d '\r' | tail -1 || true
+	((src == 0)) && grep -q "test complete" "$work/mckey-r1.log" && grep -q "test complete" "$work/mckey-r2.log" ||
+		die "mckey on rdmafs (receivers) failed: $(tail -3 "$work"/mckey-r[12].log)"
+	grep -aq "mckey sender rc=0" $GUEST_LOG || die "the kernel's mckey sender failed"
+	rcv=$(mc_counter 41 multicast_packets_recv) dlv=$(mc_counter 41 multicast_delivered)
+	echo "rdmafs multicast_packets_recv=$rcv multicast_delivered=$dlv"
+	((rcv == MC_COUNT && dlv == 2 * MC_COUNT)) ||
+		die "case 41: multicast_packets_recv=$rcv multicast_delivered=$dlv, want $MC_COUNT and $((2 * MC_COUNT))"
+	stop_guest
+fi
+# ---- end of the multicast cases
+
 sleep 1
 kill "$cap"
 wait "$cap" 2>/dev/null || true
@@ -544,4 +625,25 @@ mads=$(tshark -r "$work/br0.pcap" -Y infiniband.mad -T fields -e ip.src -e infin
 [[ -z "$mads" ]] || echo "CM MADs (source attribute:count): $mads"
 grep -qE '^10\.77\.0\.1 +ok +[1-9]' "$work/icrc.txt" && grep -qE '^10\.77\.0\.2 +ok +[1-9]' "$work/icrc.txt" ||
 	die "the capture lacks packets of one side"
+# ---- Multicast on the bridge (cases 40-41): the group's datagrams of
+# each side, as rxe sends them: to the group's IPv4 multicast MAC
+# (01:00:5e + its low 23 bits), mckey's UD SEND with immediate (opcode
+# 0x65) to QPN 0xffffff with the Q_Key 0x01234567 (the ICRC check above
+# covered them).
+# mc_capture_check CASE SRC GROUP MAC
+mc_capture_check() {
+	want "$1" || return 0
+	local got n bad
+	got=$(tshark -r "$work/br0.pcap" -Y "ip.src == $2 && ip.dst == $3 && udp.dstport == 4791" \
+		-T fields -e eth.dst -e infiniband.bth.opcode -e infiniband.bth.destqp -e infiniband.deth.q_key 2>/dev/null)
+	n=$(grep -c . <<<"$got" || true)
+	# tshark prints the opcode in decimal and the QPN and Q_Key in hex
+	bad=$(awk -F'\t' -v mac="$4" 'NF && !($1 == mac && ($2 == 101 || $2 == "0x65") &&
+		$3 ~ /^0x0*ffffff$/ && $4 ~ /^0x0*1234567$/) {n++} END {print n + 0}' <<<"$got")
+	echo "case $1: $n datagrams $2 -> $3 on the bridge, $bad unlike rxe's"
+	((n >= MC_COUNT && bad == 0)) || die "case $1: the group's datagrams on the bridge: $(sort <<<"$got" | uniq -c | head -5)"
+}
+mc_capture_check 40 10.77.0.1 224.77.0.40 01:00:5e:4d:00:28
+mc_capture_check 41 10.77.0.2 224.77.0.41 01:00:5e:4d:00:29
+# ---- end of the multicast capture check
 echo "interop-rxe: all checks passed (cases: $CASES; $(($(date +%s) - t_start)) s)"

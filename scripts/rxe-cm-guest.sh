@@ -15,6 +15,7 @@
 #   udaddyclient  udaddy -s PEER -C ITERS (retried while it fails)
 #   rstreamserver loop: rstream -b IP -S SIZE -C ITERS -T b -T v (rsockets)
 #   rstreamclient rstream -s PEER -S SIZE -C ITERS -T b -T v (retried while it fails)
+#   mckeyrecv, mckeysend: multicast (their block below)
 # Every mode logs "MODE rc=N" as the harness's modes do.
 set -euo pipefail
 H=$1 OUT=$2
@@ -78,6 +79,19 @@ cat >"$OUT/modes.sh" <<'MODES'
     cat /tmp/client.out
     log "rstream client rc=$rc wall_ms=$(( (t1 - t0) / 1000000 ))" ;;
 MODES
+# The multicast modes, mckey in group rxe.group=A.B.C.D (kernel command
+# line), in their own block (other modes are added above):
+#   mckeyrecv     mckey -m GROUP -b IP -C ITERS -S SIZE: joins, waits for ITERS
+#   mckeysend     mckey -m GROUP -b IP -s -C ITERS -S SIZE: joins, sends ITERS
+cat >>"$OUT/modes.sh" <<'MCAST'
+  mckeyrecv|mckeysend)
+    GROUP=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^rxe\.group=//p')
+    role=receiver; [ $MODE = mckeysend ] && role=sender
+    flags=; [ $role = sender ] && flags=-s
+    log "mckey $role group=$GROUP"
+    t0=$(date +%s%N); timeout 150 mckey -m $GROUP -b $IP $flags -C $ITERS -S $SIZE; rc=$?; t1=$(date +%s%N)
+    log "mckey $role rc=$rc wall_ms=$(( (t1 - t0) / 1000000 ))" ;;
+MCAST
 awk -v f="$OUT/modes.sh" '/^  shell\) ;;/ { while ((getline l < f) > 0) print l } { print }' \
 	"$H/guest-init.sh" >"$OUT/ov/init-cm"
 grep -q rpingserver "$OUT/ov/init-cm" || { echo "guest-init.sh has no 'shell) ;;' case to extend" >&2; exit 1; }

@@ -32,6 +32,10 @@ make -C librdmacm check-asan
 export RDMAFS_LIBDIR=$PWD/libibverbs/build
 echo "== go vet"
 go vet ./...
+# The lock annotations (lockcheck:guarded, internal/lockcheck): a guarded
+# field touched without its lock, here or in the packages' tests, fails.
+echo "== lockcheck"
+go run ./internal/lockcheck/cmd/lockcheck ./device/... ./link/... ./fsnode/...
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
 # The engine's behavioural suite again: with the packets between a

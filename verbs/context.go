@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -200,117 +199,44 @@ func (c *Context) destroy(op string, dir ...string) error {
 	return nil
 }
 
-// keyValues reads a key=value file into a map.
-func (c *Context) keyValues(op string, parts ...string) (map[string]string, error) {
+// readParsed reads a file of the mount with qp's parser of it: the daemon
+// printed it with the matching formatter. A file that does not parse is
+// EIO, the reason naming the file.
+func readParsed[T any](c *Context, op string, parse func(string) (T, error), parts ...string) (T, error) {
+	var zero T
 	b, err := os.ReadFile(c.path(parts...))
 	if err != nil {
-		return nil, opError(op, err, "")
+		return zero, opError(op, err, "")
 	}
-	return parseKeyValues(b), nil
-}
-
-func parseKeyValues(b []byte) map[string]string {
-	m := map[string]string{}
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		k, v, ok := strings.Cut(strings.TrimSpace(string(l)), "=")
-		if ok {
-			m[k] = v
-		}
+	v, err := parse(string(b))
+	if err != nil {
+		return zero, errorf(op, syscall.EIO, "%s: %v", strings.Join(parts, "/"), err)
 	}
-	return m
+	return v, nil
 }
-
-// kv decodes numbers out of a key=value map, remembering the first error.
-type kv struct {
-	op  string
-	m   map[string]string
-	err error
-}
-
-func (d *kv) str(k string) string {
-	v, ok := d.m[k]
-	if !ok && d.err == nil {
-		d.err = errorf(d.op, syscall.EIO, "the daemon did not report %s", k)
-	}
-	return v
-}
-
-func (d *kv) u64(k string) uint64 {
-	s := d.str(k)
-	if s == "" {
-		return 0
-	}
-	n, err := strconv.ParseUint(s, 0, 64)
-	if err != nil && d.err == nil {
-		d.err = errorf(d.op, syscall.EIO, "%s=%q is not a number", k, s)
-	}
-	return n
-}
-
-func (d *kv) u32(k string) uint32 { return uint32(d.u64(k)) }
 
 // DeviceAttr is ibv_device_attr as the device file reports it.
 type DeviceAttr = qp.DeviceAttr
 
 // QueryDevice is ibv_query_device.
 func (c *Context) QueryDevice() (*DeviceAttr, error) {
-	const op = "query_device"
-	m, err := c.keyValues(op, "device")
+	f, err := readParsed(c, "query_device", qp.ParseDeviceFile, "device")
 	if err != nil {
 		return nil, err
 	}
-	d := kv{op: op, m: m}
-	a := &DeviceAttr{
-		FwVer: d.str("fw_ver"), NodeGUID: d.u64("node_guid"), SysImageGUID: d.u64("sys_image_guid"),
-		MaxMRSize: d.u64("max_mr_size"), PageSizeCap: d.u64("page_size_cap"),
-		VendorID: d.u32("vendor_id"), VendorPartID: d.u32("vendor_part_id"), HwVer: d.u32("hw_ver"),
-		MaxQP: d.u32("max_qp"), MaxQPWR: d.u32("max_qp_wr"), DeviceCapFlags: d.u32("device_cap_flags"),
-		DeviceCapFlagsEx: d.u64("device_cap_flags_ex"),
-		MaxSGE:           d.u32("max_sge"), MaxSGERd: d.u32("max_sge_rd"), MaxCQ: d.u32("max_cq"),
-		MaxCQE: d.u32("max_cqe"), MaxMR: d.u32("max_mr"), MaxPD: d.u32("max_pd"),
-		MaxQPRdAtom: d.u32("max_qp_rd_atom"), MaxResRdAtom: d.u32("max_res_rd_atom"),
-		MaxQPInitRdAtom: d.u32("max_qp_init_rd_atom"), AtomicCap: d.str("atomic_cap"),
-		MaxMW: d.u32("max_mw"), MaxAH: d.u32("max_ah"), MaxSRQ: d.u32("max_srq"),
-		MaxSRQWR: d.u32("max_srq_wr"), MaxSRQSGE: d.u32("max_srq_sge"), MaxPKeys: d.u32("max_pkeys"),
-		LocalCAAckDelay: d.u32("local_ca_ack_delay"), PhysPortCnt: d.u32("phys_port_cnt"),
-		MaxInlineData: d.u32("max_inline_data"), MaxTotalMRBytes: d.u64("max_total_mr_bytes"),
-		HCACoreClock: d.u64("hca_core_clock"), CompletionTimestampMask: d.u64("completion_timestamp_mask"),
-		MaxMcastGrp: d.u32("max_mcast_grp"), MaxMcastQPAttach: d.u32("max_mcast_qp_attach"),
-		MaxTotalMcastQPAttach: d.u32("max_total_mcast_qp_attach"),
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	return a, nil
+	return &f.Attr, nil
 }
 
 // QueryRTValues is ibv_query_rt_values_ex: the device clock (ticks at
 // DeviceAttr.HCACoreClock kHz, the unit of WC.CompletionTS) and the wall
 // clock (ns since the Unix epoch) read by the device at one instant.
 func (c *Context) QueryRTValues() (rawClock, wallclockNS uint64, err error) {
-	const op = "query_rt_values"
-	m, err := c.keyValues(op, "clock")
-	if err != nil {
-		return 0, 0, err
-	}
-	d := kv{op: op, m: m}
-	rawClock, wallclockNS = d.u64("raw_clock"), d.u64("wallclock_ns")
-	return rawClock, wallclockNS, d.err
+	f, err := readParsed(c, "query_rt_values", qp.ParseClockFile, "clock")
+	return f.RawClock, f.WallclockNS, err
 }
 
 // PortAttr is ibv_port_attr as the port file reports it.
-type PortAttr struct {
-	PortNum    uint8
-	State      string // "ACTIVE"
-	MaxMTU     MTU
-	ActiveMTU  MTU
-	GID        [16]byte // GID index 0
-	LID        uint16
-	LinkLayer  string
-	GIDTblLen  uint32
-	PKeyTblLen uint32
-	MaxMsgSz   uint32
-}
+type PortAttr = qp.PortAttr
 
 // QueryPort is ibv_query_port. The device has one port, 1.
 func (c *Context) QueryPort(port uint8) (*PortAttr, error) {
@@ -318,30 +244,11 @@ func (c *Context) QueryPort(port uint8) (*PortAttr, error) {
 	if port != 1 {
 		return nil, errorf(op, syscall.EINVAL, "port %d: the device has one port, 1", port)
 	}
-	m, err := c.keyValues(op, "port")
+	a, err := readParsed(c, op, qp.ParsePortAttr, "port")
 	if err != nil {
 		return nil, err
 	}
-	d := kv{op: op, m: m}
-	a := &PortAttr{PortNum: uint8(d.u32("port_num")), State: d.str("state"), LID: uint16(d.u32("lid")),
-		LinkLayer: d.str("link_layer"), GIDTblLen: d.u32("gid_tbl_len"), PKeyTblLen: d.u32("pkey_tbl_len"),
-		MaxMsgSz: d.u32("max_msg_sz")}
-	var ok bool
-	if a.MaxMTU, ok = qp.MTUFromBytes(int(d.u32("max_mtu"))); !ok && d.err == nil {
-		d.err = errorf(op, syscall.EIO, "max_mtu=%s is not an MTU", m["max_mtu"])
-	}
-	if a.ActiveMTU, ok = qp.MTUFromBytes(int(d.u32("active_mtu"))); !ok && d.err == nil {
-		d.err = errorf(op, syscall.EIO, "active_mtu=%s is not an MTU", m["active_mtu"])
-	}
-	if d.err == nil {
-		if a.GID, err = qp.ParseGID(d.str("gid")); err != nil {
-			d.err = errorf(op, syscall.EIO, "gid: %v", err)
-		}
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	return a, nil
+	return &a, nil
 }
 
 // handleOf parses an object name the daemon gave.

@@ -113,18 +113,11 @@ func (pd *PD) regMR(length int, req qp.CreateMR) (*MR, error) {
 		c.destroy(op, "mr", name)
 		return nil, err
 	}
-	m, err := c.keyValues(op, "mr", name, "attr")
+	a, err := readParsed(c, op, qp.ParseMRAttr, "mr", name, "attr")
 	if err != nil {
 		return fail(err)
 	}
-	d := kv{op: op, m: m}
-	mr.LKey, mr.RKey, mr.IOVA, mr.Length = d.u32("lkey"), d.u32("rkey"), d.u64("iova"), d.u64("length")
-	if d.err != nil {
-		return fail(d.err)
-	}
-	if mr.Access, err = qp.ParseAccess(m["access"]); err != nil {
-		return fail(errorf(op, syscall.EIO, "access=%q: %v", m["access"], err))
-	}
+	mr.LKey, mr.RKey, mr.IOVA, mr.Length, mr.Access = a.LKey, a.RKey, a.IOVA, a.Length, a.Access
 	if !req.HasAddr {
 		// device memory: the MR's mem file, mapped
 		reg, err := ring.MapFile(c.path("mr", name, "mem"))
@@ -226,7 +219,7 @@ func (ah *AH) Destroy() error { return ah.ctx.destroy("destroy_ah", "ah", hname(
 // alone, so another user's PD is EACCES. Dealloc destroys the PD;
 // Unimport only forgets it here.
 func (c *Context) ImportPD(handle uint32) (*PD, error) {
-	if _, err := c.keyValues("import_pd", "pd", hname(handle), "attr"); err != nil {
+	if _, err := readParsed(c, "import_pd", qp.ParsePDAttr, "pd", hname(handle), "attr"); err != nil {
 		return nil, err
 	}
 	return &PD{ctx: c, Handle: handle}, nil
@@ -244,20 +237,13 @@ func (pd *PD) ImportMR(handle uint32) (*MR, error) {
 	const op = "import_mr"
 	c := pd.ctx
 	name := hname(handle)
-	m, err := c.keyValues(op, "mr", name, "attr")
+	a, err := readParsed(c, op, qp.ParseMRAttr, "mr", name, "attr")
 	if err != nil {
 		return nil, err
 	}
-	mr := &MR{ctx: c, pd: pd, Handle: handle}
-	d := kv{op: op, m: m}
-	mr.LKey, mr.RKey, mr.IOVA, mr.Length = d.u32("lkey"), d.u32("rkey"), d.u64("iova"), d.u64("length")
-	if d.err != nil {
-		return nil, d.err
-	}
-	if mr.Access, err = qp.ParseAccess(m["access"]); err != nil {
-		return nil, errorf(op, syscall.EIO, "access=%q: %v", m["access"], err)
-	}
-	if m["memory"] == "device" {
+	mr := &MR{ctx: c, pd: pd, Handle: handle, LKey: a.LKey, RKey: a.RKey, IOVA: a.IOVA, Length: a.Length,
+		Access: a.Access}
+	if a.Memory == "device" {
 		reg, err := ring.MapFile(c.path("mr", name, "mem"))
 		if err != nil {
 			return nil, opError(op, err, "")

@@ -68,10 +68,6 @@ type recvQueue struct {
 	bell   [1]byte
 }
 
-// attrExtra are the lines of qp/N/attr that are not modify keys.
-var attrExtra = map[string]bool{"qp_num": true, "qp_type": true, "pd": true, "send_cq": true,
-	"recv_cq": true, "srq": true, "sq_sig_all": true}
-
 // CreateQP is ibv_create_qp.
 func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	const op = "create_qp"
@@ -174,24 +170,14 @@ func (q *QP) Query() (*QPAttr, error) {
 }
 
 func (q *QP) query(op string) (*QPAttr, error) {
-	m, err := q.ctx.keyValues(op, "qp", hname(q.QPN), "attr")
+	f, err := readParsed(q.ctx, op, func(s string) (qp.AttrFile, error) {
+		f, _, err := qp.ParseAttrFile(s)
+		return f, err
+	}, "qp", hname(q.QPN), "attr")
 	if err != nil {
 		return nil, err
 	}
-	var b strings.Builder
-	for k, v := range m {
-		if attrExtra[k] {
-			continue
-		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(v)
-		b.WriteByte(' ')
-	}
-	a, _, err := qp.ParseModify(b.String())
-	if err != nil {
-		return nil, &Error{Op: op, Errno: syscall.EIO, Reason: "qp/" + hname(q.QPN) + "/attr: " + err.Error()}
-	}
+	a := f.Attr
 	a.CurQPState = a.QPState
 	return &a, nil
 }

@@ -65,13 +65,11 @@ type SRQAttr struct {
 // Query is ibv_query_srq.
 func (s *SRQ) Query() (*SRQAttr, error) {
 	const op = "query_srq"
-	m, err := s.ctx.keyValues(op, "srq", hname(s.Handle), "attr")
+	a, err := readParsed(s.ctx, op, qp.ParseSRQAttr, "srq", hname(s.Handle), "attr")
 	if err != nil {
 		return nil, err
 	}
-	d := kv{op: op, m: m}
-	a := &SRQAttr{MaxWR: d.u32("max_wr"), MaxSGE: d.u32("max_sge"), SRQLimit: d.u32("srq_limit"), Pending: d.u32("pending")}
-	return a, d.err
+	return &SRQAttr{MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, SRQLimit: a.SRQLimit, Pending: a.Pending}, nil
 }
 
 // ModifyLimit is ibv_modify_srq with IBV_SRQ_LIMIT: arm the limit event.

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"rdmafs/internal/testmount"
 )
 
 // mountDaemon mounts a background rdmafs daemon (bin mount ARGS... DIR) in
@@ -48,8 +50,8 @@ func randomLoopbackPair() (string, string) {
 // pass (no timing bounds: the machine is shared); a mount without --addr
 // is refused with a reason.
 func TestBenchPeerOverWire(t *testing.T) {
-	needRoot(t)
-	bin := buildBinary(t)
+	testmount.NeedRoot(t)
+	bin := testmount.Rdmafs(t)
 	addrA, addrB := randomLoopbackPair()
 	a := mountDaemon(t, bin, "--addr", addrA)
 	b := mountDaemon(t, bin, "--addr", addrB, "--mtu", "2048")

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -22,6 +23,10 @@ const libName = "libibverbs.so.1"
 // cmLibName is rdmafs's librdmacm, put on the path beside libName when
 // there is one (cmLibDir).
 const cmLibName = "librdmacm.so.1"
+
+// probeWait is how long exec waits for a mount's daemon to answer before
+// it leaves the mount out of the program's devices.
+const probeWait = 2 * time.Second
 
 // sourceRoot is the source tree the binary was built from, for the third
 // place libdir looks. Builds may set it (go build -ldflags "-X
@@ -249,8 +254,28 @@ func cmdExec(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	devs, err := execview.Devices(mi, envValue(env, "RDMAFS_DEVICE_MOUNT"), execview.Readable)
+	// A mount that does not answer is left out, and named to the program's
+	// library (RDMAFS_DEVICE_MOUNT), which would otherwise block on it.
+	selection := envValue(env, "RDMAFS_DEVICE_MOUNT")
+	skipped := false
+	devs, err := execview.Devices(mi, selection, func(m string) bool {
+		ok, answered := execview.Probe(m, probeWait)
+		if !answered {
+			fmt.Fprintf(os.Stderr, "rdmafs exec: %s does not answer within %v (its daemon is stopped or stuck): not a device for this program\n", m, probeWait)
+			skipped = true
+		}
+		return ok
+	})
 	mi.Close()
+	if skipped && selection == "" && len(devs) > 0 {
+		var ms []string
+		for _, d := range devs {
+			ms = append(ms, d.Mount)
+		}
+		if list := strings.Join(ms, ":"); strings.Count(list, ":") == len(ms)-1 {
+			env = setEnv(env, "RDMAFS_DEVICE_MOUNT", list)
+		}
+	}
 	if err == nil {
 		err = execview.Setup(devs)
 	}

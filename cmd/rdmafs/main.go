@@ -1,8 +1,9 @@
 // Command rdmafs mounts a virtual RDMA device as a FUSE filesystem and
 // drives it: mount, umount, new (a transaction on a */new file), bench,
 // exec (a libibverbs program on rdmafs's libibverbs.so.1), show (the
-// objects at a glance, show.go), trace (a QP's packets, trace.go) and
-// doctor (whether the machine can run rdmafs, doctor.go).
+// objects at a glance) and trace (a QP's packets), whose command lines are
+// show.go's over internal/show, and doctor (whether the machine can run
+// rdmafs, doctor.go).
 package main
 
 import (

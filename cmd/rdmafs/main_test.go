@@ -11,25 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"rdmafs/internal/testmount"
 )
-
-func needRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI runs as root; mounting must work")
-		}
-		t.Skip("needs root")
-	}
-}
-
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "rdmafs")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 func TestHelp(t *testing.T) {
 	var out, errb bytes.Buffer
@@ -66,8 +50,8 @@ func TestHelp(t *testing.T) {
 // TestMountCMAddr: a local mount answers for 127.0.0.1, ::1 and every
 // --cm-addr, and resolves them to itself.
 func TestMountCMAddr(t *testing.T) {
-	needRoot(t)
-	bin := buildBinary(t)
+	testmount.NeedRoot(t)
+	bin := testmount.Rdmafs(t)
 	mnt := t.TempDir()
 	if out, err := exec.Command(bin, "mount", "--cm-addr", "10.55.0.1", "--cm-addr", "fd00::5", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("mount: %v\n%s", err, out)
@@ -102,8 +86,8 @@ func TestMountCMAddr(t *testing.T) {
 // device down while a client still maps its memory: the daemon exits, the
 // mapping stays readable, the mount is gone.
 func TestMountNewUmountWithLiveMapping(t *testing.T) {
-	needRoot(t)
-	bin := buildBinary(t)
+	testmount.NeedRoot(t)
+	bin := testmount.Rdmafs(t)
 	mnt := t.TempDir()
 	if out, err := exec.Command(bin, "mount", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("mount: %v\n%s", err, out)
@@ -160,8 +144,8 @@ func TestMountNewUmountWithLiveMapping(t *testing.T) {
 }
 
 func TestForegroundSignalUnmounts(t *testing.T) {
-	needRoot(t)
-	bin := buildBinary(t)
+	testmount.NeedRoot(t)
+	bin := testmount.Rdmafs(t)
 	for _, sig := range []os.Signal{os.Interrupt, unix.SIGTERM} {
 		mnt := t.TempDir()
 		cmd := exec.Command(bin, "mount", "--foreground", mnt)
@@ -210,8 +194,8 @@ func TestForegroundSignalUnmounts(t *testing.T) {
 // daemon within a couple of seconds (it aborts the connection), removes its
 // run-time state, and the copy fails with ENOTCONN instead of hanging.
 func TestUmountWithNamespaceCopy(t *testing.T) {
-	needRoot(t)
-	bin := buildBinary(t)
+	testmount.NeedRoot(t)
+	bin := testmount.Rdmafs(t)
 	mnt := t.TempDir()
 	if out, err := exec.Command(bin, "mount", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("mount: %v\n%s", err, out)
@@ -310,8 +294,8 @@ func TestExitedZombie(t *testing.T) {
 // mount point is left ENOTCONN); `rdmafs mount` on it clears the dead
 // connection and mounts, where it said "not a directory" before.
 func TestMountOverDeadMount(t *testing.T) {
-	needRoot(t)
-	bin := buildBinary(t)
+	testmount.NeedRoot(t)
+	bin := testmount.Rdmafs(t)
 	mnt := t.TempDir()
 	cmd := exec.Command(bin, "mount", "--foreground", mnt)
 	if err := cmd.Start(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -19,9 +18,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"rdmafs/clock"
 	"rdmafs/cm"
 	"rdmafs/device"
 	"rdmafs/fsnode"
+	"rdmafs/internal/logger"
 	"rdmafs/qp"
 )
 
@@ -34,7 +35,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	cfg := device.DefaultConfig()
 	foreground := fs.Bool("foreground", false, "stay attached; SIGINT/SIGTERM unmount and exit")
 	debug := fs.Bool("debug", false, "log every FUSE request to stderr")
-	logFile := fs.String("log", "", "daemon log file when in the background (default: none)")
+	logFile := fs.String("log", "", "the daemon's log: a FILE to append to, or - for standard error (default: standard error with --foreground, none in the background)")
 	runtimeDir := fs.String("runtime-dir", "", "directory for the cq/H/channel FIFOs (default: "+stateDir+"/MOUNT-ID)")
 	maxLease := fs.Int("max-lease", 0, "objects one open of MOUNT/lease holds (default: the sum of the object limits)")
 	readyFD := fs.Int("ready-fd", -1, "internal: fd on which a background daemon reports readiness")
@@ -115,7 +116,16 @@ func cmdMount(args []string, stdout, stderr io.Writer) error {
 	if !*foreground {
 		return mountFailed(spawnDaemon(mnt, args, *logFile))
 	}
-	err = serve(mnt, cfg, fsnode.Options{Debug: *debug, RuntimeDir: *runtimeDir, MaxLease: *maxLease, CMAddrs: cmAddrs}, *readyFD, stderr)
+	logOut := stderr
+	if *logFile != "" && *logFile != "-" {
+		f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logOut = f
+	}
+	err = serve(mnt, cfg, fsnode.Options{Debug: *debug, RuntimeDir: *runtimeDir, MaxLease: *maxLease, CMAddrs: cmAddrs}, *readyFD, logOut)
 	if *readyFD < 0 { // a daemon's parent diagnoses its failure (above)
 		err = mountFailed(err)
 	}
@@ -134,16 +144,22 @@ func spawnDaemon(mnt string, args []string, logFile string) error {
 		return err
 	}
 	defer r.Close()
-	// The daemon outlives this process: its output must be a file, never a
-	// pipe to us (a write after we exit would kill it with SIGPIPE).
-	if logFile == "" {
-		logFile = os.DevNull
+	// The daemon outlives this process: its output is a file, or with
+	// --log - our standard error, which it keeps writing after we exit
+	// (it ignores SIGPIPE: serve). It writes its log itself (--log goes
+	// with the arguments); this is for what the runtime prints.
+	out := os.Stderr
+	if logFile != "-" {
+		if logFile == "" {
+			logFile = os.DevNull
+		}
+		f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
 	}
-	out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
 	cmd := exec.Command(self, append([]string{"mount", "--foreground", "--ready-fd", "3"}, args...)...)
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -166,9 +182,13 @@ func spawnDaemon(mnt string, args []string, logFile string) error {
 	return errors.New(line)
 }
 
-// serve mounts and serves until unmounted or signalled.
-func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, stderr io.Writer) error {
-	logger := log.New(stderr, "rdmafs: ", log.LstdFlags)
+// serve mounts and serves until unmounted or signalled, logging to
+// logOut: start, stop, errors, refused commands and dropped packets, each
+// kind rate-limited (internal/logger).
+func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, logOut io.Writer) error {
+	dlog := logger.New(logOut, clock.Real{})
+	// A log on a pipe whose reader went away must not kill the daemon.
+	signal.Ignore(syscall.SIGPIPE)
 	var ready *os.File
 	if readyFD >= 0 {
 		ready = os.NewFile(uintptr(readyFD), "ready")
@@ -192,15 +212,17 @@ func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, stde
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
 	raiseFileLimit()
-	cfg.Logf = logger.Printf
+	cfg.Logf = dlog.Logf
+	opts.Logf = dlog.Logf
 	dev, err := device.New(cfg)
 	if err != nil {
+		dlog.Logf("cannot start the device for %s: %v", mnt, err)
 		return report(err)
 	}
 	defer dev.Close()
 	// The connection manager speaks for the device on QP1; closed before
 	// the device, so its ids' peers get their REJs and DREQs.
-	agent := cm.Attach(dev, cm.Config{Addrs: opts.CMAddrs, Logf: logger.Printf})
+	agent := cm.Attach(dev, cm.Config{Addrs: opts.CMAddrs, Logf: dlog.Logf})
 	defer agent.Close()
 	opts.CM = agent
 	id := mountID(mnt)
@@ -210,7 +232,9 @@ func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, stde
 	runtimeDir := opts.RuntimeDir
 	srv, err := fsnode.Mount(mnt, dev, opts)
 	if err != nil {
-		return report(fmt.Errorf("mount %s: %w", mnt, err))
+		err = fmt.Errorf("mount %s: %w", mnt, err)
+		dlog.Logf("mount failed: %v", err)
+		return report(err)
 	}
 	pidFile := filepath.Join(stateDir, id+".pid")
 	if err := os.MkdirAll(stateDir, 0o755); err == nil {
@@ -218,28 +242,29 @@ func serve(mnt string, cfg device.Config, opts fsnode.Options, readyFD int, stde
 	}
 	defer os.Remove(pidFile)
 	defer os.RemoveAll(runtimeDir)
-	logger.Printf("serving %s (pid %d)", mnt, os.Getpid())
+	dlog.Logf("serving %s (pid %d)", mnt, os.Getpid())
 	report(nil)
 
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
 	case s := <-sig:
-		logger.Printf("%v: unmounting %s", s, mnt)
+		dlog.Logf("%v: unmounting %s", s, mnt)
 		// A shutdown that does not finish is a bug; leave its stacks in
 		// the log and exit rather than hang (umount would SIGKILL us).
 		watchdog := time.AfterFunc(20*time.Second, func() {
-			logger.Printf("shutdown stuck for 20 s; goroutines:")
-			pprof.Lookup("goroutine").WriteTo(stderr, 2)
+			dlog.Logf("shutdown stuck for 20 s; goroutines:")
+			pprof.Lookup("goroutine").WriteTo(dlog, 2)
 			os.Exit(3)
 		})
 		defer watchdog.Stop()
 		if err := srv.Unmount(); err != nil {
-			logger.Printf("unmount: %v", err)
+			dlog.Logf("unmount: %v", err)
 		}
 	case <-done:
-		logger.Printf("%s was unmounted", mnt)
+		dlog.Logf("%s was unmounted", mnt)
 	}
+	dlog.Logf("stopped serving %s", mnt)
 	return nil
 }
 

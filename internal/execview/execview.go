@@ -36,6 +36,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -141,6 +142,23 @@ func Readable(mount string) bool {
 	var b [1]byte
 	n, _ := f.Read(b[:])
 	return n == 1
+}
+
+// Probe is Readable within wait: a mount whose daemon does not answer (a
+// stopped or stuck daemon's mount, which would block the open for ever)
+// is not readable, and answered is false. The probe left behind ends
+// with the process (exec kills it) or when the daemon answers.
+func Probe(mount string, wait time.Duration) (readable, answered bool) {
+	ch := make(chan bool, 1)
+	go func() { ch <- Readable(mount) }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case ok := <-ch:
+		return ok, true
+	case <-t.C:
+		return false, false
+	}
 }
 
 // Command is the first stage: the argv that runs self (rdmafs) as

@@ -1,9 +1,14 @@
 package execview
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestDevices: the library's names for the mounts of a mountinfo: the
@@ -44,5 +49,28 @@ func TestStages(t *testing.T) {
 	if got := Final("/usr/bin/unshare", 1000, 100, []string{"/usr/sbin/ibstat"}); strings.Join(got, " ") !=
 		"/usr/bin/unshare --user --map-user=1000 --map-group=100 -- /usr/sbin/ibstat" {
 		t.Errorf("final: %v", got)
+	}
+}
+
+// A mount whose daemon does not answer blocks the open of its device file
+// for ever (a FIFO without a writer stands in for it here): Probe gives up
+// after its wait and says the mount did not answer; a readable one answers.
+func TestProbeHungMount(t *testing.T) {
+	hung, ok := t.TempDir(), t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(hung, "device"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ok, "device"), []byte("node_guid=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r, answered := Probe(hung, 100*time.Millisecond); r || answered {
+		t.Errorf("hung mount: readable %v, answered %v", r, answered)
+	}
+	if r, answered := Probe(ok, 5*time.Second); !r || !answered {
+		t.Errorf("readable mount: readable %v, answered %v", r, answered)
+	}
+	// Unblock the hung probe's goroutine.
+	if f, err := os.OpenFile(filepath.Join(hung, "device"), os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+		f.Close()
 	}
 }

@@ -6,6 +6,7 @@ package testmount
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -60,4 +61,27 @@ func CannotMount(t testing.TB, err error) {
 		t.Fatalf("mount: %v", err)
 	}
 	t.Skipf("cannot mount rdmafs here: %v", err)
+}
+
+// NeedRoot ends a test that needs root without it: a skip here, a failure
+// in CI, which runs as root.
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI runs as root; mounting must work")
+		}
+		t.Skip("needs root")
+	}
+}
+
+// Rdmafs builds the rdmafs command into the test's temporary directory,
+// for the tests that run it (as another user, or to end it by a signal).
+func Rdmafs(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rdmafs")
+	if out, err := exec.Command("go", "build", "-o", bin, "rdmafs/cmd/rdmafs").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
 }

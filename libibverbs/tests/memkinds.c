@@ -29,6 +29,7 @@
  *
  *   memkinds        (MEMKINDS_NEED_HUGE=1: no huge pages is a failure) */
 #include <fcntl.h>
+#include <pthread.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -383,6 +384,24 @@ static void checks_against_the_mapping(void)
 	printf("%-28s %s\n", "checks against the mapping", "done");
 }
 
+/* A buffer in the registering function's own frame: its page is the page
+ * the library's frames run on while they change its backing (and give it
+ * back at ibv_dereg_mr). */
+static __attribute__((noinline)) void own_frame(void)
+{
+	uint8_t local[256] __attribute__((aligned(64)));
+
+	memset(local, 0x5a, sizeof(local));
+	try_kind("stack, the registering frame's own page", local, sizeof(local), 0, sizeof(local), 0, NULL);
+}
+
+static void *own_frame_thread(void *arg)
+{
+	(void)arg;
+	own_frame();
+	return NULL;
+}
+
 int main(void)
 {
 	int n;
@@ -425,6 +444,10 @@ int main(void)
 	munmap(an, 5 * pg);
 	uint8_t stack[3 * 4096];
 	try_kind("stack", stack, sizeof(stack), 4100, 4000, 0, NULL);
+	own_frame();
+	pthread_t th;
+	if (pthread_create(&th, NULL, own_frame_thread, NULL) == 0)
+		pthread_join(th, NULL);
 	try_kind(".bss", (uint8_t *)bss_buf, sizeof(bss_buf), 8, 2 * pg, 0, NULL);
 	try_kind(".data", (uint8_t *)data_buf, sizeof(data_buf), 0, 3 * pg, 0, NULL);
 	char path[] = "/tmp/memkinds.XXXXXX";

@@ -1,4 +1,4 @@
-package main
+package show
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"rdmafs/internal/testmount"
 	"rdmafs/roce"
 )
 
@@ -55,13 +56,13 @@ func pcapOf(t *testing.T, dgs ...[]byte) []byte {
 
 // traceOf runs a tracer over a pcap stream to its end and returns its
 // output lines.
-func traceOf(t *testing.T, tr *tracer, pcap []byte) []string {
+func traceOf(t *testing.T, tr *Tracer, pcap []byte) []string {
 	t.Helper()
 	tr.mnt = t.TempDir() // no counters file: no drop line
 	tr.now = func() time.Time { return time.Unix(0, 0) }
 	tr.nakSent, tr.nakRecv = map[string]int{}, map[string]int{}
 	var out bytes.Buffer
-	if err := tr.run(context.Background(), bytes.NewReader(pcap), &out, 0); err != nil {
+	if err := tr.Run(context.Background(), bytes.NewReader(pcap), &out, 0); err != nil {
 		t.Fatal(err)
 	}
 	return strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -123,7 +124,7 @@ func TestTraceDecode(t *testing.T) {
 		[]byte("not a datagram"),
 		bad,
 	)
-	lines := traceOf(t, &tracer{qpn: qpn, addr: us, typ: "rc", peer: peer, mtu: 1024, known: true}, pcap)
+	lines := traceOf(t, &Tracer{qpn: qpn, addr: us, typ: "rc", peer: peer, mtu: 1024, known: true}, pcap)
 	want := []string{
 		`out  RC_RDMA_WRITE_FIRST +psn 10 +len 1024 +va 0x1000 rkey 0xabc dmalen 2048$`,
 		`out  RC_RDMA_WRITE_LAST +psn 11 +len 1024 +ackreq$`,
@@ -184,7 +185,7 @@ func TestTraceDecodeUD(t *testing.T) {
 		// Another UD QP whose port collides: its DETH says it is not ours.
 		dg(us, them, roce.QPSourcePort(17), roce.Packet{Opcode: roce.UDSendOnly, DestQP: 30, PSN: 5, QKey: 0x11111111, SrcQP: 99}),
 	)
-	lines := traceOf(t, &tracer{qpn: 17, addr: us, typ: "ud", known: true}, pcap)
+	lines := traceOf(t, &Tracer{qpn: 17, addr: us, typ: "ud", known: true}, pcap)
 	want := []string{
 		`out  UD_SEND_ONLY +psn 5 +len 64 +qkey 0x11111111 src_qp 17 dest_qp 30$`,
 		`in   UD_SEND_ONLY_WITH_IMMEDIATE +psn 9 +len 32 +qkey 0x11111111 src_qp 40 imm 0x7$`,
@@ -210,7 +211,7 @@ func TestTraceDecodeUD(t *testing.T) {
 // bytes each way, the retransmission after an RNR NAK, the NAKs by kind.
 func TestTraceLive(t *testing.T) {
 	m := mountDevice(t)
-	bin := buildBinary(t)
+	bin := testmount.Rdmafs(t)
 	p := m.newPair(64, 0) // qb's RNR timer: 655 ms, one NAK
 	drops := m.kv("counters")["capture_drops"]
 	tr := exec.Command(bin, "trace", m.dir, p.qa)
@@ -300,7 +301,7 @@ func TestTraceLive(t *testing.T) {
 // capture); a QP that does not exist neither.
 func TestTraceRefuses(t *testing.T) {
 	m := mountDevice(t)
-	bin := buildBinary(t)
+	bin := testmount.Rdmafs(t)
 	p := m.newPair(16, 12)
 	out, err := exec.Command(bin, "trace", m.dir, "4242").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "qp 4242 does not exist") {

@@ -1,4 +1,4 @@
-package main
+package show
 
 import (
 	"bufio"
@@ -10,12 +10,10 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,64 +32,24 @@ import (
 // roce.QPSourcePort), and names the QP's peer as the destination (RC, UC)
 // or the QP as the source in its DETH (UD).
 
-const traceSynopsis = "trace [MOUNT] QPN [-n COUNT]"
-
-func cmdTrace(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("trace", traceSynopsis, stderr)
-	count := fs.IntP("count", "n", 0, "stop after COUNT packets of the QP (default: until Ctrl-C)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var mnt, qpnArg string
-	switch fs.NArg() {
-	case 1:
-		qpnArg = fs.Arg(0)
-	case 2:
-		mnt, qpnArg = fs.Arg(0), fs.Arg(1)
-	default:
-		fs.Usage()
-		return usageError{errors.New("need [MOUNT] QPN")}
-	}
-	n, err := strconv.ParseUint(qpnArg, 0, 24)
-	if err != nil {
-		return usageError{fmt.Errorf("QPN %q: not a number below 2^24", qpnArg)}
-	}
-	if mnt, err = resolveMount(mnt); err != nil {
-		return err
-	}
-	t, err := newTracer(mnt, uint32(n))
-	if err != nil {
-		return err
-	}
-	f, err := openRaw(filepath.Join(mnt, "capture"))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	fmt.Fprintf(stderr, "tracing %s on %s: out = sent by qp %d, in = received; Ctrl-C ends with a summary\n", t.describe(), mnt, t.qpn)
-	return t.run(ctx, f, stdout, *count)
-}
-
-// rawFile reads a file with plain read(2) calls, and Close closes it at
+// RawFile reads a file with plain read(2) calls, and Close closes it at
 // once: an os.File's Close waits for a read blocked in the daemon (the
 // capture blocks until a packet comes), which Ctrl-C must not. A read
 // after Close is EOF (the command exits right after anyway).
-type rawFile struct {
+type RawFile struct {
 	fd     int
 	closed atomic.Bool
 }
 
-func openRaw(path string) (*rawFile, error) {
+func OpenRaw(path string) (*RawFile, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &rawFile{fd: fd}, nil
+	return &RawFile{fd: fd}, nil
 }
 
-func (f *rawFile) Read(p []byte) (int, error) {
+func (f *RawFile) Read(p []byte) (int, error) {
 	for !f.closed.Load() {
 		n, err := unix.Read(f.fd, p)
 		switch {
@@ -107,15 +65,15 @@ func (f *rawFile) Read(p []byte) (int, error) {
 	return 0, io.EOF
 }
 
-func (f *rawFile) Close() error {
+func (f *RawFile) Close() error {
 	if f.closed.Swap(true) {
 		return nil
 	}
 	return unix.Close(f.fd)
 }
 
-// tracer follows one QP in a capture.
-type tracer struct {
+// Tracer follows one QP in a capture.
+type Tracer struct {
 	mnt   string
 	qpn   uint32
 	addr  netip.Addr // the port's address (its GID)
@@ -145,17 +103,17 @@ type dirStats struct {
 	seen                        bool
 }
 
-func newTracer(mnt string, qpn uint32) (*tracer, error) {
-	t := &tracer{mnt: mnt, qpn: qpn, now: time.Now, nakSent: map[string]int{}, nakRecv: map[string]int{}}
+func NewTracer(mnt string, qpn uint32) (*Tracer, error) {
+	t := &Tracer{mnt: mnt, qpn: qpn, now: time.Now, nakSent: map[string]int{}, nakRecv: map[string]int{}}
 	port, err := os.ReadFile(filepath.Join(mnt, "port"))
 	if err != nil {
 		return nil, err
 	}
-	gid := parseKV(port)["gid"]
-	if t.addr, err = netip.ParseAddr(gid); err != nil {
-		return nil, fmt.Errorf("%s/port: gid %q: %v", mnt, gid, err)
+	p, err := qp.ParsePortAttr(string(port))
+	if err != nil {
+		return nil, fmt.Errorf("%s/port: %w", mnt, err)
 	}
-	t.addr = t.addr.Unmap()
+	t.addr = netip.AddrFrom16(p.GID).Unmap()
 	switch err := t.readAttr(); {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("qp %d does not exist on %s", qpn, mnt)
@@ -170,18 +128,25 @@ func newTracer(mnt string, qpn uint32) (*tracer, error) {
 	return t, nil
 }
 
-func (t *tracer) readAttr() error {
+func (t *Tracer) readAttr() error {
 	t.lastAttr = t.now()
 	b, err := os.ReadFile(filepath.Join(t.mnt, "qp", strconv.FormatUint(uint64(t.qpn), 10), "attr"))
 	if err != nil {
 		return err
 	}
-	a := parseKV(b)
-	t.typ, t.peer, t.mtu, t.known = a["qp_type"], a.u32("dest_qp_num"), int(a.u64("path_mtu")), true
+	f, _, err := qp.ParseAttrFile(string(b))
+	if err != nil {
+		return fmt.Errorf("qp %d's attr: %w", t.qpn, err)
+	}
+	t.typ, t.peer, t.known = f.Type.String(), f.Attr.DestQPNum, true
+	t.mtu = 0
+	if f.Attr.PathMTU.Valid() {
+		t.mtu = f.Attr.PathMTU.Bytes()
+	}
 	return nil
 }
 
-func (t *tracer) describe() string {
+func (t *Tracer) Describe() string {
 	s := fmt.Sprintf("qp %d (%s", t.qpn, strings.ToUpper(t.typ))
 	if t.typ != "ud" && t.peer != 0 {
 		s += fmt.Sprintf(", peer qp %d", t.peer)
@@ -191,7 +156,7 @@ func (t *tracer) describe() string {
 
 // run reads the pcap stream r until ctx ends, max packets of the QP were
 // shown (0: no limit) or the stream ends; then it prints the summary.
-func (t *tracer) run(ctx context.Context, r io.Reader, w io.Writer, max int) error {
+func (t *Tracer) Run(ctx context.Context, r io.Reader, w io.Writer, max int) error {
 	t.start = t.now()
 	// The reader sends the records, then closes recs with readErr set.
 	recs := make(chan roce.PcapRecord, 256)
@@ -299,7 +264,7 @@ func isRequest(op roce.Opcode) bool {
 
 // packet decodes one record: the line to print and whether it is the
 // QP's.
-func (t *tracer) packet(rec roce.PcapRecord) (string, bool) {
+func (t *Tracer) packet(rec roce.PcapRecord) (string, bool) {
 	ip, ok := rec.IP()
 	if !ok {
 		return "", false
@@ -409,7 +374,7 @@ func (t *tracer) packet(rec roce.PcapRecord) (string, bool) {
 // to its peer (RC, UC), from it in the DETH (UD). When the peer does not
 // match, attr is read again (at most once a second): the QP may have been
 // reset and connected to another.
-func (t *tracer) sentBy(p *roce.Packet, hdrs roce.Headers) bool {
+func (t *Tracer) sentBy(p *roce.Packet, hdrs roce.Headers) bool {
 	if hdrs&roce.HdrDETH != 0 {
 		return p.SrcQP == t.qpn
 	}
@@ -463,7 +428,7 @@ func syndromeText(s uint8) string {
 }
 
 // summary prints what the trace saw.
-func (t *tracer) summary(w io.Writer) {
+func (t *Tracer) summary(w io.Writer) {
 	fmt.Fprintf(w, "--- qp %d: %.1f s ---\n", t.qpn, t.now().Sub(t.start).Seconds())
 	for _, d := range []struct {
 		name string
