@@ -1329,6 +1329,8 @@ int rclose(int s)
 			/* the writes we made are the peer's: wait for their
 			 * completions before the QP goes */
 			rs_process(rs, true, rs_all_sends_done);
+	} else {
+		ds_shutdown(rs);
 	}
 	rs_free(rs);
 	return 0;

@@ -754,9 +754,21 @@ ssize_t ds_recvmsg(struct rsock *rs, struct msghdr *msg, int flags)
 	return n;
 }
 
+static bool ds_sends_done(struct rsock *rs)
+{
+	return !rs->ds || rs->ds->nfree == rs->sq_size;
+}
+
+/* No more sending or receiving; the datagrams posted still go out (a QP
+ * destroyed under them would drop them), for a second at most. */
 void ds_shutdown(struct rsock *rs)
 {
+	uint64_t start = rs_now_us();
+
 	rs->state &= ~(RS_READABLE | RS_WRITABLE);
+	while (!ds_sends_done(rs) && rs_now_us() - start < 1000000)
+		if (ds_wait(rs, true, ds_sends_done))
+			usleep(1000);
 }
 
 int ds_getpeername(struct rsock *rs, struct sockaddr *addr, socklen_t *len)
