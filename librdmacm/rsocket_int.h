@@ -1,6 +1,7 @@
 /* rsockets: the socket object and what its files share (rsocket.c the
  * stream sockets, rsocket_poll.c rpoll/rselect and the options,
- * rsocket_dgram.c the datagram sockets). */
+ * rsocket_dgram.c the datagram sockets, rsocket_wire.c the checks of what
+ * a peer sends; the wire format is rsocket.h). */
 #ifndef RDMAFS_RSOCKET_INT_H
 #define RDMAFS_RSOCKET_INT_H
 
