@@ -23,6 +23,8 @@
  *   addrinfo.c  rdma_getaddrinfo, rdma_freeaddrinfo
  *   ep.c        rdma_create_ep, rdma_destroy_ep, rdma_get_request
  *   event_str.c rdma_event_str
+ *   rsocket*.c  the rsocket family (rsocket_int.h; the wire format in
+ *               rsocket.h), made of the calls above as librdmacm makes it
  *   the stubs of everything else are generated (libibverbs/gen -lib librdmacm).
  *
  * Locking: one library mutex (rc_lock) guards the id table, the devices'

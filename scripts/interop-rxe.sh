@@ -31,6 +31,11 @@
 #       rping server that is killed (SIGKILL) mid-run; the daemon ends its
 #       ids (the lease) with a DREQ, and the kernel's client must see
 #       DISCONNECTED and exit 0.
+# Cases 30-31 are rsockets (rdmafs's librdmacm against rdma-core's, on
+# the kernel's rdma_cm and rxe): rstream -T b -T v (blocking, data checked)
+# at 100000 bytes, 20 transfers each way:
+#   30. rdmafs exec client -> rxe server;
+#   31. rxe client -> rdmafs exec server.
 # Their checks: both sides' exit status, rping's last ping on both sides,
 # perftest's result lines, and the CM counters of the mount (a REQ and a
 # REP each way, an RTU, a DREQ).
@@ -69,7 +74,7 @@ SIZE=${2:-4096}
 MTU=${3:-1024}
 PERF_ITERS=${4:-$ITERS}
 PERF_MTU=1024 # the guest's perftest path MTU: rxe's active_mtu (see above)
-CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 40 41}
+CASES=${CASES:-1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 30 31 40 41}
 MOUNT_FLAGS=${RDMAFS_MOUNT_FLAGS:-}
 NS=rxepeer
 # The guest's work directory (run-guest.sh's and stop-guest.sh's WORK):
@@ -86,7 +91,7 @@ die() { echo "FAIL: $*" >&2; exit 1; }
 command -v qemu-system-x86_64 >/dev/null && command -v tshark >/dev/null || bash "$H/host-deps.sh"
 [[ -e /tmp/rxe/initrd.cpio && -e /tmp/rxe/vmlinuz ]] || bash "$H/build-guest.sh"
 bash "$here/rxe-cm-guest.sh" "$H" "$WORK"
-for t in ibv_rc_pingpong ib_write_bw ib_read_bw ib_send_lat rping udaddy; do
+for t in ibv_rc_pingpong ib_write_bw ib_read_bw ib_send_lat rping udaddy rstream; do
 	command -v $t >/dev/null || die "$t is missing: apt-get install ibverbs-utils perftest rdmacm-utils"
 done
 (cd "$repo" && go build -o "$work/rdmafs" ./cmd/rdmafs && go build -o "$work/rc_pingpong" ./examples/rc_pingpong &&
@@ -487,6 +492,43 @@ if want 19; then
 	((src == 0)) || die "case 19: the daemon sent no DREQ for the killed program's connection"
 	grep -aq "client DISCONNECT EVENT" $GUEST_LOG && grep -aq "rping client rc=0" $GUEST_LOG ||
 		die "the kernel's rping client was not disconnected"
+	stop_guest
+fi
+
+RS=(rstream -S 100000 -C 20 -T b -T v)
+if want 30; then
+	echo "== 30. rstream: rdmafs exec client -> kernel rxe server (rsockets both sides, 20 x 100000 B each way, data checked)"
+	guest rstreamserver rxe.iters=20 rxe.size=100000
+	guest_wait "\] rstream server" 120 || die "the rxe guest did not come up"
+	sleep 1
+	# (again while the guest's server is not listening yet)
+	for _ in $(seq 30); do
+		crc=0
+		onrdmafs 30 timeout 240 "${EXEC[@]}" "${RS[@]}" -s 10.77.0.2 >"$work/rstream-client.log" 2>&1 || crc=$?
+		((crc == 0)) && break
+		grep -qiE "refused|rejected|unreachable" "$work/rstream-client.log" || break
+		sleep 1
+	done
+	guest_wait "rstream server rc=" 120 || true
+	echo "rdmafs client (exit $crc): $(grep -a '^custom' "$work/rstream-client.log")"
+	echo "rxe server: $(grep -a 'rstream server rc=' $GUEST_LOG | tr -d '\r' | head -1)"
+	((crc == 0)) && grep -q '^custom' "$work/rstream-client.log" ||
+		die "rstream on rdmafs (client) failed: $(tail -5 "$work/rstream-client.log")"
+	grep -aq "rstream server rc=0" $GUEST_LOG || die "the kernel's rstream server failed"
+	stop_guest
+fi
+
+if want 31; then
+	echo "== 31. rstream: kernel rxe client -> rdmafs exec server (rsockets both sides, 20 x 100000 B each way, data checked)"
+	onrdmafs 31 timeout 300 "${EXEC[@]}" "${RS[@]}" -b 10.77.0.1 >"$work/rstream-server.log" 2>&1 &
+	srv=$!
+	guest rstreamclient rxe.iters=20 rxe.size=100000 rxe.poweroff=1
+	src=0
+	wait $srv || src=$?
+	guest_wait "rstream client rc=" 120 || true
+	echo "rdmafs server (exit $src); rxe client: $(grep -a '^custom' $GUEST_LOG | tr -d '\r' | tail -1); $(grep -a 'rstream client rc=' $GUEST_LOG | tr -d '\r')"
+	((src == 0)) || die "rstream on rdmafs (server) failed: $(tail -5 "$work/rstream-server.log")"
+	grep -aq "rstream client rc=0" $GUEST_LOG && grep -aq '^custom' $GUEST_LOG || die "the kernel's rstream client failed"
 	stop_guest
 fi
 

@@ -13,6 +13,8 @@
 #   cmtimeclient  cmtime -s PEER -c ITERS (ITERS connections)
 #   udaddyserver  loop: udaddy -b IP -C ITERS (UD, SIDR_REQ/SIDR_REP)
 #   udaddyclient  udaddy -s PEER -C ITERS (retried while it fails)
+#   rstreamserver loop: rstream -b IP -S SIZE -C ITERS -T b -T v (rsockets)
+#   rstreamclient rstream -s PEER -S SIZE -C ITERS -T b -T v (retried while it fails)
 #   mckeyrecv, mckeysend: multicast (their block below)
 # Every mode logs "MODE rc=N" as the harness's modes do.
 set -euo pipefail
@@ -65,6 +67,17 @@ cat >"$OUT/modes.sh" <<'MODES'
     done
     cat /tmp/client.out
     log "udaddy client rc=$rc wall_ms=$(( (t1 - t0) / 1000000 ))" ;;
+  rstreamserver)
+    while true; do log "rstream server"; timeout 300 rstream -b $IP -S $SIZE -C $ITERS -T b -T v; log "rstream server rc=$?"; done ;;
+  rstreamclient)
+    log "rstream client -> $PEER"
+    for i in $(seq 60); do
+      t0=$(date +%s%N); timeout 300 rstream -s $PEER -S $SIZE -C $ITERS -T b -T v >/tmp/client.out 2>&1; rc=$?; t1=$(date +%s%N)
+      [ $rc = 0 ] && break
+      sleep 1
+    done
+    cat /tmp/client.out
+    log "rstream client rc=$rc wall_ms=$(( (t1 - t0) / 1000000 ))" ;;
 MODES
 # The multicast modes, mckey in group rxe.group=A.B.C.D (kernel command
 # line), in their own block (other modes are added above):

@@ -24,7 +24,7 @@ func TestScripts(t *testing.T) {
 	// verbs-tools.sh, c-programs.sh, rdma-core-suite.sh, memkinds.sh and
 	// mpi.sh (Open MPI and MPICH) run unmodified
 	// programs on the drop-in libibverbs (RDMAFS_LIBDIR, or built by lib.sh).
-	for _, s := range []string{"demo.sh", "ud.sh", "flush.sh", "wire.sh", "c-programs.sh", "rdma-core-suite.sh", "verbs-tools.sh", "ucx.sh", "rdmacm-tools.sh", "mcast.sh", "libfabric.sh", "install.sh", "doctor.sh", "qperf.sh", "discovery.sh", "memkinds.sh", "mpi.sh"} {
+	for _, s := range []string{"demo.sh", "ud.sh", "flush.sh", "wire.sh", "c-programs.sh", "rdma-core-suite.sh", "verbs-tools.sh", "ucx.sh", "rdmacm-tools.sh", "mcast.sh", "rsockets.sh", "libfabric.sh", "install.sh", "doctor.sh", "qperf.sh", "discovery.sh", "memkinds.sh", "mpi.sh"} {
 		t.Run(s, func(t *testing.T) {
 			cmd := exec.Command("bash", s)
 			cmd.Env = append(os.Environ(), "RDMAFS="+bin)

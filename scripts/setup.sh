@@ -8,7 +8,7 @@
 set -euo pipefail
 pkgs=(gcc make binutils libibverbs-dev ibverbs-utils perftest python3-pyverbs
 	rdma-core librdmacm-dev rdmacm-utils ucx-utils libfabric-bin iproute2
-	qperf infiniband-diags openmpi-bin libopenmpi-dev mpich libmpich-dev)
+	qperf infiniband-diags openmpi-bin libopenmpi-dev mpich libmpich-dev iperf3)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
