@@ -247,13 +247,17 @@ func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
 // from the peer's memory into the WQE's SGEs in one copy.
 func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
-	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteRead == 0 || peer.attr.MaxDestRdAtomic == 0 {
+	if peer == nil {
 		return false
 	}
 	d := q.dev
+	mr, off, e := peer.checkReadLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
+	if e != respOK {
+		return false
+	}
 	var src []byte
 	if w.length > 0 {
-		b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteRead)
+		b, f := mr.bytesLocked(off, w.length, qp.AccessRemoteRead)
 		if f != faultNone {
 			return false
 		}
@@ -262,12 +266,9 @@ func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
 	n := npkts(w.length, mtu)
 	first := w.firstPSN
 	peer.Counters.PacketsRecv++ // the request
-	peer.resp.nakSent = false
-	peer.noteCommEstLocked()
-	res := peer.saveResourceLocked(first, first.Add(n-1))
+	peer.inSeqLocked()
+	res := peer.acceptRdAtomicLocked(first, first.Add(n-1))
 	res.va, res.rkey, res.length = w.wr.RemoteAddr, w.wr.RKey, uint32(w.length)
-	peer.resp.msn++
-	peer.resp.psn = first.Add(n)
 	peer.Counters.PacketsSent += uint64(n) // the responses
 	peer.Counters.BytesSent += w.length
 	q.Counters.PacketsSent++
@@ -344,16 +345,12 @@ func copyChunks(dst, src [][]byte) {
 // the latter's receive completion where the packet's would be written.
 func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
-	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+	if peer == nil {
 		return false
 	}
-	var dst []byte
-	if w.length > 0 {
-		b, f := q.dev.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteWrite)
-		if f != faultNone {
-			return false
-		}
-		dst = b
+	dst, ok := peer.directWriteTargetLocked(w)
+	if !ok {
+		return false
 	}
 	// WRITE_WITH_IMM takes a receive WQE of the peer's RQ or SRQ (none
 	// goes as packets: the packets' RNR NAK).
@@ -364,7 +361,7 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 			srq.lockTake()
 			defer srq.unlockTake()
 		}
-		if present, malformed := peer.peekRecvLocked(); !present || malformed {
+		if peer.checkRecvLocked() != respOK {
 			return false
 		}
 	}
@@ -383,6 +380,20 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	}
 	q.directDoneLocked(peer, w, mtu, recv)
 	return true
+}
+
+// directWriteTargetLocked is the memory a direct WRITE of w writes into
+// (nil for no bytes), or false when the responder's check refuses it.
+func (q *QP) directWriteTargetLocked(w *sendWQE) ([]byte, bool) {
+	mr, off, e := q.checkWriteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
+	if e != respOK {
+		return nil, false
+	}
+	if mr == nil {
+		return nil, true
+	}
+	b, f := mr.bytesLocked(off, w.length, qp.AccessRemoteWrite)
+	return b, f == faultNone
 }
 
 // executeSendLocked is executeDirectLocked's SEND, SEND_WITH_IMM and
@@ -404,7 +415,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 		srq.lockTake()
 		defer srq.unlockTake()
 	}
-	if present, malformed := peer.peekRecvLocked(); !present || malformed {
+	if peer.checkRecvLocked() != respOK {
 		return false
 	}
 	var dsts [maxDirectSGEs][]byte
@@ -417,14 +428,11 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	if !ok {
 		return false
 	}
-	var wf qp.WCFlags
 	var invMR *MR
 	var invMW *MW
-	imm := w.wr.ImmData
-	switch {
-	case w.info.Imm:
-		wf = qp.WCWithImm
-	case w.wr.Opcode == qp.WRSendWithInv:
+	inv := w.wr.Opcode == qp.WRSendWithInv
+	data := w.wr.ImmData
+	if inv {
 		e := q.eng()
 		if len(q.dev.engines) > 1 && !e.exclusive {
 			return false
@@ -433,7 +441,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 		if invMR, invMW, st = q.dev.invalidationLocked(peer, w.wr.InvalidateRKey, true); st != qp.WCSuccess {
 			return false
 		}
-		wf, imm = qp.WCWithInv, w.wr.InvalidateRKey
+		data = w.wr.InvalidateRKey
 	}
 	peer.takeRecvLocked()
 	peer.ownReadRepliesLocked()
@@ -442,7 +450,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	q.directDoneLocked(peer, w, mtu, func() {
 		// After the bytes are placed, as the last packet does it.
 		q.dev.invalidateLocked(invMR, invMW)
-		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, imm, w.wr.SendFlags&qp.SendSolicited != 0)
+		peer.recvDoneLocked(uint32(w.length), w.info.Imm, inv, data, w.wr.SendFlags&qp.SendSolicited != 0)
 	})
 	return true
 }
@@ -453,7 +461,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 // report).
 func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]byte) ([][]byte, bool) {
 	r := &peer.resp
-	if total, _ := sglLength(r.rwqe.SGL); total < length {
+	if peer.recvFitsLocked(0, length) != respOK {
 		return nil, false
 	}
 	dst := dsts[:0]
@@ -480,7 +488,6 @@ func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]by
 // would have: the peer's receive counters, PSN, MSN and comm_est, then
 // (recv, the peer's completion, if any) the ACK's effect on q.
 func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
-	peer.resp.nakSent = false
 	q.directMovedLocked(peer, w, npkts(w.length, mtu))
 	peer.resp.msn++
 	if recv != nil {
@@ -505,7 +512,7 @@ func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
 func (q *QP) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
 	peer.Counters.PacketsRecv += uint64(n)
 	peer.Counters.BytesRecv += w.length
-	peer.noteCommEstLocked()
+	peer.inSeqLocked()
 	peer.resp.psn = peer.resp.psn.Add(n)
 	q.Counters.PacketsSent += uint64(n)
 	q.Counters.BytesSent += w.length
@@ -565,19 +572,15 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 	if peer == nil {
 		return false
 	}
-	d := q.dev
 	r := &peer.resp
 	var dsts [maxDirectSGEs][]byte
 	dst := dsts[:0]
 	if w.info.Write {
-		if peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+		b, ok := peer.directWriteTargetLocked(w)
+		if !ok {
 			return false
 		}
-		if w.length > 0 {
-			b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteWrite)
-			if f != faultNone {
-				return false
-			}
+		if b != nil {
 			dst = append(dst, b)
 		}
 	}
@@ -586,7 +589,7 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 			srq.lockTake()
 			defer srq.unlockTake()
 		}
-		if present, malformed := peer.peekRecvLocked(); !present || malformed {
+		if peer.checkRecvLocked() != respOK {
 			return false
 		}
 		if w.info.Send {
@@ -610,11 +613,7 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 	switch {
 	case w.info.Send:
 		r.msn++
-		var wf qp.WCFlags
-		if w.info.Imm {
-			wf = qp.WCWithImm
-		}
-		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, w.wr.ImmData, se)
+		peer.recvDoneLocked(uint32(w.length), w.info.Imm, false, w.wr.ImmData, se)
 	case w.info.Imm:
 		r.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 		r.msn++
@@ -655,30 +654,24 @@ func (q *QP) directUCPeerLocked(w *sendWQE) *QP {
 // original value scattered into the WQE's SGE, the WQE done).
 func (q *QP) executeAtomicLocked(w *sendWQE) bool {
 	peer := q.directPeerLocked(w)
-	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteAtomic == 0 || peer.attr.MaxDestRdAtomic == 0 ||
-		w.wr.RemoteAddr&7 != 0 {
+	if peer == nil {
 		return false
 	}
 	d := q.dev
-	b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, 8, qp.AccessRemoteAtomic)
-	if f != faultNone || !aligned8(b) {
+	b, mr, e := peer.checkAtomicLocked(w.wr.RemoteAddr, w.wr.RKey, qp.AccessRemoteAtomic)
+	if e != respOK {
 		return false
 	}
 	peer.ownReadRepliesLocked()
-	var orig uint64
-	if w.wr.Opcode == qp.WRAtomicCmpAndSwp {
-		orig = atomicCompareSwap(b, w.wr.CompareAdd, w.wr.Swap)
-	} else {
-		orig = atomicFetchAdd(b, w.wr.CompareAdd)
-	}
+	cmpSwap, compare, swapAdd := atomicArgs(&w.wr)
+	// The MR is not on demand (directLocked), so nothing can fail past
+	// the check.
+	orig, _ := applyAtomicLocked(b, mr, w.wr.RemoteAddr, cmpSwap, compare, swapAdd)
 	psn := w.firstPSN
 	peer.Counters.PacketsRecv++
-	peer.resp.nakSent = false
-	peer.noteCommEstLocked()
-	res := peer.saveResourceLocked(psn, psn)
+	peer.inSeqLocked()
+	res := peer.acceptRdAtomicLocked(psn, psn)
 	res.atomic, res.orig = true, orig
-	peer.resp.msn++
-	peer.resp.psn = peer.resp.psn.Add(1)
 	peer.Counters.PacketsSent++ // the atomic acknowledgement
 	q.Counters.PacketsSent++
 	q.req.psn = q.req.psn.Add(1)
