@@ -54,7 +54,10 @@ type packet struct {
 	// local is set for a packet that loopback delivers: srcQPN is then
 	// the QP that sent it, as the device itself vouches. From the wire
 	// only the UDP source port (srcPort) says anything about the sender.
-	local   bool
+	local bool
+	// handed is set for a packet directTxLocked gave its QP without the
+	// chain (loopback.go).
+	handed  bool
 	srcPort uint16
 	// The IPv4 header a UD packet arrived with from the wire, for the
 	// receive buffer's GRH.

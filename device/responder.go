@@ -613,7 +613,7 @@ func (q *QP) readStepLocked(budget int) int {
 	n := npkts(uint64(r.length), int(mtu))
 	// On the direct path a response packet carries up to superSeg bytes.
 	seg := uint32(1)
-	if peer != nil && d.isLocalGID(q.attr.AH.DGID) && d.directLocked(q.QPN, peer.QPN) {
+	if peer != nil && q.directToPeerLocked() {
 		seg = uint32(max(superSeg/mtu, 1))
 	}
 	for budget > 0 && q.resp.reading {
