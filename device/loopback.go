@@ -241,11 +241,11 @@ func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 // superSeg bytes (a turn stays bounded: a larger message goes in
 // segments). Anything else goes as packets, whose responder refuses them
 // with the same verdicts and answers with the NAKs, RNRs and retries of
-// the transport. The state moves as if
-// the packets had gone both ways: the PSNs by the message's path-MTU
-// segments on both sides, the peer's MSN, comm_est at a peer in RTR, the
-// counters of the segments and the acknowledgement, and the WQE completes
-// as an acknowledgement completes it (ackThroughLocked). w has just
+// the transport. The state moves as if the packets had gone both ways:
+// the PSNs by the message's path-MTU segments on both sides, the peer's
+// MSN, comm_est at a peer in RTR, the counters of the segments and the
+// acknowledgement, and the WQE completes as an acknowledgement completes
+// it (ackThroughLocked). A UC WQE goes to executeUCLocked. w has just
 // started (wqeSending, its PSNs assigned); it reports whether it executed
 // w, which then has moved past reqIdx.
 func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
