@@ -62,30 +62,26 @@ func (q *QP) allowsLocked(acc qp.Access) bool { return q.attr.QPAccessFlags&acc 
 // message size, the rkey for the whole message. It returns the MR and the
 // offset of va in it (none for zero bytes).
 func (q *QP) checkWriteLocked(va uint64, rkey uint32, n uint64) (*MR, uint64, respErr) {
-	if !q.allowsLocked(qp.AccessRemoteWrite) || n > qp.MaxMsgSize {
-		return nil, 0, respInvReq
-	}
-	if n == 0 {
-		return nil, 0, respOK
-	}
-	mr, off, f := q.dev.rkeyFindLocked(q, rkey, va, n, qp.AccessRemoteWrite)
-	if f != faultNone {
-		return nil, 0, respRemAccess
-	}
-	return mr, off, respOK
+	return q.checkRemoteLocked(va, rkey, n, qp.AccessRemoteWrite, false)
 }
 
 // checkReadLocked checks an RDMA READ request of n bytes at va through
-// rkey: remote read access and a responder resource on the QP, the
-// message size, the rkey. It returns the MR and the offset of va in it.
+// rkey as checkWriteLocked checks a WRITE, with remote read access and a
+// responder resource (max_dest_rd_atomic) on the QP.
 func (q *QP) checkReadLocked(va uint64, rkey uint32, n uint64) (*MR, uint64, respErr) {
-	if !q.allowsLocked(qp.AccessRemoteRead) || q.attr.MaxDestRdAtomic == 0 || n > qp.MaxMsgSize {
+	return q.checkRemoteLocked(va, rkey, n, qp.AccessRemoteRead, true)
+}
+
+// checkRemoteLocked is a WRITE's or READ's check: access acc (and a
+// responder resource if resource) on the QP, the message size, the rkey.
+func (q *QP) checkRemoteLocked(va uint64, rkey uint32, n uint64, acc qp.Access, resource bool) (*MR, uint64, respErr) {
+	if !q.allowsLocked(acc) || resource && q.attr.MaxDestRdAtomic == 0 || n > qp.MaxMsgSize {
 		return nil, 0, respInvReq
 	}
 	if n == 0 {
 		return nil, 0, respOK
 	}
-	mr, off, f := q.dev.rkeyFindLocked(q, rkey, va, n, qp.AccessRemoteRead)
+	mr, off, f := q.dev.rkeyFindLocked(q, rkey, va, n, acc)
 	if f != faultNone {
 		return nil, 0, respRemAccess
 	}

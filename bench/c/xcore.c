@@ -31,7 +31,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rdmafs-abi.h"
+#include "ring.h" /* rdmafs-abi.h and the library's index and field accessors */
 
 enum {
 	SLOTS = 128, /* perftest's tx depth, and the SQ's size */
@@ -90,22 +90,6 @@ static inline uint8_t *slot(struct ring *r, uint32_t i)
 			cpu_pause();            \
 	} while (0)
 
-static inline uint32_t load_acq(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static inline void store_rel(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-static inline void put32(uint8_t *p, size_t off, uint32_t v) { memcpy(p + off, &v, 4); }
-static inline void put64(uint8_t *p, size_t off, uint64_t v) { memcpy(p + off, &v, 8); }
-static inline uint32_t get32(const uint8_t *p, size_t off)
-{
-	uint32_t v;
-	memcpy(&v, p + off, 4);
-	return v;
-}
-static inline uint64_t get64(const uint8_t *p, size_t off)
-{
-	uint64_t v;
-	memcpy(&v, p + off, 8);
-	return v;
-}
 
 static struct ring sq, cq;
 static int stop; /* set by the producer when it is done */
@@ -128,7 +112,7 @@ static void *consumer(void *arg)
 	(void)arg;
 	uint32_t head = 0, cqhead = 0, spins = 0;
 	for (;;) {
-		uint32_t prod = load_acq(sq.prod);
+		uint32_t prod = rf_load_acq(sq.prod);
 		if (prod == head) {
 			if (__atomic_load_n(&stop, __ATOMIC_RELAXED))
 				return NULL;
@@ -137,19 +121,19 @@ static void *consumer(void *arg)
 		}
 		for (; head != prod; head++) {
 			uint8_t *w = slot(&sq, head);
-			uint64_t *dst = (uint64_t *)(uintptr_t)get64(w, RDMAFS_SEND_OFF_REMOTE_ADDR);
-			__atomic_store_n(dst, get64(w, RDMAFS_SEND_OFF_COMPARE_ADD), __ATOMIC_RELEASE);
-			if (get32(w, RDMAFS_SEND_OFF_FLAGS) & SEND_SIGNALED) {
-				store_rel(sq.cons, head + 1);
+			uint64_t *dst = (uint64_t *)(uintptr_t)rf_get64(w, RDMAFS_SEND_OFF_REMOTE_ADDR);
+			__atomic_store_n(dst, rf_get64(w, RDMAFS_SEND_OFF_COMPARE_ADD), __ATOMIC_RELEASE);
+			if (rf_get32(w, RDMAFS_SEND_OFF_FLAGS) & SEND_SIGNALED) {
+				rf_store_rel(sq.cons, head + 1);
 				uint8_t *c = slot(&cq, cqhead);
-				put64(c, RDMAFS_CQE_OFF_WRID, get64(w, RDMAFS_SEND_OFF_WRID));
+				rf_put64(c, RDMAFS_CQE_OFF_WRID, rf_get64(w, RDMAFS_SEND_OFF_WRID));
 				c[RDMAFS_CQE_OFF_STATUS] = 0;
 				c[RDMAFS_CQE_OFF_OPCODE] = 1; /* IBV_WC_RDMA_WRITE */
-				put32(c, RDMAFS_CQE_OFF_BYTE_LEN, 8);
-				store_rel(cq.prod, ++cqhead);
+				rf_put32(c, RDMAFS_CQE_OFF_BYTE_LEN, 8);
+				rf_store_rel(cq.prod, ++cqhead);
 			}
 		}
-		store_rel(sq.cons, head);
+		rf_store_rel(sq.cons, head);
 	}
 }
 
@@ -164,25 +148,25 @@ static void post(uint64_t *dst, uint64_t v)
 {
 	uint32_t spins = 0;
 	while (sq_head - sq_cons_seen >= SLOTS) {
-		sq_cons_seen = load_acq(sq.cons);
+		sq_cons_seen = rf_load_acq(sq.cons);
 		if (sq_head - sq_cons_seen >= SLOTS)
 			cpu_relax(spins);
 	}
 	uint8_t *w = slot(&sq, sq_head);
-	put64(w, RDMAFS_SEND_OFF_WRID, posted);
-	put32(w, RDMAFS_SEND_OFF_FLAGS, (posted + 1) % CQ_MOD == 0 ? SEND_SIGNALED : 0);
+	rf_put64(w, RDMAFS_SEND_OFF_WRID, posted);
+	rf_put32(w, RDMAFS_SEND_OFF_FLAGS, (posted + 1) % CQ_MOD == 0 ? SEND_SIGNALED : 0);
 	w[RDMAFS_SEND_OFF_OPCODE] = WR_WRITE;
 	w[RDMAFS_SEND_OFF_NUM_SGE] = 0;
-	put64(w, RDMAFS_SEND_OFF_REMOTE_ADDR, (uint64_t)(uintptr_t)dst);
-	put64(w, RDMAFS_SEND_OFF_COMPARE_ADD, v);
-	store_rel(sq.prod, ++sq_head);
+	rf_put64(w, RDMAFS_SEND_OFF_REMOTE_ADDR, (uint64_t)(uintptr_t)dst);
+	rf_put64(w, RDMAFS_SEND_OFF_COMPARE_ADD, v);
+	rf_store_rel(sq.prod, ++sq_head);
 	posted++;
 }
 
 /* poll takes the CQEs there are; each completes CQ_MOD WQEs. */
 static void poll_cq(void)
 {
-	uint32_t prod = load_acq(cq.prod);
+	uint32_t prod = rf_load_acq(cq.prod);
 	for (; cq_head != prod; cq_head++) {
 		if (slot(&cq, cq_head)[RDMAFS_CQE_OFF_STATUS] != 0) {
 			fprintf(stderr, "xcore: bad CQE\n");
@@ -190,7 +174,7 @@ static void poll_cq(void)
 		}
 		completed += CQ_MOD;
 	}
-	store_rel(cq.cons, cq_head);
+	rf_store_rel(cq.cons, cq_head);
 }
 
 static void bw(double secs)
