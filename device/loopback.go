@@ -572,8 +572,7 @@ func (q *QP) directPeerLocked(w *sendWQE) *QP {
 		peer = d.qps[q.attr.DestQPNum]
 		q.req.peerHint = peer
 	}
-	if peer == nil || peer == q || peer.destroyed || peer.Type != q.Type || peer.eng() != q.eng() ||
-		peer.attr.DestQPNum != q.QPN || peer.attr.AH.DGID != d.cfg.GID ||
+	if peer == nil || peer == q || peer.destroyed || peer.eng() != q.eng() || !peer.takesFromLocked(q) ||
 		!peer.attr.QPState.ProcessRecv() || d.localPathLocked(q.QPN, peer.QPN) != pathDirect {
 		return nil
 	}
