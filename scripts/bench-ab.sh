@@ -11,6 +11,7 @@
 #
 #   sudo BASE=/tmp/base/rdmafs scripts/bench-ab.sh    # new: built from this tree
 #   sudo BASE=... NEW=... ROUNDS=7 DUR=1 scripts/bench-ab.sh
+#   KEEP=/tmp/ab-out ...   # keep the per-round results and raw outputs
 #
 # Build the base with e.g. git worktree add /tmp/base main && (cd /tmp/base
 # && go build -o /tmp/base/rdmafs ./cmd/rdmafs). Needs root, /dev/fuse, Go
@@ -37,6 +38,10 @@ cleanup() {
 	for m in "${mounted[@]}"; do
 		"$NEW" umount "$m" 2>/dev/null || true
 	done
+	if [[ -n "${KEEP:-}" ]]; then
+		mkdir -p "$KEEP"
+		cp "$results" "$work"/*.txt "$KEEP"/ 2>/dev/null || true
+	fi
 	rm -rf "$work"
 	exit $rc
 }
@@ -59,13 +64,20 @@ for side in base new; do
 done
 echo "# base $BASE, new $NEW; $ROUNDS rounds of ${DUR}s runs, CPUs $(busy) busy before them"
 
-# ab ROUND NAME KEY ARGS...: the base's run, then the new one's, on their
-# own mounts.
+# ab ROUND NAME KEY ARGS...: the base's run and the new one's, on their
+# own mounts; which goes first alternates with the round.
 ab() {
-	local r=$1 name=$2 key=$3
+	local r=$1 name=$2 key=$3 side
 	shift 3
-	RDMAFS=$BASE rb "$r" "base_$name" "$key" "$@" "$work/base"
-	RDMAFS=$NEW rb "$r" "new_$name" "$key" "$@" "$work/new"
+	local order=(base new)
+	((r % 2 == 0)) && order=(new base)
+	for side in "${order[@]}"; do
+		if [[ $side == base ]]; then
+			RDMAFS=$BASE rb "$r" "base_$name" "$key" "$@" "$work/base"
+		else
+			RDMAFS=$NEW rb "$r" "new_$name" "$key" "$@" "$work/new"
+		fi
+	done
 }
 rx() {
 	local out
