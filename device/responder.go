@@ -97,9 +97,15 @@ func (q *QP) inSeqLocked() {
 // noteCommEstLocked raises comm_est for the first packet received in RTR.
 func (q *QP) noteCommEstLocked() {
 	if q.attr.QPState == qp.StateRTR && !q.commEst {
-		q.commEst = true
-		q.dev.raise(qp.EventCommEst, "qp", q.QPN)
+		q.commEstLocked()
 	}
+}
+
+// commEstLocked is noteCommEstLocked's rare part, a call of its own so
+// that the check inlines into every request's path.
+func (q *QP) commEstLocked() {
+	q.commEst = true
+	q.dev.raise(qp.EventCommEst, "qp", q.QPN)
 }
 
 // sendAckLocked answers the requester (ACKNOWLEDGE with an AETH). Credits
