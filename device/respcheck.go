@@ -3,9 +3,10 @@ package device
 import "rdmafs/qp"
 
 // The responder's rules, once. Each operation is a check, which looks and
-// changes nothing (it gives a verdict: go on, or the NAK and the receive
-// status the request is refused with), and an apply, which changes memory
-// and the responder's state. The packet path (respondRCLocked and the
+// changes nothing but its lookups' hints and the scratch copy of the
+// receive WQE it peeks at (it gives a verdict: go on, or the NAK and the
+// receive status the request is refused with), and an apply, which
+// changes memory and the responder's state. The packet path (respondRCLocked and the
 // resp*Locked it calls, respondUCLocked, respondUDLocked) and the direct
 // path (executeDirectLocked and the execute*Locked it calls, loopback.go)
 // both call these, so a request is refused for the same reason on both: the
