@@ -26,12 +26,13 @@
 //   - engine.go: the scheduler. Config.Engines engines run the QPs that
 //     have work, each QP on one engine (QP.home), each engine on its own
 //     goroutine; an idle device parks them all and uses no CPU.
-//   - packet.go, requester.go, responder.go, completer.go: the transport, in
-//     the shape of rxe. The requester turns WQEs into IB packets (PSNs, path
-//     MTU segmentation), the link delivers them (loopback, or RoCEv2),
-//     the responder executes them against its QP and answers with ACK, NAK,
-//     read responses and atomic acknowledgements, and the completer retires
-//     WQEs, retries, and writes completions.
+//   - packet.go, requester.go, responder.go, respcheck.go, completer.go:
+//     the transport, in the shape of rxe. The requester turns WQEs into IB
+//     packets (PSNs, path MTU segmentation), the link delivers them
+//     (loopback, or RoCEv2), the responder executes them against its QP
+//     (each operation a check and an apply, respcheck.go) and answers with
+//     ACK, NAK, read responses and atomic acknowledgements, and the
+//     completer retires WQEs, retries, and writes completions.
 //   - loopback.go: the direct path between two QPs of the device (rdmavt's
 //     rvt_ruc_loopback): their packets skip the link chain, the receiving
 //     QP's turn runs right after the sender's in the same batch, and RC
@@ -40,8 +41,10 @@
 //     WRITE, SEND (with immediate data or an invalidation too), READ or
 //     atomic, or a UC WRITE or SEND, is executed against the peer with no
 //     packet (executeDirectLocked, executeUCLocked), into the peer's RQ or
-//     SRQ; a capture, a fault rule for the QP or
-//     Config.PacketLoopback puts the packets back on the chain.
+//     SRQ, with the responder's own checks and applies (respcheck.go); a
+//     capture, a fault rule for the QP or Config.PacketLoopback puts the
+//     packets back on the chain (localPathLocked, the one place the way
+//     is decided).
 //   - link.go: the device's side of its link (package link, which owns
 //     sockets, faults, capture and the wire's receive goroutine): it builds
 //     the chain at creation, routes each packet (loopback for the device's

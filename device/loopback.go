@@ -31,6 +31,7 @@ import (
 // delays hit it), something stands in front of the chain (a test's lossy
 // link or its wire to the device's own address), or Config.PacketLoopback
 // asks for the chain always.
+// One function decides the way, localPathLocked; everything else asks it.
 // The choice is made per packet when its turn's batch is flushed; the
 // segment size when the packet is built, by the same rule, so a capture
 // opened between the two sees one oversized packet at most.
@@ -40,25 +41,51 @@ import (
 // idle QPs of one engine is executed against the peer by the requester's
 // turn (executeDirectLocked), the state of both QPs moving as the packets
 // and their acknowledgement would have moved it; anything a packet would
-// have been NAKed, RNR-NAKed or retried for goes as packets.
+// have been NAKed, RNR-NAKed or retried for goes as packets. The rules
+// are the responder's own functions (respcheck.go), so the two paths
+// cannot disagree on what is refused (TestResponderTable).
 
 // superSeg is the most payload a packet on the direct path carries.
 const superSeg = 64 << 10
 
-// directLocked reports whether packets between QPs src and dst of this
-// device take the direct path.
-func (d *Device) directLocked(src, dst uint32) bool {
-	// The direct path writes into the memory it resolved; an on-demand
-	// MR's bytes are copies that only the packet path hands back.
-	return d.chainDirectLocked() && !d.chain.Faults.Touches(src, dst) && d.odpMRs.Load() == 0
+// localPath is the way messages between two QPs of the device go.
+type localPath uint8
+
+const (
+	// pathChain: packets of one path MTU through the link chain.
+	pathChain localPath = iota
+	// pathHanded: packets of one path MTU handed to the peer's queue
+	// without the chain (directTxLocked).
+	pathHanded
+	// pathDirect: handed too, up to superSeg bytes a packet between RC
+	// QPs, and executed without packets between idle QPs
+	// (executeDirectLocked).
+	pathDirect
+)
+
+// localPathLocked is the way messages between QPs src and dst of this
+// device go, decided here and nowhere else. The chain, whenever something
+// must see the packets: Config.PacketLoopback asks for it, something
+// stands in front of the chain (the endpoint the device writes to is not
+// the chain's own head: a test's lossy link or its wire), a capture is
+// open, or a fault rule touches the QPs. Handed packets while an on-demand
+// MR exists: the direct path writes into the memory it resolved, and an
+// on-demand MR's bytes are copies that only the packets hand back.
+func (d *Device) localPathLocked(src, dst uint32) localPath {
+	switch {
+	case d.cfg.PacketLoopback || d.link != d.chain.Head || d.chain.Capture.On() || d.chain.Faults.Touches(src, dst):
+		return pathChain
+	case d.odpMRs.Load() != 0:
+		return pathHanded
+	}
+	return pathDirect
 }
 
-// chainDirectLocked reports whether the chain lets local packets take the
-// direct path: no capture is open, and nothing stands in front of the
-// chain (the endpoint the device writes to is the chain's own head; a
-// test's lossy link is not).
-func (d *Device) chainDirectLocked() bool {
-	return !d.cfg.PacketLoopback && d.link == d.chain.Head && !d.chain.Capture.On()
+// directToPeerLocked reports whether q's messages to its connected peer
+// take the direct path (localPathLocked): the peer on this device, the
+// path open between them.
+func (q *QP) directToPeerLocked() bool {
+	return q.dev.isLocalGID(q.attr.AH.DGID) && q.dev.localPathLocked(q.QPN, q.attr.DestQPNum) == pathDirect
 }
 
 // segmentLocked is how many payload bytes q's next packet of w carries,
@@ -91,7 +118,7 @@ func (q *QP) segmentLocked(w *sendWQE, mtu int, window int32) int {
 // time and nothing is lost on the way) directWindow, so that a turn of the
 // requester moves many large messages, not eight.
 func (q *QP) windowLocked() int32 {
-	if q.Type == qp.TypeRC && q.dev.isLocalGID(q.attr.AH.DGID) && q.dev.directLocked(q.QPN, q.attr.DestQPNum) {
+	if q.Type == qp.TypeRC && q.directToPeerLocked() {
 		return directWindow
 	}
 	return maxUnackedPSNs
@@ -113,27 +140,23 @@ func sgeRun(sgl []qp.SGE, off uint64) uint64 {
 	return 0
 }
 
-// directTxLocked delivers the packets of pkts that engine e's turn (or a
-// verb, with e not batching) sent and that take the direct path, and
-// returns the others, in their order, for the chain. Inside an engine turn
-// the receiving QPs of the same engine run soon (runSoonLocked); others
-// are scheduled.
+// directTxLocked hands the packets of pkts that engine e's turn (or a
+// verb, with e not batching) sent to their QPs when they do not take the
+// chain (localPathLocked), and returns the others, in their order, for
+// the chain. Inside an engine turn the receiving QPs of the same engine
+// run soon (runSoonLocked); others are scheduled.
 func (d *Device) directTxLocked(pkts []link.Packet, e *engine) []link.Packet {
-	if !d.chainDirectLocked() {
-		return pkts
-	}
-	f := d.chain.Faults.Get()
 	rest := pkts[:0]
 	var n, bytes uint64
 	for _, lp := range pkts {
 		p := lp.(*packet)
-		if p.route != link.Local || f.Active() && (f.QPN == 0 || f.QPN == p.srcQPN || f.QPN == p.DestQP) {
+		if p.route != link.Local || d.localPathLocked(p.srcQPN, p.DestQP) == pathChain {
 			rest = append(rest, lp)
 			continue
 		}
 		n += uint64(p.npsn())
 		bytes += uint64(len(p.Payload))
-		p.local = true
+		p.local, p.handed = true, true
 		d.acceptLocked(p, e)
 	}
 	// Sent and received at once (Counters.SentPackets and RecvPackets
@@ -146,10 +169,10 @@ func (d *Device) directTxLocked(pkts []link.Packet, e *engine) []link.Packet {
 }
 
 // wakeLocked makes q run for a packet it was given by engine cur (nil:
-// outside an engine's turns): soon if a direct delivery of cur's turn
-// gave it and q is cur's, else through q's engine's scheduler.
+// outside an engine's turns): soon if cur's turn handed it over
+// (directTxLocked) and q is cur's, else through q's engine's scheduler.
 func (d *Device) wakeLocked(q *QP, p *packet, cur *engine) {
-	if cur != nil && p.local && cur.txBatching && !d.cfg.PacketLoopback && q.eng() == cur {
+	if cur != nil && p.handed && cur.txBatching && q.eng() == cur {
 		if !q.soon {
 			q.soon = true
 			cur.soon = append(cur.soon, q)
@@ -211,22 +234,24 @@ func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 // nothing of q's in flight (every PSN it sent is acknowledged, no
 // response waits) and nothing of the peer's responder in progress (no
 // request queued or half received, no READ being answered, no ACK held
-// back, its expected PSN q's next) (directPeerLocked), and every check
-// the responder would make passing: access, the rkey, the receive WQE
-// (one posted to the peer's RQ or SRQ, long enough, its lkeys good) and the
-// local SGEs, for at most superSeg bytes (a turn stays bounded: a larger
-// message goes in segments). Anything else goes as packets, which answer
-// with the NAKs, RNRs and retries of the transport. The state moves as if
-// the packets had gone both ways: the PSNs by the message's path-MTU
-// segments on both sides, the peer's MSN, comm_est at a peer in RTR, the
-// counters of the segments and the acknowledgement, and the WQE completes
-// as an acknowledgement completes it (ackThroughLocked). w has just
+// back, its expected PSN q's next) (directPeerLocked), and the checks of
+// the peer's responder passing, the very ones its packets would meet
+// (respcheck.go: access, the rkey, a usable receive WQE long enough), as
+// well as the receive WQE's lkeys and the local SGEs, for at most
+// superSeg bytes (a turn stays bounded: a larger message goes in
+// segments). Anything else goes as packets, whose responder refuses them
+// with the same verdicts and answers with the NAKs, RNRs and retries of
+// the transport. The state moves as if the packets had gone both ways:
+// the PSNs by the message's path-MTU segments on both sides, the peer's
+// MSN, comm_est at a peer in RTR, the counters of the segments and the
+// acknowledgement, and the WQE completes as an acknowledgement completes
+// it (ackThroughLocked). A UC WQE goes to executeUCLocked. w has just
 // started (wqeSending, its PSNs assigned); it reports whether it executed
 // w, which then has moved past reqIdx.
 func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
 	switch {
-	case q.Type == qp.TypeUC:
-		return w.length <= superSeg && q.executeUCLocked(w, mtu)
+	case q.Type != qp.TypeRC:
+		return q.Type == qp.TypeUC && w.length <= superSeg && q.executeUCLocked(w, mtu)
 	case w.info.Atomic:
 		return q.executeAtomicLocked(w)
 	case w.length > superSeg:
@@ -247,13 +272,17 @@ func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
 // from the peer's memory into the WQE's SGEs in one copy.
 func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
-	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteRead == 0 || peer.attr.MaxDestRdAtomic == 0 {
+	if peer == nil {
 		return false
 	}
 	d := q.dev
+	mr, off, e := peer.checkReadLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
+	if e != respOK {
+		return false
+	}
 	var src []byte
 	if w.length > 0 {
-		b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteRead)
+		b, f := mr.bytesLocked(off, w.length, qp.AccessRemoteRead)
 		if f != faultNone {
 			return false
 		}
@@ -262,12 +291,9 @@ func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
 	n := npkts(w.length, mtu)
 	first := w.firstPSN
 	peer.Counters.PacketsRecv++ // the request
-	peer.resp.nakSent = false
-	peer.noteCommEstLocked()
-	res := peer.saveResourceLocked(first, first.Add(n-1))
+	peer.inSeqLocked()
+	res := peer.acceptRdAtomicLocked(first, first.Add(n-1))
 	res.va, res.rkey, res.length = w.wr.RemoteAddr, w.wr.RKey, uint32(w.length)
-	peer.resp.msn++
-	peer.resp.psn = first.Add(n)
 	peer.Counters.PacketsSent += uint64(n) // the responses
 	peer.Counters.BytesSent += w.length
 	q.Counters.PacketsSent++
@@ -344,16 +370,12 @@ func copyChunks(dst, src [][]byte) {
 // the latter's receive completion where the packet's would be written.
 func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	peer := q.directPeerLocked(w)
-	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+	if peer == nil {
 		return false
 	}
-	var dst []byte
-	if w.length > 0 {
-		b, f := q.dev.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteWrite)
-		if f != faultNone {
-			return false
-		}
-		dst = b
+	dst, ok := peer.directWriteTargetLocked(w)
+	if !ok {
+		return false
 	}
 	// WRITE_WITH_IMM takes a receive WQE of the peer's RQ or SRQ (none
 	// goes as packets: the packets' RNR NAK).
@@ -364,7 +386,7 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 			srq.lockTake()
 			defer srq.unlockTake()
 		}
-		if present, malformed := peer.peekRecvLocked(); !present || malformed {
+		if peer.checkRecvLocked() != respOK {
 			return false
 		}
 	}
@@ -383,6 +405,20 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 	}
 	q.directDoneLocked(peer, w, mtu, recv)
 	return true
+}
+
+// directWriteTargetLocked is the memory a direct WRITE of w writes into
+// (nil for no bytes), or false when the responder's check refuses it.
+func (q *QP) directWriteTargetLocked(w *sendWQE) ([]byte, bool) {
+	mr, off, e := q.checkWriteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
+	if e != respOK {
+		return nil, false
+	}
+	if mr == nil {
+		return nil, true
+	}
+	b, f := mr.bytesLocked(off, w.length, qp.AccessRemoteWrite)
+	return b, f == faultNone
 }
 
 // executeSendLocked is executeDirectLocked's SEND, SEND_WITH_IMM and
@@ -404,7 +440,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 		srq.lockTake()
 		defer srq.unlockTake()
 	}
-	if present, malformed := peer.peekRecvLocked(); !present || malformed {
+	if peer.checkRecvLocked() != respOK {
 		return false
 	}
 	var dsts [maxDirectSGEs][]byte
@@ -417,14 +453,11 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	if !ok {
 		return false
 	}
-	var wf qp.WCFlags
 	var invMR *MR
 	var invMW *MW
-	imm := w.wr.ImmData
-	switch {
-	case w.info.Imm:
-		wf = qp.WCWithImm
-	case w.wr.Opcode == qp.WRSendWithInv:
+	inv := w.wr.Opcode == qp.WRSendWithInv
+	data := w.wr.ImmData
+	if inv {
 		e := q.eng()
 		if len(q.dev.engines) > 1 && !e.exclusive {
 			return false
@@ -433,7 +466,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 		if invMR, invMW, st = q.dev.invalidationLocked(peer, w.wr.InvalidateRKey, true); st != qp.WCSuccess {
 			return false
 		}
-		wf, imm = qp.WCWithInv, w.wr.InvalidateRKey
+		data = w.wr.InvalidateRKey
 	}
 	peer.takeRecvLocked()
 	peer.ownReadRepliesLocked()
@@ -442,7 +475,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 	q.directDoneLocked(peer, w, mtu, func() {
 		// After the bytes are placed, as the last packet does it.
 		q.dev.invalidateLocked(invMR, invMW)
-		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, imm, w.wr.SendFlags&qp.SendSolicited != 0)
+		peer.recvDoneLocked(uint32(w.length), w.info.Imm, inv, data, w.wr.SendFlags&qp.SendSolicited != 0)
 	})
 	return true
 }
@@ -453,7 +486,7 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 // report).
 func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]byte) ([][]byte, bool) {
 	r := &peer.resp
-	if total, _ := sglLength(r.rwqe.SGL); total < length {
+	if peer.recvFitsLocked(0, length) != respOK {
 		return nil, false
 	}
 	dst := dsts[:0]
@@ -480,7 +513,6 @@ func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]by
 // would have: the peer's receive counters, PSN, MSN and comm_est, then
 // (recv, the peer's completion, if any) the ACK's effect on q.
 func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
-	peer.resp.nakSent = false
 	q.directMovedLocked(peer, w, npkts(w.length, mtu))
 	peer.resp.msn++
 	if recv != nil {
@@ -505,7 +537,7 @@ func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
 func (q *QP) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
 	peer.Counters.PacketsRecv += uint64(n)
 	peer.Counters.BytesRecv += w.length
-	peer.noteCommEstLocked()
+	peer.inSeqLocked()
 	peer.resp.psn = peer.resp.psn.Add(n)
 	q.Counters.PacketsSent += uint64(n)
 	q.Counters.BytesSent += w.length
@@ -519,13 +551,17 @@ func (q *QP) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
 }
 
 // directPeerLocked is the peer QP that w may be executed against directly
-// (executeDirectLocked), or nil: the conditions every operation shares.
+// (executeDirectLocked), or nil: the conditions every operation shares, RC
+// or UC. q between messages (and for RC with nothing unacknowledged); the
+// peer connected back to q on q's engine, as acceptLocked would take its
+// packets, with the direct path open between them (localPathLocked); its
+// responder between messages and expecting w's first PSN, nothing of its
+// queued, no READ being answered, no ACK held back, no aborted UC
+// message's receive WQE held.
 func (q *QP) directPeerLocked(w *sendWQE) *QP {
 	d := q.dev
-	if q.Type != qp.TypeRC || !d.isLocalGID(q.attr.AH.DGID) {
-		return nil
-	}
-	if q.comp.psn != w.firstPSN || q.req.psn != w.firstPSN || len(q.respIn) > 0 || q.req.inMsg || q.inboxed.Load() {
+	if !d.isLocalGID(q.attr.AH.DGID) || q.req.psn != w.firstPSN || q.req.inMsg || q.inboxed.Load() ||
+		q.Type == qp.TypeRC && (q.comp.psn != w.firstPSN || len(q.respIn) > 0) {
 		return nil
 	}
 	// The peer of q's last direct operation, while it lives, saves the
@@ -536,15 +572,13 @@ func (q *QP) directPeerLocked(w *sendWQE) *QP {
 		peer = d.qps[q.attr.DestQPNum]
 		q.req.peerHint = peer
 	}
-	// The peer takes the packets only as acceptLocked would: an RC QP
-	// connected back to q, at this device's GID.
-	if peer == nil || peer == q || peer.destroyed || peer.Type != qp.TypeRC || peer.eng() != q.eng() ||
-		peer.attr.DestQPNum != q.QPN || peer.attr.AH.DGID != d.cfg.GID ||
-		!peer.attr.QPState.ProcessRecv() || !d.directLocked(q.QPN, peer.QPN) {
+	if peer == nil || peer == q || peer.destroyed || peer.eng() != q.eng() || !peer.takesFromLocked(q) ||
+		!peer.attr.QPState.ProcessRecv() || d.localPathLocked(q.QPN, peer.QPN) != pathDirect {
 		return nil
 	}
 	r := &peer.resp
-	if r.psn != w.firstPSN || len(peer.reqIn) > 0 || peer.inboxed.Load() || r.inSend || r.inWrite || r.reading || r.ackDue {
+	if r.psn != w.firstPSN || len(peer.reqIn) > 0 || peer.inboxed.Load() || r.inSend || r.inWrite ||
+		r.reading || r.ackDue || r.ucDrop || r.haveRWQE {
 		return nil
 	}
 	return peer
@@ -561,23 +595,19 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 	if op != qp.WRSend && op != qp.WRSendWithImm && op != qp.WRRDMAWrite && op != qp.WRRDMAWriteWithImm {
 		return false
 	}
-	peer := q.directUCPeerLocked(w)
+	peer := q.directPeerLocked(w)
 	if peer == nil {
 		return false
 	}
-	d := q.dev
 	r := &peer.resp
 	var dsts [maxDirectSGEs][]byte
 	dst := dsts[:0]
 	if w.info.Write {
-		if peer.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+		b, ok := peer.directWriteTargetLocked(w)
+		if !ok {
 			return false
 		}
-		if w.length > 0 {
-			b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, w.length, qp.AccessRemoteWrite)
-			if f != faultNone {
-				return false
-			}
+		if b != nil {
 			dst = append(dst, b)
 		}
 	}
@@ -586,7 +616,7 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 			srq.lockTake()
 			defer srq.unlockTake()
 		}
-		if present, malformed := peer.peekRecvLocked(); !present || malformed {
+		if peer.checkRecvLocked() != respOK {
 			return false
 		}
 		if w.info.Send {
@@ -610,11 +640,7 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 	switch {
 	case w.info.Send:
 		r.msn++
-		var wf qp.WCFlags
-		if w.info.Imm {
-			wf = qp.WCWithImm
-		}
-		peer.completeRecvLocked(qp.WCSuccess, uint32(w.length), wf, w.wr.ImmData, se)
+		peer.recvDoneLocked(uint32(w.length), w.info.Imm, false, w.wr.ImmData, se)
 	case w.info.Imm:
 		r.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 		r.msn++
@@ -626,28 +652,6 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 	return true
 }
 
-// directUCPeerLocked is the UC peer w may be executed against directly, or
-// nil: q between messages, the peer connected back to q on this engine,
-// its responder between messages and expecting w's first PSN, nothing of
-// its queued, no aborted message's receive WQE held.
-func (q *QP) directUCPeerLocked(w *sendWQE) *QP {
-	d := q.dev
-	if !d.isLocalGID(q.attr.AH.DGID) || q.req.psn != w.firstPSN || q.req.inMsg || q.inboxed.Load() {
-		return nil
-	}
-	peer := d.qps[q.attr.DestQPNum]
-	if peer == nil || peer == q || peer.destroyed || peer.Type != qp.TypeUC || peer.eng() != q.eng() ||
-		peer.attr.DestQPNum != q.QPN || peer.attr.AH.DGID != d.cfg.GID ||
-		!peer.attr.QPState.ProcessRecv() || !d.directLocked(q.QPN, peer.QPN) {
-		return nil
-	}
-	r := &peer.resp
-	if r.psn != w.firstPSN || r.ucDrop || r.inSend || r.inWrite || r.haveRWQE || len(peer.reqIn) > 0 || peer.inboxed.Load() {
-		return nil
-	}
-	return peer
-}
-
 // executeAtomicLocked is executeDirectLocked's FETCH_ADD and CMP_SWAP:
 // the responder's side of respAtomicLocked (the word changed with a real
 // atomic, the result saved as a responder resource for duplicates, one
@@ -655,30 +659,24 @@ func (q *QP) directUCPeerLocked(w *sendWQE) *QP {
 // original value scattered into the WQE's SGE, the WQE done).
 func (q *QP) executeAtomicLocked(w *sendWQE) bool {
 	peer := q.directPeerLocked(w)
-	if peer == nil || peer.attr.QPAccessFlags&qp.AccessRemoteAtomic == 0 || peer.attr.MaxDestRdAtomic == 0 ||
-		w.wr.RemoteAddr&7 != 0 {
+	if peer == nil {
 		return false
 	}
 	d := q.dev
-	b, f := d.rkeyLocked(peer, w.wr.RKey, w.wr.RemoteAddr, 8, qp.AccessRemoteAtomic)
-	if f != faultNone || !aligned8(b) {
+	b, mr, e := peer.checkAtomicLocked(w.wr.RemoteAddr, w.wr.RKey, qp.AccessRemoteAtomic)
+	if e != respOK {
 		return false
 	}
 	peer.ownReadRepliesLocked()
-	var orig uint64
-	if w.wr.Opcode == qp.WRAtomicCmpAndSwp {
-		orig = atomicCompareSwap(b, w.wr.CompareAdd, w.wr.Swap)
-	} else {
-		orig = atomicFetchAdd(b, w.wr.CompareAdd)
-	}
+	cmpSwap, compare, swapAdd := atomicArgs(&w.wr)
+	// The MR is not on demand (directLocked), so nothing can fail past
+	// the check.
+	orig, _ := applyAtomicLocked(b, mr, w.wr.RemoteAddr, cmpSwap, compare, swapAdd)
 	psn := w.firstPSN
 	peer.Counters.PacketsRecv++
-	peer.resp.nakSent = false
-	peer.noteCommEstLocked()
-	res := peer.saveResourceLocked(psn, psn)
+	peer.inSeqLocked()
+	res := peer.acceptRdAtomicLocked(psn, psn)
 	res.atomic, res.orig = true, orig
-	peer.resp.msn++
-	peer.resp.psn = peer.resp.psn.Add(1)
 	peer.Counters.PacketsSent++ // the atomic acknowledgement
 	q.Counters.PacketsSent++
 	q.req.psn = q.req.psn.Add(1)

@@ -132,12 +132,6 @@ func (d *Device) rkeyMRLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) (
 	return b, mr, f
 }
 
-// rkeyCheckLocked is rkeyMRLocked's check alone (lkeyCheckLocked).
-func (d *Device) rkeyCheckLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) (*MR, keyFault) {
-	mr, _, f := d.rkeyFindLocked(q, rkey, va, n, acc)
-	return mr, f
-}
-
 // rkeyFindLocked checks rkey for n bytes at va and returns the MR and the
 // offset in it.
 func (d *Device) rkeyFindLocked(q *QP, rkey uint32, va, n uint64, acc qp.Access) (*MR, uint64, keyFault) {

@@ -56,7 +56,10 @@ type packet struct {
 	// local is set for a packet that loopback delivers: srcQPN is then
 	// the QP that sent it, as the device itself vouches. From the wire
 	// only the UDP source port (srcPort) says anything about the sender.
-	local   bool
+	local bool
+	// handed is set for a packet directTxLocked gave its QP without the
+	// chain (loopback.go).
+	handed  bool
 	srcPort uint16
 	// The IPv4 header a UD packet arrived with from the wire, for the
 	// receive buffer's GRH.
@@ -323,9 +326,15 @@ func (q *QP) fromPeerLocked(p *packet) bool {
 		// connection set alike, or from the two QPNs).
 		return q.dev.cfg.AnySourcePort || q.peerPortLocked(p.srcPort)
 	}
-	if p.srcQPN != q.attr.DestQPNum {
-		return false
-	}
 	s := q.dev.qps[p.srcQPN]
-	return s != nil && !s.destroyed && s.attr.DestQPNum == q.QPN
+	return s != nil && !s.destroyed && q.takesFromLocked(s)
+}
+
+// takesFromLocked reports whether connected QP q takes the packets of src,
+// a QP of this device: of q's type, q connected to src at this device's
+// GID and src to q. Packets (acceptLocked, fromPeerLocked) and the direct
+// path (directPeerLocked) ask it.
+func (q *QP) takesFromLocked(src *QP) bool {
+	return src.Type == q.Type && q.attr.DestQPNum == src.QPN && src.attr.DestQPNum == q.QPN &&
+		q.attr.AH.DGID == q.dev.cfg.GID
 }

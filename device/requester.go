@@ -360,12 +360,12 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 		w.sent = w.length
 		w.state = wqePending
 	case w.info.Atomic:
-		if op == qp.WRAtomicCmpAndSwp {
+		var cmpSwap bool
+		cmpSwap, p.Compare, p.SwapAdd = atomicArgs(&w.wr)
+		if cmpSwap {
 			p.Opcode = trans | roce.OpCompareSwap
-			p.SwapAdd, p.Compare = w.wr.Swap, w.wr.CompareAdd
 		} else {
 			p.Opcode = trans | roce.OpFetchAdd
-			p.SwapAdd = w.wr.CompareAdd
 		}
 		p.VA, p.RKey = w.wr.RemoteAddr, w.wr.RKey
 		p.AckReq = true

@@ -90,12 +90,25 @@ func (q *QP) respondLocked(p *packet) {
 	}
 }
 
+// inSeqLocked notes an RC request at the expected PSN, packet or direct:
+// the next gap may be NAKed again, and comm_est goes up in RTR.
+func (q *QP) inSeqLocked() {
+	q.resp.nakSent = false
+	q.noteCommEstLocked()
+}
+
 // noteCommEstLocked raises comm_est for the first packet received in RTR.
 func (q *QP) noteCommEstLocked() {
 	if q.attr.QPState == qp.StateRTR && !q.commEst {
-		q.commEst = true
-		q.dev.raise(qp.EventCommEst, "qp", q.QPN)
+		q.commEstLocked()
 	}
+}
+
+// commEstLocked is noteCommEstLocked's rare part, a call of its own so
+// that the check inlines into every request's path.
+func (q *QP) commEstLocked() {
+	q.commEst = true
+	q.dev.raise(qp.EventCommEst, "qp", q.QPN)
 }
 
 // sendAckLocked answers the requester (ACKNOWLEDGE with an AETH). Credits
@@ -209,13 +222,12 @@ func (q *QP) respondRCLocked(p *packet) {
 		q.duplicateLocked(p, flags)
 		return
 	}
-	q.resp.nakSent = false
-	q.noteCommEstLocked()
+	q.inSeqLocked()
 
 	// Opcode sequence (IBA 9.8.3.1): a message in progress continues with
 	// MIDDLE/LAST of the same kind; otherwise a new one starts.
 	if !q.seqOKLocked(flags) {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+		q.refuseLocked(p.psn(), respInvReq)
 		return
 	}
 	switch {
@@ -256,24 +268,26 @@ func (q *QP) packetLenOK(p *packet, flags roce.Class) bool {
 	return n <= mtu
 }
 
-// takeRWQELocked gets the next receive WQE from the RQ or SRQ. malformed
-// means the client wrote one that cannot be used.
-func (q *QP) takeRWQELocked() (ok, malformed bool) {
+// takeRWQELocked takes the next receive WQE from the RQ or SRQ, with
+// checkRecvLocked's verdict on it. A malformed one that is there is taken
+// too (its completion reports it: q.resp.haveRWQE).
+func (q *QP) takeRWQELocked() respErr {
 	if q.srq != nil {
 		q.srq.lockTake()
 		defer q.srq.unlockTake()
 	}
-	if ok, malformed = q.peekRecvLocked(); ok {
+	present, malformed := q.peekRecvLocked()
+	if present {
 		q.takeRecvLocked()
 	}
-	return ok, malformed
+	return recvVerdict(present, malformed)
 }
 
 // peekRecvLocked decodes the next receive WQE of q's RQ or SRQ (whose
 // lockTake the caller holds) into q.resp.rwqe without taking it: present
 // says there is one, malformed that it cannot be used (it does not decode,
 // has too many SGEs or a length past 2^31). A direct SEND looks before it
-// takes one (executeSendLocked); a packet takes what it finds.
+// takes one (checkRecvLocked); a packet takes what it finds.
 func (q *QP) peekRecvLocked() (present, malformed bool) {
 	r := &q.resp
 	r.rwqe = qp.RecvWR{SGL: r.rwqe.SGL[:0]}
@@ -322,18 +336,13 @@ func (q *QP) rnrLocked(psn qp.PSN) {
 
 func (q *QP) respSendLocked(p *packet, flags roce.Class) {
 	if flags&roce.ClassFirst != 0 {
-		ok, malformed := q.takeRWQELocked()
-		if !ok && !malformed {
-			q.rnrLocked(p.psn())
-			return
-		}
-		if malformed {
-			q.nakLocked(p.psn(), aethNAKRemOp, qp.WCLocQPOpErr)
+		if e := q.takeRWQELocked(); e != respOK {
+			q.refuseLocked(p.psn(), e)
 			return
 		}
 	}
 	if !q.packetLenOK(p, flags) {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+		q.refuseLocked(p.psn(), respInvReq)
 		return
 	}
 	if !q.placeLocked(p) {
@@ -342,40 +351,32 @@ func (q *QP) respSendLocked(p *packet, flags roce.Class) {
 	q.resp.psn = q.resp.psn.Add(p.npsn())
 	q.resp.inSend = flags&roce.ClassLast == 0
 	if flags&roce.ClassLast != 0 {
-		if flags&roce.ClassInv != 0 {
+		inv := flags&roce.ClassInv != 0
+		data := p.Imm
+		if inv {
 			if !q.invalidateLocked(p.InvRKey) {
-				q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+				q.refuseLocked(p.psn(), respInvReq)
 				return
 			}
+			data = p.InvRKey
 		}
 		q.resp.msn++
-		var wf qp.WCFlags
-		var imm uint32
-		switch {
-		case flags&roce.ClassImm != 0:
-			wf, imm = qp.WCWithImm, p.Imm
-		case flags&roce.ClassInv != 0:
-			wf, imm = qp.WCWithInv, p.InvRKey
-		}
-		q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, imm, p.SE)
+		q.recvDoneLocked(uint32(q.resp.offset), flags&roce.ClassImm != 0, inv, data, p.SE)
 	}
 	if p.AckReq {
 		q.sendAckLocked(p.lastPSN(), aethACK)
 	}
 }
 
-// placeLocked copies a SEND payload into the receive WQE. A buffer that is
-// too small is a local length error for the receiver and an invalid request
-// for the sender (the mlx5 / IBA pairing); a bad lkey in the receive WQE is
-// a local protection error here and a remote operational error there.
+// placeLocked copies a SEND payload into the receive WQE, refusing it
+// (and ending the QP) when it does not fit or a receive SGE's lkey fails.
 func (q *QP) placeLocked(p *packet) bool {
-	total, _ := sglLength(q.resp.rwqe.SGL)
-	if q.resp.offset+uint64(len(p.Payload)) > total {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCLocLenErr)
+	if e := q.recvFitsLocked(q.resp.offset, uint64(len(p.Payload))); e != respOK {
+		q.refuseLocked(p.psn(), e)
 		return false
 	}
 	if f := q.dev.scatterLocked(q.pd, &q.resp.lkeyHint, q.resp.rwqe.SGL, q.resp.offset, p.Payload); f != faultNone {
-		q.nakLocked(p.psn(), aethNAKRemOp, qp.WCLocProtErr)
+		q.refuseLocked(p.psn(), respRecvProt)
 		return false
 	}
 	q.resp.offset += uint64(len(p.Payload))
@@ -438,46 +439,35 @@ func (q *QP) invalidateLocked(rkey uint32) bool {
 
 func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 	var whole []byte
-	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+	if !q.allowsLocked(qp.AccessRemoteWrite) {
+		q.refuseLocked(p.psn(), respInvReq)
 		return
 	}
 	if flags&roce.ClassFirst != 0 {
-		if p.DMALen > qp.MaxMsgSize {
-			q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+		mr, off, e := q.checkWriteLocked(p.VA, p.RKey, uint64(p.DMALen))
+		if e != respOK {
+			q.refuseLocked(p.psn(), e)
 			return
 		}
 		q.resp.writeVA, q.resp.writeRKey = p.VA, p.RKey
 		q.resp.writeResid, q.resp.writeLen = uint64(p.DMALen), p.DMALen
-		if p.DMALen != 0 {
-			mr, f := q.dev.rkeyCheckLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteWrite)
-			if f != faultNone {
-				q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
-				return
-			}
-			// The whole message's target: an ONLY packet (every
-			// WRITE of the direct path up to 64 KiB) copies into it
-			// without resolving the rkey a second time. (An on-demand
-			// MR's bytes are reached packet by packet.)
-			if !mr.odpLocked() {
-				whole, _ = q.dev.rkeyLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteWrite)
-			}
+		// The whole message's target: an ONLY packet (every WRITE of
+		// the direct path up to 64 KiB) copies into it without
+		// resolving the rkey a second time. (An on-demand MR's bytes are
+		// reached packet by packet.)
+		if mr != nil && !mr.odpLocked() {
+			whole, _ = mr.bytesLocked(off, uint64(p.DMALen), qp.AccessRemoteWrite)
 		}
 	}
 	n := uint64(len(p.Payload))
 	if !q.packetLenOK(p, flags) || n > q.resp.writeResid || (flags&roce.ClassLast != 0 && n != q.resp.writeResid) {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+		q.refuseLocked(p.psn(), respInvReq)
 		return
 	}
 	if flags&roce.ClassRecvWQE != 0 && !q.resp.haveRWQE {
 		// WRITE_WITH_IMM consumes a receive WQE (at its last packet).
-		ok, malformed := q.takeRWQELocked()
-		if !ok && !malformed {
-			q.rnrLocked(p.psn())
-			return
-		}
-		if malformed {
-			q.nakLocked(p.psn(), aethNAKRemOp, qp.WCLocQPOpErr)
+		if e := q.takeRWQELocked(); e != respOK {
+			q.refuseLocked(p.psn(), e)
 			return
 		}
 	}
@@ -494,7 +484,7 @@ func (q *QP) respWriteLocked(p *packet, flags roce.Class) {
 				f = mr.wroteLocked(q.resp.writeVA, dst)
 			}
 			if f != faultNone {
-				q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
+				q.refuseLocked(p.psn(), respRemAccess)
 				return
 			}
 		} else {
@@ -529,21 +519,13 @@ func (q *QP) saveResourceLocked(first, last qp.PSN) *respResource {
 }
 
 func (q *QP) respReadLocked(p *packet) {
-	if q.attr.QPAccessFlags&qp.AccessRemoteRead == 0 || q.attr.MaxDestRdAtomic == 0 || p.DMALen > qp.MaxMsgSize {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+	if _, _, e := q.checkReadLocked(p.VA, p.RKey, uint64(p.DMALen)); e != respOK {
+		q.refuseLocked(p.psn(), e)
 		return
 	}
-	if p.DMALen != 0 {
-		if _, f := q.dev.rkeyCheckLocked(q, p.RKey, p.VA, uint64(p.DMALen), qp.AccessRemoteRead); f != faultNone {
-			q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
-			return
-		}
-	}
 	n := npkts(uint64(p.DMALen), q.mtu())
-	r := q.saveResourceLocked(p.psn(), p.psn().Add(n-1))
+	r := q.acceptRdAtomicLocked(p.psn(), p.psn().Add(n-1))
 	r.va, r.rkey, r.length = p.VA, p.RKey, p.DMALen
-	q.resp.msn++ // C9-148: the MSN counts the READ when it is accepted
-	q.resp.psn = r.lastPSN.Add(1)
 	q.startReadReplyLocked(r, p.psn())
 }
 
@@ -643,7 +625,7 @@ func (q *QP) readStepLocked(budget int) int {
 	n := npkts(uint64(r.length), int(mtu))
 	// On the direct path a response packet carries up to superSeg bytes.
 	seg := uint32(1)
-	if peer != nil && d.isLocalGID(q.attr.AH.DGID) && d.directLocked(q.QPN, peer.QPN) {
+	if peer != nil && q.directToPeerLocked() {
 		seg = uint32(max(superSeg/mtu, 1))
 	}
 	for budget > 0 && q.resp.reading {
@@ -748,39 +730,18 @@ func (q *QP) ownReadRepliesLocked() {
 }
 
 func (q *QP) respAtomicLocked(p *packet) {
-	if q.attr.QPAccessFlags&qp.AccessRemoteAtomic == 0 || q.attr.MaxDestRdAtomic == 0 {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+	b, mr, e := q.checkAtomicLocked(p.VA, p.RKey, qp.AccessRemoteAtomic)
+	if e != respOK {
+		q.refuseLocked(p.psn(), e)
 		return
 	}
-	if p.VA&7 != 0 {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+	orig, e := applyAtomicLocked(b, mr, p.VA, p.Opcode&roce.OpMask == roce.OpCompareSwap, p.Compare, p.SwapAdd)
+	if e != respOK {
+		q.refuseLocked(p.psn(), e)
 		return
 	}
-	b, mr, f := q.dev.rkeyMRLocked(q, p.RKey, p.VA, 8, qp.AccessRemoteAtomic)
-	if f != faultNone {
-		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
-		return
-	}
-	if !aligned8(b) {
-		// The MR's iova and its memory disagree modulo 8 (rxe checks the
-		// real address too).
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
-		return
-	}
-	var orig uint64
-	if p.Opcode&roce.OpMask == roce.OpCompareSwap {
-		orig = atomicCompareSwap(b, p.Compare, p.SwapAdd)
-	} else {
-		orig = atomicFetchAdd(b, p.SwapAdd)
-	}
-	if mr.wroteLocked(p.VA, b) != faultNone {
-		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
-		return
-	}
-	r := q.saveResourceLocked(p.psn(), p.psn())
+	r := q.acceptRdAtomicLocked(p.psn(), p.psn())
 	r.atomic, r.orig = true, orig
-	q.resp.msn++
-	q.resp.psn = q.resp.psn.Add(1)
 	q.atomicAckLocked(p.psn(), orig)
 }
 
@@ -802,34 +763,23 @@ func (q *QP) atomicAckLocked(psn qp.PSN, orig uint64) {
 // resource (max_dest_rd_atomic), and it is answered with an RDMA READ
 // RESPONSE ONLY without data, which the requester takes as its ACK.
 func (q *QP) respAtomicWriteLocked(p *packet) {
-	if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 || q.attr.MaxDestRdAtomic == 0 {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+	if p.DMALen != 8 || len(p.Payload) != 8 {
+		q.refuseLocked(p.psn(), respInvReq)
 		return
 	}
-	if p.DMALen != 8 || len(p.Payload) != 8 || p.VA&7 != 0 {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
-		return
-	}
-	b, mr, f := q.dev.rkeyMRLocked(q, p.RKey, p.VA, 8, qp.AccessRemoteWrite)
-	if f != faultNone {
-		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
-		return
-	}
-	if !aligned8(b) {
-		// The MR's iova and its memory disagree modulo 8.
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+	b, mr, e := q.checkAtomicLocked(p.VA, p.RKey, qp.AccessRemoteWrite)
+	if e != respOK {
+		q.refuseLocked(p.psn(), e)
 		return
 	}
 	// The payload's bytes land as they came: read in host order, stored
 	// in host order (ring/doc.go).
 	atomicStore(b, binary.NativeEndian.Uint64(p.Payload))
 	if mr.wroteLocked(p.VA, b) != faultNone {
-		q.nakLocked(p.psn(), aethNAKRemAccess, qp.WCRemAccessErr)
+		q.refuseLocked(p.psn(), respRemAccess)
 		return
 	}
-	q.saveResourceLocked(p.psn(), p.psn()).atomicWrite = true
-	q.resp.msn++
-	q.resp.psn = q.resp.psn.Add(1)
+	q.acceptRdAtomicLocked(p.psn(), p.psn()).atomicWrite = true
 	q.atomicWriteAckLocked(p.psn())
 }
 
@@ -917,8 +867,7 @@ func (q *QP) respondUCLocked(p *packet) {
 		if flags&roce.ClassFirst != 0 && !q.ucRWQELocked() {
 			return
 		}
-		total, _ := sglLength(q.resp.rwqe.SGL)
-		if !q.packetLenOK(p, flags) || q.resp.offset+uint64(len(p.Payload)) > total {
+		if !q.packetLenOK(p, flags) || q.recvFitsLocked(q.resp.offset, uint64(len(p.Payload))) != respOK {
 			q.ucAbortLocked()
 			return
 		}
@@ -931,18 +880,18 @@ func (q *QP) respondUCLocked(p *packet) {
 		q.resp.inSend = flags&roce.ClassLast == 0
 		if flags&roce.ClassLast != 0 {
 			q.resp.msn++
-			var wf qp.WCFlags
-			if flags&roce.ClassImm != 0 {
-				wf = qp.WCWithImm
-			}
-			q.completeRecvLocked(qp.WCSuccess, uint32(q.resp.offset), wf, p.Imm, p.SE)
+			q.recvDoneLocked(uint32(q.resp.offset), flags&roce.ClassImm != 0, false, p.Imm, p.SE)
 		}
 	case flags&roce.ClassWrite != 0:
-		if q.attr.QPAccessFlags&qp.AccessRemoteWrite == 0 {
+		if !q.allowsLocked(qp.AccessRemoteWrite) {
 			q.ucAbortLocked()
 			return
 		}
 		if flags&roce.ClassFirst != 0 {
+			if _, _, e := q.checkWriteLocked(p.VA, p.RKey, uint64(p.DMALen)); e != respOK {
+				q.ucAbortLocked()
+				return
+			}
 			q.resp.writeVA, q.resp.writeRKey = p.VA, p.RKey
 			q.resp.writeResid, q.resp.writeLen = uint64(p.DMALen), p.DMALen
 		}
@@ -986,17 +935,17 @@ func (q *QP) ucRWQELocked() bool {
 		q.resp.offset = 0
 		return true
 	}
-	ok, malformed := q.takeRWQELocked()
-	if !ok {
+	switch e := q.takeRWQELocked(); {
+	case e == respOK:
+		return true
+	case !q.resp.haveRWQE:
 		q.ucAbortLocked()
-		return false
-	}
-	if malformed {
-		q.completeRecvLocked(qp.WCLocQPOpErr, 0, 0, 0, false)
+	default:
+		_, st := e.nak()
+		q.completeRecvLocked(st, 0, 0, 0, false)
 		q.fatalLocked(qp.EventQPFatal)
-		return false
 	}
-	return true
+	return false
 }
 
 // ucAbortLocked forgets the UC message in progress; a receive WQE it had
@@ -1029,19 +978,19 @@ func (q *QP) respondUDLocked(p *packet) {
 		return
 	}
 	if !q.resp.haveRWQE {
-		ok, malformed := q.takeRWQELocked()
-		if !ok {
+		switch e := q.takeRWQELocked(); {
+		case e == respOK:
+		case !q.resp.haveRWQE:
 			q.Counters.Dropped++ // UD: no receive WQE, the datagram is lost
 			return
-		}
-		if malformed {
-			q.completeRecvLocked(qp.WCLocQPOpErr, 0, 0, 0, false)
+		default:
+			_, st := e.nak()
+			q.completeRecvLocked(st, 0, 0, 0, false)
 			q.fatalLocked(qp.EventQPFatal)
 			return
 		}
 	}
-	total, _ := sglLength(q.resp.rwqe.SGL)
-	if uint64(grhSize+len(p.Payload)) > total {
+	if q.recvFitsLocked(0, uint64(grhSize+len(p.Payload))) != respOK {
 		// Too small for this datagram: drop it and keep the WQE for the
 		// next one (hfi1's UD receive).
 		q.Counters.Dropped++

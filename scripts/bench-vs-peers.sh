@@ -10,6 +10,9 @@
 #   - ucx_perftest over shared memory (UCX_TLS=posix,sysv,cma,self, server
 #     and client on 127.0.0.1): ucp_put_bw 64 KiB and 8 B, ucp_put_lat 8 B,
 #     ucp_get 64 KiB, ucp_fadd,
+#   - the cross-core limit (bench/c/xcore.c, built here with cc): 8 B
+#     WRITE rate and one-way time of a bare producer and consumer thread on
+#     ring/'s layout, the yardstick of issue #25,
 # and prints the medians and the ratios the targets are stated in. Then it
 # counts system calls per work request (strace -c -f of the bench process
 # and of the daemon, and perf's syscall tracepoint when perf is there), and
@@ -18,8 +21,9 @@
 #   sudo scripts/bench-vs-peers.sh            # ROUNDS=5 DUR=2 (seconds a run)
 #   ROUNDS=3 DUR=1 scripts/bench-vs-peers.sh  # quicker
 #
-# Needs root (the mount), /dev/fuse, Go, and apt-get for ucx-utils when
-# ucx_perftest is not installed. Takes about ROUNDS * (7*DUR + 8) s + 25 s
+# Needs root (the mount), /dev/fuse, Go, a C compiler, and apt-get for
+# ucx-utils when ucx_perftest is not installed. Takes about
+# ROUNDS * (9*DUR + 8) s + 25 s
 # (two minutes with the defaults).
 # Results and raw outputs stay in $KEEP if set (a directory), else are
 # removed with the mount on exit.
@@ -67,6 +71,17 @@ trap 'exit 130' INT TERM
 # --- the machine, the tools -------------------------------------------------
 
 tools_and_machine
+XCORE=$work/xcore
+cc -O2 -g -Wall -Wextra -Werror -pthread -I"$repo/libibverbs" -o "$XCORE" "$repo/bench/c/xcore.c"
+
+# rx ROUND NAME KEY MODE: a run of the cross-core limit, KEY out of its
+# JSON line.
+rx() {
+	local out
+	out=$(timeout $((DUR + 30)) "$XCORE" "$4" "$DUR") || die "xcore $4 $DUR"
+	echo "$out" >>"$work/xcore.txt"
+	record "$1" "$2" "$(jnum "$3" <<<"$out")"
+}
 
 "$RDMAFS" mount --log "$work/daemon.log" "$M"
 mounted=1
@@ -88,9 +103,11 @@ for r in $(seq 1 "$ROUNDS"); do
 	printf '.'
 	rb "$r" memcpy_8 msg_rate_mpps --op memcpy -s 8 -D "${DUR}s"
 	rb "$r" rdmafs_write_bw_8 msg_rate_mpps --op write -s 8 -D "${DUR}s" "$M"
+	rx "$r" xcore_write_bw_8 msg_rate_mpps bw
 	ru "$r" ucx_put_bw_8 8 ucp_put_bw 8 "$UCX_N_PUT8"
 	printf '.'
 	rb "$r" rdmafs_write_lat_8 t_typical_us --op write --mode lat -s 8 -D "${DUR}s" "$M"
+	rx "$r" xcore_write_lat_8 t_typical_us lat
 	ru "$r" ucx_put_lat_8 2 ucp_put_lat 8 "$UCX_N_LAT"
 	printf '.'
 	rb "$r" rdmafs_read_bw_64k bw_avg_mbs --op read -s 65536 -D "${DUR}s" "$M"
@@ -106,8 +123,8 @@ done
 echo
 echo "# medians over $ROUNDS rounds (min..max in brackets); MB = 2^20 bytes"
 printf '  %-34s %14s %24s\n' "measurement" "median" "range"
-for k in memcpy_64k rdmafs_write_bw_64k ucx_put_bw_64k memcpy_8 rdmafs_write_bw_8 ucx_put_bw_8 \
-	rdmafs_write_lat_8 ucx_put_lat_8 rdmafs_read_bw_64k ucx_get_64k rdmafs_fetch_add_bw ucx_fadd_8; do
+for k in memcpy_64k rdmafs_write_bw_64k ucx_put_bw_64k memcpy_8 rdmafs_write_bw_8 xcore_write_bw_8 ucx_put_bw_8 \
+	rdmafs_write_lat_8 xcore_write_lat_8 ucx_put_lat_8 rdmafs_read_bw_64k ucx_get_64k rdmafs_fetch_add_bw ucx_fadd_8; do
 	unit=""
 	case $k in
 	*_64k) unit="MB/s" ;;
@@ -124,12 +141,16 @@ echo "  rdmafs doorbells per WR (median): write bw 64K $(median rdmafs_write_bw_
 echo
 echo "# ratios (median of the per-round ratios, [min..max])"
 printf '  %-48s %8s %18s %10s %8s\n' "ratio" "median" "range" "target" "result"
-# The targets of issue #10.
+# The targets of issue #25: the cross-core limit is the yardstick, UCX
+# the context.
 row "WRITE 64K bw / memcpy 64K" rdmafs_write_bw_64k memcpy_64k ">=" 0.85
-row "READ 64K bw / memcpy 64K" rdmafs_read_bw_64k memcpy_64k ">=" 0.8
-row "WRITE 8B msg rate / ucp_put_bw 8B" rdmafs_write_bw_8 ucx_put_bw_8 ">=" 0.25
-row "WRITE 8B t_typical / ucp_put_lat 8B (50%)" rdmafs_write_lat_8 ucx_put_lat_8 "<=" 2
-row "FETCH_AND_ADD rate / ucp_fadd" rdmafs_fetch_add_bw ucx_fadd_8 ">=" 0.3
+row "READ 64K bw / memcpy 64K" rdmafs_read_bw_64k memcpy_64k ">=" 0.85
+row "WRITE 8B msg rate / cross-core limit" rdmafs_write_bw_8 xcore_write_bw_8 ">=" 0.35
+row "WRITE 8B t_typical / cross-core limit" rdmafs_write_lat_8 xcore_write_lat_8 "<=" 3
+row "FETCH_AND_ADD rate / cross-core limit" rdmafs_fetch_add_bw xcore_write_bw_8 ">=" 0.3
+row "WRITE 8B msg rate / ucp_put_bw 8B" rdmafs_write_bw_8 ucx_put_bw_8
+row "WRITE 8B t_typical / ucp_put_lat 8B (50%)" rdmafs_write_lat_8 ucx_put_lat_8
+row "FETCH_AND_ADD rate / ucp_fadd" rdmafs_fetch_add_bw ucx_fadd_8
 row "WRITE 64K bw / ucp_put_bw 64K" rdmafs_write_bw_64k ucx_put_bw_64k
 row "READ 64K bw / ucp_get 64K" rdmafs_read_bw_64k ucx_get_64k
 row "ucp_put_bw 64K / memcpy 64K" ucx_put_bw_64k memcpy_64k
@@ -141,7 +162,7 @@ row "ucp_put_bw 64K / memcpy 64K" ucx_put_bw_64k memcpy_64k
 # rounds fell in: each round's state and 8 B ratios, for reading them.
 echo
 echo "# per round: the host's state (fast: ucp_put_lat < 0.1 us) and the 8 B ratios"
-printf '  %5s %6s %14s %10s %10s %10s\n' round state ucp_put_lat_us write_8B lat_8B fetch_add
+printf '  %5s %6s %14s %10s %10s %10s %12s %12s\n' round state ucp_put_lat_us write_8B lat_8B fetch_add w8B/limit lat/limit
 awk -F'\t' '{ v[$1 SUBSEP $2] = $3; if (!($1 in seen)) { seen[$1] = 1; order[n++] = $1 } }
 	function ratio(a, b) { return (b > 0) ? sprintf("%.3f", a / b) : "nan" }
 	END {
@@ -150,10 +171,12 @@ awk -F'\t' '{ v[$1 SUBSEP $2] = $3; if (!($1 in seen)) { seen[$1] = 1; order[n++
 			if (!((i SUBSEP "ucx_put_lat_8") in v))
 				continue
 			pl = v[i SUBSEP "ucx_put_lat_8"]
-			printf "  %5s %6s %14.3f %10s %10s %10s\n", i, (pl + 0 < 0.1) ? "fast" : "slow", pl,
+			printf "  %5s %6s %14.3f %10s %10s %10s %12s %12s\n", i, (pl + 0 < 0.1) ? "fast" : "slow", pl,
 				ratio(v[i SUBSEP "rdmafs_write_bw_8"], v[i SUBSEP "ucx_put_bw_8"]),
 				ratio(v[i SUBSEP "rdmafs_write_lat_8"], v[i SUBSEP "ucx_put_lat_8"]),
-				ratio(v[i SUBSEP "rdmafs_fetch_add_bw"], v[i SUBSEP "ucx_fadd_8"])
+				ratio(v[i SUBSEP "rdmafs_fetch_add_bw"], v[i SUBSEP "ucx_fadd_8"]),
+				ratio(v[i SUBSEP "rdmafs_write_bw_8"], v[i SUBSEP "xcore_write_bw_8"]),
+				ratio(v[i SUBSEP "rdmafs_write_lat_8"], v[i SUBSEP "xcore_write_lat_8"])
 		}
 	}' "$results"
 
