@@ -331,10 +331,10 @@ func (q *QP) fromPeerLocked(p *packet) bool {
 }
 
 // takesFromLocked reports whether connected QP q takes the packets of src,
-// a QP of this device: of q's type, q connected to src at this device's
-// GID and src to q. Packets (acceptLocked, fromPeerLocked) and the direct
+// a QP of this device: of a type q pairs with (qp.Type.Pairs), q
+// connected to src at this device's GID and src to q. Packets (acceptLocked, fromPeerLocked) and the direct
 // path (directPeerLocked) ask it.
 func (q *QP) takesFromLocked(src *QP) bool {
-	return src.Type == q.Type && q.attr.DestQPNum == src.QPN && src.attr.DestQPNum == q.QPN &&
+	return q.Type.Pairs(src.Type) && q.attr.DestQPNum == src.QPN && src.attr.DestQPNum == q.QPN &&
 		q.attr.AH.DGID == q.dev.cfg.GID
 }

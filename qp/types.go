@@ -118,6 +118,16 @@ func (t Type) Reliable() bool { return t == TypeRC || t == TypeXRCSend || t == T
 // XRC reports whether t is one of the two XRC types.
 func (t Type) XRC() bool { return t == TypeXRCSend || t == TypeXRCRecv }
 
+// Pairs reports whether a connected QP of type t takes the packets of
+// one of type u: the same connected type, or XRC's initiator and target
+// (either way: the target takes the requests, the initiator the replies).
+func (t Type) Pairs(u Type) bool {
+	if t.XRC() && u.XRC() {
+		return t != u
+	}
+	return t == u
+}
+
 // Types lists the QP types rdmafs implements, in numeric order: the one
 // list ParseType and the C library's tables (qp/internal/ctext) follow.
 func Types() []Type { return []Type{TypeRC, TypeUC, TypeUD, TypeXRCSend, TypeXRCRecv} }
