@@ -1,6 +1,7 @@
 package device
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -83,3 +84,25 @@ func benchMemcpy(b *testing.B, size int) {
 
 func BenchmarkMemcpy8B(b *testing.B)  { benchMemcpy(b, 8) }
 func BenchmarkMemcpy64K(b *testing.B) { benchMemcpy(b, 64<<10) }
+
+// BenchmarkBellWake is what one doorbell wake costs the daemon with n QPs
+// that can send (connected pairs, RTS) and nothing posted: the work of
+// the doorbell's goroutine between two sleeps, which issue #25 wants the
+// same at 4,096 QPs as at 16 (scripts/bench-qps.sh).
+func BenchmarkBellWake(b *testing.B) {
+	for _, n := range []int{16, 4096} {
+		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
+			e := newEnv(b, func(c *Config) { c.MaxQP, c.MaxCQ, c.UserShare = uint32(n)+16, uint32(n)+16, 100 })
+			var qs []*QP
+			for len(qs) < n {
+				a, bq, _, _ := e.pair(qp.TypeRC)
+				qs = append(qs, a, bq)
+			}
+			e.quiesce()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				e.d.bellWake()
+			}
+		})
+	}
+}

@@ -72,20 +72,7 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		if inline {
 			e.holdWake()
 		}
-		found := false
-		d.bellScan.Add(1)
-		var n int
-		if v := d.bellView.Load(); v != nil {
-			n = len(*v)
-			for _, q := range *v {
-				if q.newSendWork() {
-					q.eng().schedule(q)
-					found = true
-				}
-			}
-		}
-		d.bellScan.Add(1)
-		d.bellScans.Add(uint64(n))
+		found := d.bellWake()
 		// Woken for posted work, this goroutine runs the turns itself
 		// when Device.mu is free at once (engine.runHeldLocked), rather
 		// than waking the engine goroutine: one hand-over less between
@@ -106,6 +93,27 @@ func (d *Device) doorbellLoop(b *doorbell) {
 		b.r.WaitEvent(seq, -1)
 		d.Counters.Doorbells.Add(1)
 	}
+}
+
+// bellWake is what one wake looks at: it schedules, on their engines,
+// the QPs that can send and have send WQEs the engine has not seen, and
+// reports whether it found any. It takes no lock but the scheduler's.
+func (d *Device) bellWake() bool {
+	found := false
+	d.bellScan.Add(1)
+	var n int
+	if v := d.bellView.Load(); v != nil {
+		n = len(*v)
+		for _, q := range *v {
+			if q.newSendWork() {
+				q.eng().schedule(q)
+				found = true
+			}
+		}
+	}
+	d.bellScan.Add(1)
+	d.bellScans.Add(uint64(n))
+	return found
 }
 
 // syncBellLocked puts q in its device's doorbell view while its state can
