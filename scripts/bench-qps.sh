@@ -13,8 +13,8 @@ rounds=${1:-3}
 secs=${2:-1}
 counts=(1 16 256 4096)
 cc -O2 -g -Wall -Wextra -Werror -o "$work/qpscale" "$repo/bench/c/qpscale.c" -libverbs
-# Each sender has a receiver: 2 x 4,096 QPs, and one CQ of 4 x 4,096 CQEs.
-pp "$RDMAFS" mount --log "$work/daemon.log" --max-qp 8448 --user-share 100 "$M"
+# 4,096 QPs in pairs, and one CQ of 4 x 4,096 CQEs; each ring is a memfd.
+pp "$RDMAFS" mount --log "$work/daemon.log" --max-qp 4200 --user-share 100 "$M"
 declare -A rate
 for r in $(seq "$rounds"); do
 	for n in "${counts[@]}"; do
