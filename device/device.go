@@ -75,9 +75,9 @@
 //     with several engines it schedules them on the QPs' engines
 //     (Device.inlineTurns).
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
-//     schedules the QPs whose rings have new WQEs, reading the set of QPs
-//     that may send (bellView) without a lock and taking only the
-//     scheduler's; on a device with a wire, when it found work, the
+//     schedules the QPs the clients marked in its page whose rings have
+//     new WQEs, reading the sets of QPs that may send (bellQPs) without a
+//     lock and taking only the scheduler's; on a device with a wire, when it found work, the
 //     engine sleeps and Device.mu is free (TryLock: it never waits for
 //     it), it runs their turns (a device without one leaves them to the
 //     engine, whose spin then serves the client's next posts without a
@@ -122,7 +122,7 @@
 //     stripe held, and chainMu with several; the wire's receive goroutine
 //     and the fault injector's delay timers take all of it to deliver;
 //     package link, Locking);
-//   - the doorbell's view of the QPs that can send is an atomic pointer,
+//   - the doorbell's sets of the QPs that can send are atomic pointers,
 //     replaced under bellMu; the event queue has its own lock
 //     (eventQueue.mu); the GSI's queue is a channel, the counters are
 //     atomics, and each engine has its own packet pool.
@@ -179,6 +179,7 @@ import (
 	"rdmafs/clock"
 	"rdmafs/link"
 	"rdmafs/qp"
+	"rdmafs/ring"
 	"rdmafs/roce"
 )
 
@@ -448,13 +449,14 @@ type Device struct {
 	chain *link.Chain
 	link  link.Endpoint
 	bell  *doorbell // the futex doorbell (doorbell.go)
-	// bellView holds the device's QPs that can send (doorbell.go): an
-	// immutable slice a doorbell wake reads without a lock, replaced by
-	// syncBellLocked under bellMu. bellScan is odd while a wake looks at
-	// a view (the reaper of destroyed QPs waits for it before it unmaps
-	// their rings). bellScans counts the QPs wakes have looked at.
+	// bellQPs holds the device's QPs that can send (doorbell.go), by the
+	// doorbell bit of their QPN: per bit an immutable slice a doorbell
+	// wake reads without a lock, replaced by syncBellLocked under bellMu.
+	// bellScan is odd while a wake looks at them (the reaper of destroyed
+	// QPs waits for it before it unmaps their rings). bellScans counts the
+	// QPs wakes have looked at.
 	bellMu    sync.Mutex
-	bellView  atomic.Pointer[[]*QP]
+	bellQPs   [ring.BellBits]atomic.Pointer[[]*QP]
 	bellScan  atomic.Uint64
 	bellScans atomic.Uint64
 	// wireAddr is Config.Addr, the wire's address, when hasWire.
