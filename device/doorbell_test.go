@@ -171,12 +171,7 @@ func TestFutexDoorbell(t *testing.T) {
 	}
 	for id := uint64(1); id <= 50; id++ {
 		waitParked(t, e, a)
-		w := qp.SendWR{WRID: id, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
-			SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
-		p := ring.NewProducer(a.sq)
-		ring.EncodeSendWQE(p.Next(), &w)
-		p.Advance()
-		p.Publish()
+		publishWrite8(a, id, src, dst)
 		bell.RingBell(a.QPN)
 		waitWC(t, e, acq, sendWC(id, "success", "rdma_write", a, 8))
 	}
@@ -253,13 +248,8 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 	}
 	// A wake while somebody holds Device.mu still schedules the posted QP.
 	waitParked(t, e, a)
-	w := qp.SendWR{WRID: 7, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
-		SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
 	d.mu.Lock()
-	p := ring.NewProducer(a.sq)
-	ring.EncodeSendWQE(p.Next(), &w)
-	p.Advance()
-	p.Publish()
+	publishWrite8(a, 7, src, dst)
 	s := d.bellScans.Load()
 	bell.RingBell(a.QPN)
 	ok := waitScan(s)
@@ -269,6 +259,17 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 	}
 	waitWC(t, e, acq, sendWC(7, "success", "rdma_write", a, 8))
 	_ = b
+}
+
+// publishWrite8 writes a signalled 8-byte RDMA WRITE from src to dst into
+// q's send ring and publishes it, as a client does, ringing nothing.
+func publishWrite8(q *QP, id uint64, src, dst *MR) {
+	w := qp.SendWR{WRID: id, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
+		SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
+	p := ring.NewProducer(q.sq)
+	ring.EncodeSendWQE(p.Next(), &w)
+	p.Advance()
+	p.Publish()
 }
 
 // bellCount is the number of QPs in the doorbell's sets.
@@ -332,12 +333,7 @@ func TestDoorbellWakeAt4096QPs(t *testing.T) {
 		runs, scans := d.Counters.EngineRuns.Load(), d.bellScans.Load()
 		bell.MarkBell(bogus)
 		bell.MarkBell(idle.QPN)
-		w := qp.SendWR{WRID: id, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
-			SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
-		p := ring.NewProducer(a.sq)
-		ring.EncodeSendWQE(p.Next(), &w)
-		p.Advance()
-		p.Publish()
+		publishWrite8(a, id, src, dst)
 		bell.RingBell(a.QPN)
 		waitWC(t, e, cq, sendWC(id, "success", "rdma_write", a, 8))
 		for deadline := time.Now().Add(10 * time.Second); d.bellScans.Load()-scans < uint64(looks); time.Sleep(50 * time.Microsecond) {
