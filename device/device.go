@@ -98,6 +98,23 @@
 //   - Verbs run on their callers' goroutines (fsnode's FUSE handlers, the
 //     in-process tests) and take Device.mu for their duration.
 //
+// # Turns
+//
+// A QP's work is done in turns (QP.runLocked, run.go). Scheduling a turn
+// and running it are apart, as in rxe's tasks. engine.schedule (a post, a
+// doorbell wake, a packet, a timer, a modify, a turn with work left) only
+// queues the QP on its engine (QP.home) and wakes the engine goroutine,
+// unless a goroutine holds its wake-up (holdWake). A queued turn is run by
+// engine.turnLocked, and only by it, always holding the QP's engine's
+// stripe of Device.mu, so turns of one QP never overlap: by the engine
+// goroutine (runBatches, under its stripe; runExclusive, under all of
+// Device.mu, for a turn that asked for it), or, on a device with a wire
+// and one engine while that goroutine sleeps, by the wire's receive
+// goroutine or the doorbell's, holding all of Device.mu (runHeldLocked).
+// After a turn, the same goroutine under the same lock runs the turns its
+// direct deliveries fed (runSoonLocked, loopback.go, the sequence of
+// turnLocked written out once more there).
+//
 // # Locking
 //
 // Device.mu has one stripe per engine (devMutex). An engine's batch holds
