@@ -112,8 +112,8 @@
 // and one engine while that goroutine sleeps, by the wire's receive
 // goroutine or the doorbell's, holding all of Device.mu (runHeldLocked).
 // After a turn, the same goroutine under the same lock runs the turns its
-// direct deliveries fed (runSoonLocked, loopback.go, the sequence of
-// turnLocked written out once more there).
+// direct deliveries fed (runSoonLocked, loopback.go, which writes out the
+// turn's sequence, runTurnLocked's, once more).
 //
 // # Locking
 //

@@ -342,19 +342,24 @@ func (e *engine) runHeldLocked() {
 // turnLocked runs one turn of q on engine e: the one way a scheduled turn
 // is run, whoever took it from the run queue (runBatches under e's stripe
 // of Device.mu, runExclusive and runHeldLocked under all of it; the
-// package doc, Turns). The caller checked that q lives and is e's. Before
-// the turn q's SQ is watched, or let post without a doorbell while this
-// goroutine runs turns (ranLocked), so that what the client posts while
-// the turn completes its last WQE rings nothing; the turn's packets go to
-// the link together (one system call on the wire); after it, the turns of
-// the QPs its direct deliveries fed run on the same goroutine, under the
-// same lock (runSoonLocked, loopback.go).
+// package doc, Turns). The caller checked that q lives and is e's. After
+// the turn, the turns of the QPs its direct deliveries fed run on the
+// same goroutine, under the same lock (runSoonLocked, loopback.go).
 func (e *engine) turnLocked(q *QP) {
+	e.runTurnLocked(q)
+	e.runSoonLocked()
+}
+
+// runTurnLocked is the turn itself. Before it q's SQ is watched, or let
+// post without a doorbell while this goroutine runs turns (ranLocked), so
+// that what the client posts while the turn completes its last WQE rings
+// nothing; the turn's packets go to the link together (one system call
+// on the wire).
+func (e *engine) runTurnLocked(q *QP) {
 	e.ranLocked(q)
 	e.batchTxLocked(true)
 	q.runLocked()
 	e.batchTxLocked(false)
-	e.runSoonLocked()
 }
 
 // ranLocked notes that q is about to run a turn. The engine goroutine
