@@ -78,9 +78,9 @@
 //     with several engines it schedules them on the QPs' engines
 //     (Device.inlineTurns).
 //   - The doorbell (doorbell.go): sleeps on the mount's futex word and
-//     schedules the QPs whose rings have new WQEs, reading the set of QPs
-//     that may send (bellView) without a lock and taking only the
-//     scheduler's; on a device with a wire, when it found work, the
+//     schedules the QPs the clients marked in its page whose rings have
+//     new WQEs, reading the sets of QPs that may send (bellQPs) without a
+//     lock and taking only the scheduler's; on a device with a wire, when it found work, the
 //     engine sleeps and Device.mu is free (TryLock: it never waits for
 //     it), it runs their turns (a device without one leaves them to the
 //     engine, whose spin then serves the client's next posts without a
@@ -100,6 +100,23 @@
 //     CM agent) without Device.mu.
 //   - Verbs run on their callers' goroutines (fsnode's FUSE handlers, the
 //     in-process tests) and take Device.mu for their duration.
+//
+// # Turns
+//
+// A QP's work is done in turns (QP.runLocked, run.go). Scheduling a turn
+// and running it are apart, as in rxe's tasks. engine.schedule (a post, a
+// doorbell wake, a packet, a timer, a modify, a turn with work left) only
+// queues the QP on its engine (QP.home) and wakes the engine goroutine,
+// unless a goroutine holds its wake-up (holdWake). A queued turn is run by
+// engine.turnLocked, and only by it, always holding the QP's engine's
+// stripe of Device.mu, so turns of one QP never overlap: by the engine
+// goroutine (runBatches, under its stripe; runExclusive, under all of
+// Device.mu, for a turn that asked for it), or, on a device with a wire
+// and one engine while that goroutine sleeps, by the wire's receive
+// goroutine or the doorbell's, holding all of Device.mu (runHeldLocked).
+// After a turn, the same goroutine under the same lock runs the turns its
+// direct deliveries fed (runSoonLocked, loopback.go, which writes out the
+// turn's sequence, runTurnLocked's, once more).
 //
 // # Locking
 //
@@ -125,7 +142,7 @@
 //     stripe held, and chainMu with several; the wire's receive goroutine
 //     and the fault injector's delay timers take all of it to deliver;
 //     package link, Locking);
-//   - the doorbell's view of the QPs that can send is an atomic pointer,
+//   - the doorbell's sets of the QPs that can send are atomic pointers,
 //     replaced under bellMu; the event queue has its own lock
 //     (eventQueue.mu); the GSI's queue is a channel, the counters are
 //     atomics, and each engine has its own packet pool.
@@ -182,6 +199,7 @@ import (
 	"rdmafs/clock"
 	"rdmafs/link"
 	"rdmafs/qp"
+	"rdmafs/ring"
 	"rdmafs/roce"
 )
 
@@ -451,13 +469,14 @@ type Device struct {
 	chain *link.Chain
 	link  link.Endpoint
 	bell  *doorbell // the futex doorbell (doorbell.go)
-	// bellView holds the device's QPs that can send (doorbell.go): an
-	// immutable slice a doorbell wake reads without a lock, replaced by
-	// syncBellLocked under bellMu. bellScan is odd while a wake looks at
-	// a view (the reaper of destroyed QPs waits for it before it unmaps
-	// their rings). bellScans counts the QPs wakes have looked at.
+	// bellQPs holds the device's QPs that can send (doorbell.go), by the
+	// doorbell bit of their QPN: per bit an immutable slice a doorbell
+	// wake reads without a lock, replaced by syncBellLocked under bellMu.
+	// bellScan is odd while a wake looks at them (the reaper of destroyed
+	// QPs waits for it before it unmaps their rings). bellScans counts the
+	// QPs wakes have looked at.
 	bellMu    sync.Mutex
-	bellView  atomic.Pointer[[]*QP]
+	bellQPs   [ring.BellBits]atomic.Pointer[[]*QP]
 	bellScan  atomic.Uint64
 	bellScans atomic.Uint64
 	// wireAddr is Config.Addr, the wire's address, when hasWire.

@@ -158,7 +158,8 @@ func TestDoorbellRace(t *testing.T) {
 }
 
 // The futex doorbell wakes a parked engine without any call into the
-// device: a client bumps the word and wakes it, as verbs does.
+// device: a client marks its QP, bumps the word and wakes it, as verbs
+// does.
 func TestFutexDoorbell(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.SpinIdle = -1 }) // park at once
 	a, _, acq, _ := e.pair(qp.TypeRC)
@@ -170,14 +171,8 @@ func TestFutexDoorbell(t *testing.T) {
 	}
 	for id := uint64(1); id <= 50; id++ {
 		waitParked(t, e, a)
-		w := qp.SendWR{WRID: id, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
-			SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
-		p := ring.NewProducer(a.sq)
-		ring.EncodeSendWQE(p.Next(), &w)
-		p.Advance()
-		p.Publish()
-		bell.BumpEvent()
-		bell.WakeEventWaiters()
+		publishWrite8(a, id, src, dst)
+		bell.RingBell(a.QPN)
 		waitWC(t, e, acq, sendWC(id, "success", "rdma_write", a, 8))
 	}
 }
@@ -214,7 +209,7 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 	src := e.mr(64, qp.AccessLocalWrite)
 	dst := e.mr(64, qp.AccessLocalWrite|qp.AccessRemoteWrite)
 	d := a.dev
-	n := len(*d.bellView.Load())
+	n := d.bellCount()
 	want := 2 // a and b
 	if n != want {
 		t.Fatalf("%d QPs in the doorbell's set, want %d", n, want)
@@ -237,8 +232,7 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 	wakes0, scans0 := d.Counters.Doorbells.Load(), d.bellScans.Load()
 	for i := 0; i < 20; i++ {
 		s := d.bellScans.Load()
-		bell.BumpEvent()
-		bell.WakeEventWaiters()
+		bell.RingBell(a.QPN)
 		if !waitScan(s) {
 			t.Fatal("the doorbell did not wake")
 		}
@@ -254,16 +248,10 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 	}
 	// A wake while somebody holds Device.mu still schedules the posted QP.
 	waitParked(t, e, a)
-	w := qp.SendWR{WRID: 7, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
-		SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
 	d.mu.Lock()
-	p := ring.NewProducer(a.sq)
-	ring.EncodeSendWQE(p.Next(), &w)
-	p.Advance()
-	p.Publish()
+	publishWrite8(a, 7, src, dst)
 	s := d.bellScans.Load()
-	bell.BumpEvent()
-	bell.WakeEventWaiters()
+	bell.RingBell(a.QPN)
 	ok := waitScan(s)
 	d.mu.Unlock()
 	if !ok {
@@ -271,4 +259,94 @@ func TestDoorbellLooksOnlyAtSendingQPs(t *testing.T) {
 	}
 	waitWC(t, e, acq, sendWC(7, "success", "rdma_write", a, 8))
 	_ = b
+}
+
+// publishWrite8 writes a signalled 8-byte RDMA WRITE from src to dst into
+// q's send ring and publishes it, as a client does, ringing nothing.
+func publishWrite8(q *QP, id uint64, src, dst *MR) {
+	w := qp.SendWR{WRID: id, Opcode: qp.WRRDMAWrite, SendFlags: qp.SendSignaled,
+		SGL: []qp.SGE{{Length: 8, LKey: src.LKey}}, RKey: dst.RKey}
+	p := ring.NewProducer(q.sq)
+	ring.EncodeSendWQE(p.Next(), &w)
+	p.Advance()
+	p.Publish()
+}
+
+// bellCount is the number of QPs in the doorbell's sets.
+func (d *Device) bellCount() int {
+	n := 0
+	for i := range d.bellQPs {
+		if v := d.bellQPs[i].Load(); v != nil {
+			n += len(*v)
+		}
+	}
+	return n
+}
+
+// With 4,096 QPs that can send, a wake for one of them schedules it and
+// looks at the QPs of the marked bits only: three here, where a wake
+// before the bitmap looked at all 4,096. Beside the rung QP, a client
+// marks a QPN no QP has (its bit is another QP's, with nothing posted)
+// and a QP that cannot send (RESET, in no set; its bit's QP has nothing
+// posted): each costs a look at one QP's ring indices and schedules
+// nothing.
+func TestDoorbellWakeAt4096QPs(t *testing.T) {
+	const n = 4096
+	e := newEnv(t, func(c *Config) {
+		c.SpinIdle = -1 // park at once: every post needs the doorbell
+		c.MaxQP, c.UserShare = n+16, 100
+	})
+	cq := e.cq(64)
+	qs := make([]*QP, n)
+	for i := range qs {
+		qs[i] = e.qp(qpOpts{scq: cq, rcq: cq, cap: qp.Cap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	}
+	for i := 0; i < n; i += 2 {
+		e.connect(qs[i], qs[i+1].QPN, "")
+		e.connect(qs[i+1], qs[i].QPN, "")
+	}
+	idle := e.qp(qpOpts{scq: cq, rcq: cq}) // RESET: in no set
+	d := e.d
+	if got := d.bellCount(); got != n {
+		t.Fatalf("%d QPs in the doorbell's sets, want %d", got, n)
+	}
+	a := qs[n/2+1]
+	const bogus = 1<<24 - 1
+	marked := map[uint32]bool{bellBit(a.QPN): true, bellBit(bogus): true, bellBit(idle.QPN): true}
+	looks := 0
+	for bit := range marked {
+		if v := d.bellQPs[bit].Load(); v != nil {
+			looks += len(*v)
+		}
+	}
+	if looks != 3 {
+		t.Fatalf("the marked bits hold %d QPs; the test wants one each", looks)
+	}
+	src := e.mr(64, qp.AccessLocalWrite)
+	dst := e.mr(64, qp.AccessLocalWrite|qp.AccessRemoteWrite)
+	bell, err := ring.Attach(d.Doorbell().Bytes(), ring.KindDoorbell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		waitParked(t, e, a)
+		runs, scans := d.Counters.EngineRuns.Load(), d.bellScans.Load()
+		bell.MarkBell(bogus)
+		bell.MarkBell(idle.QPN)
+		publishWrite8(a, id, src, dst)
+		bell.RingBell(a.QPN)
+		waitWC(t, e, cq, sendWC(id, "success", "rdma_write", a, 8))
+		for deadline := time.Now().Add(10 * time.Second); d.bellScans.Load()-scans < uint64(looks); time.Sleep(50 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("wake %d looked at %d QPs, want %d", id, d.bellScans.Load()-scans, looks)
+			}
+		}
+		e.quiesce()
+		if got := d.bellScans.Load() - scans; got != uint64(looks) {
+			t.Fatalf("wake %d looked at %d QPs, want %d", id, got, looks)
+		}
+		if d.Counters.EngineRuns.Load() == runs {
+			t.Fatal("no turn ran for the rung QP")
+		}
+	}
 }

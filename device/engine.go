@@ -324,13 +324,7 @@ func (e *engine) runHeldLocked() {
 				continue
 			}
 			if !q.destroyed {
-				e.ranLocked(q)
-				e.batchTxLocked(true)
-				q.runLocked()
-				e.batchTxLocked(false)
-				// The QPs this turn's direct deliveries fed, as the
-				// engine does (loopback.go).
-				e.runSoonLocked()
+				e.turnLocked(q)
 			}
 			yield = d.mu.contended()
 		}
@@ -343,6 +337,29 @@ func (e *engine) runHeldLocked() {
 	e.rearmLocked()
 	e.inline = false
 	e.releaseHold()
+}
+
+// turnLocked runs one turn of q on engine e: the one way a scheduled turn
+// is run, whoever took it from the run queue (runBatches under e's stripe
+// of Device.mu, runExclusive and runHeldLocked under all of it; the
+// package doc, Turns). The caller checked that q lives and is e's. After
+// the turn, the turns of the QPs its direct deliveries fed run on the
+// same goroutine, under the same lock (runSoonLocked, loopback.go).
+func (e *engine) turnLocked(q *QP) {
+	e.runTurnLocked(q)
+	e.runSoonLocked()
+}
+
+// runTurnLocked is the turn itself. Before it q's SQ is watched, or let
+// post without a doorbell while this goroutine runs turns (ranLocked), so
+// that what the client posts while the turn completes its last WQE rings
+// nothing; the turn's packets go to the link together (one system call
+// on the wire).
+func (e *engine) runTurnLocked(q *QP) {
+	e.ranLocked(q)
+	e.batchTxLocked(true)
+	q.runLocked()
+	e.batchTxLocked(false)
 }
 
 // ranLocked notes that q is about to run a turn. The engine goroutine
@@ -483,13 +500,7 @@ func (e *engine) runBatches() {
 			case q.wantAll:
 				all = append(all, q)
 			default:
-				// The packets of one turn go to the link together
-				// (one system call on the wire).
-				e.batchTxLocked(true)
-				q.runLocked()
-				e.batchTxLocked(false)
-				e.watch(q)
-				e.runSoonLocked()
+				e.turnLocked(q)
 			}
 			// After the last turn the batch ends anyway: no clock read.
 			if i+1 < len(batch) && (d.mu.contended() || time.Since(held) > maxHold) {
@@ -523,11 +534,7 @@ func (e *engine) runExclusive(qs []*QP) {
 		}
 		q.wantAll = false
 		e.exclusive = true
-		e.batchTxLocked(true)
-		q.runLocked()
-		e.batchTxLocked(false)
-		e.watch(q)
-		e.runSoonLocked()
+		e.turnLocked(q)
 		e.exclusive = false
 	}
 	e.nowOK = false

@@ -49,7 +49,7 @@ type QP struct {
 	queued    atomic.Bool // in its engine's run queue; set under engine.mu
 	watched   atomic.Bool // its engine's spin loop polls the SQ (set by that engine)
 	soon      bool        // in its engine's soon list (loopback.go); its stripe; lockcheck:guarded dev.mu
-	inBell    bool        // in dev.bellView (written under bellMu too); lockcheck:guarded dev.mu
+	inBell    bool        // in dev.bellQPs (written under bellMu too); lockcheck:guarded dev.mu
 	// home is the engine that runs the QP's turns; it changes only under
 	// all of Device.mu (colocateLocked), and is read without a lock by
 	// whoever schedules the QP. wantAll asks for the next turn under all

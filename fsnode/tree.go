@@ -89,7 +89,8 @@ func (r *root) OnAdd(ctx context.Context) {
 	addChild(ctx, in, "faults", t.faultsFile(), syscall.S_IFREG)
 	// doorbell: the device's futex doorbell page, mapped by clients that
 	// wake a parked engine without a FUSE request (device/doorbell.go).
-	// Anyone may ring it; it only makes the engine look at the rings.
+	// Anyone may ring it; it only makes the engine look at the rings of
+	// the QPs marked in it.
 	if bell := t.dev.Doorbell(); bell != nil {
 		if s, err := newShared(owner{perm: 0666, born: t.born}, bell.Fd(), uint64(bell.Size())); err == nil {
 			s.read, s.write = preadFd, doorbell(nil)

@@ -630,7 +630,7 @@ out:
 	if (posted) {
 		rf_prod_publish(&q->sq);
 		if (rf_need_wakeup(&q->sq))
-			rf_ring_bell(to_rctx(qp->context), &q->sq);
+			rf_ring_bell(to_rctx(qp->context), &q->sq, qp->qp_num);
 	}
 	pthread_spin_unlock(&q->sq_lock);
 	if (err) {

@@ -64,7 +64,7 @@ static int x_complete(struct ibv_qp_ex *x)
 	} else if (q->sq.head != q->wr_start_head) {
 		rf_prod_publish(&q->sq);
 		if (rf_need_wakeup(&q->sq))
-			rf_ring_bell(to_rctx(x->qp_base.context), &q->sq);
+			rf_ring_bell(to_rctx(x->qp_base.context), &q->sq, x->qp_base.qp_num);
 	}
 	pthread_spin_unlock(&q->sq_lock);
 	return err;

@@ -39,6 +39,11 @@
  * doorbell once the producer publishes. */
 #define RDMAFS_FLAG_NEED_WAKEUP 1 /* ring.FlagNeedWakeup */
 
+/* The doorbell's geometry (KindDoorbell): BellSlots slots of MinSlotSize
+ * bytes, whose BellBits bits are one per QP number modulo BellBits. */
+#define RDMAFS_BELL_SLOTS 8    /* ring.BellSlots */
+#define RDMAFS_BELL_BITS  4096 /* ring.BellBits */
+
 /* Values of the word at OffArmed (ibv_req_notify_cq). */
 #define RDMAFS_ARM_NONE      0 /* ring.ArmNone */
 #define RDMAFS_ARM_NEXT      1 /* ring.ArmNext: fire on the next completion */
@@ -50,9 +55,13 @@
 #define RDMAFS_KIND_CQ  4 /* ring.KindCQ: CQEs, daemon → client */
 
 /* KindDoorbell is the device doorbell: a header whose event word
- * clients bump and wake (FUTEX_WAKE) to rouse a parked engine; it has
- * one unused slot. */
-#define RDMAFS_KIND_DOORBELL 5 /* ring.KindDoorbell */
+ * clients bump and wake (FUTEX_WAKE) to rouse a parked engine, and
+ * whose slots are a bitmap in which each marks the QP it rang for
+ * (the package doc, Doorbell). 5 was the doorbell without the bitmap,
+ * which the daemon no longer serves: a client of that kind fails to
+ * attach and wakes the engine with write() doorbells instead, which
+ * every daemon takes, rather than ring a doorbell that names no QP. */
+#define RDMAFS_KIND_DOORBELL 6 /* ring.KindDoorbell */
 
 /* Scatter/gather element, as it follows a send or receive WQE header. */
 #define RDMAFS_SGE_SIZE       16 /* ring.SGESize */

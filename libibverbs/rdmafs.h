@@ -273,7 +273,7 @@ int rf_async_start(struct rf_context *ctx);
 void rf_async_stop(struct rf_context *ctx);
 
 /* doorbells */
-void rf_ring_bell(struct rf_context *ctx, struct rf_ring *r);
+void rf_ring_bell(struct rf_context *ctx, struct rf_ring *r, uint32_t qpn);
 
 /* the data-path slots installed in ibv_context_ops */
 int rf_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -22,7 +22,7 @@
 //	offset size field
 //	     0    4 magic        0x474E5244 (Magic; bytes 44 52 4E 47)
 //	     4    4 version      1 (Version)
-//	     8    4 kind         1 SQ, 2 RQ, 3 SRQ, 4 CQ, 5 doorbell (Kind)
+//	     8    4 kind         1 SQ, 2 RQ, 3 SRQ, 4 CQ, 6 doorbell (Kind)
 //	    12    4 slot_size    bytes per slot, a power of two ≥ 64
 //	    16    4 slot_count   slots, a power of two ≥ 1
 //	    20    4 data_offset  256, the offset of slot 0
@@ -55,8 +55,8 @@
 //	RQ, SRQ   client                       daemon
 //	CQ        daemon                       client
 //
-// A doorbell (kind 5) is a header only: clients bump its event word and
-// FUTEX_WAKE it to rouse the device's parked engine; its indices are unused.
+// A doorbell (kind 6) rouses the device's parked engine; its indices are
+// unused. See Doorbell below.
 //
 // The owner keeps its index in private memory (Producer.head,
 // Consumer.tail) and only stores it to the shared word to publish; it never
@@ -130,6 +130,28 @@
 //     Because seq is read before arming and polling, an event in between
 //     makes the wait return at once. The futex is shared, not
 //     FUTEX_PRIVATE: waiters are in other processes.
+//
+// # Doorbell
+//
+// The device doorbell (MOUNT/doorbell, kind 6, shared by every user of the
+// device) is a header and BellSlots slots of MinSlotSize bytes: a bitmap of
+// BellBits bits, bit i in bit i%32 of the u32 at data_offset + 4*(i/32).
+// A client whose post found NEED_WAKEUP on a send ring rings it for that
+// QP (RingBell): it sets bit qpn % BellBits with an atomic OR (or leaves
+// it, if set), then increments event_seq and FUTEX_WAKEs it, all
+// sequentially consistent and after the producer store. The daemon reads
+// event_seq, takes the bitmap (TakeBells: each non-zero word swapped to
+// zero), looks at the QPs whose numbers fall on the taken bits, and
+// futex-waits while event_seq is still what it read: a mark it missed was
+// followed by an increment, so it looks again. A wake thus costs the
+// daemon the bitmap's 128 words and the QPs of the marked bits, not a look
+// at every QP; a bit is shared by the QP numbers equal modulo BellBits,
+// and no mark is ever lost, so the bitmap cannot overflow. A bit set for a
+// QP that does not exist, or is not the setter's, costs the daemon a look
+// at that QP's ring indices and nothing else (the engine takes only what
+// the ring holds); a client setting every bit costs a look at every QP
+// that can send, which is what each wake cost before the bitmap. The
+// doorbell of kind 5 had no bitmap; see KindDoorbell.
 //
 // # Slots
 //

@@ -43,6 +43,13 @@ const (
 	FlagNeedWakeup = 1 << 0
 )
 
+// The doorbell's geometry (KindDoorbell): BellSlots slots of MinSlotSize
+// bytes, whose BellBits bits are one per QP number modulo BellBits.
+const (
+	BellSlots = 8
+	BellBits  = BellSlots * MinSlotSize * 8
+)
+
 // Values of the word at OffArmed (ibv_req_notify_cq).
 const (
 	ArmNone      = 0
@@ -85,12 +92,19 @@ const (
 	KindSRQ Kind = 3 // receive WQEs of a shared receive queue, client → daemon
 	KindCQ  Kind = 4 // CQEs, daemon → client
 	// KindDoorbell is the device doorbell: a header whose event word
-	// clients bump and wake (FUTEX_WAKE) to rouse a parked engine; it has
-	// one unused slot.
-	KindDoorbell Kind = 5
+	// clients bump and wake (FUTEX_WAKE) to rouse a parked engine, and
+	// whose slots are a bitmap in which each marks the QP it rang for
+	// (the package doc, Doorbell). 5 was the doorbell without the bitmap,
+	// which the daemon no longer serves: a client of that kind fails to
+	// attach and wakes the engine with write() doorbells instead, which
+	// every daemon takes, rather than ring a doorbell that names no QP.
+	KindDoorbell Kind = 6
 )
 
-func (k Kind) valid() bool { return k >= KindSQ && k <= KindDoorbell }
+func (k Kind) valid() bool { return k >= KindSQ && k <= KindDoorbell && k != kindOldDoorbell }
+
+// kindOldDoorbell is the retired doorbell kind (see KindDoorbell).
+const kindOldDoorbell Kind = 5
 
 func (k Kind) String() string {
 	switch k {

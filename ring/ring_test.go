@@ -97,7 +97,8 @@ func TestInitRejects(t *testing.T) {
 		slotSize, slotCount uint32
 	}{
 		{"kind 0", good, 0, 64, 4},
-		{"kind 6", good, 6, 64, 4},
+		{"kind 5 (the retired doorbell)", good, 5, 64, 4},
+		{"kind 7", good, 7, 64, 4},
 		{"slot size 32", good, KindSQ, 32, 4},
 		{"slot size 100", good, KindSQ, 100, 4},
 		{"slot count 0", good, KindSQ, 64, 0},

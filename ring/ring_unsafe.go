@@ -180,3 +180,10 @@ func (r *Ring) TakeArm(solicited, failed bool) bool {
 	}
 	return r.SwapArmed(ArmNone) != ArmNone
 }
+
+// dataWord returns the i-th 32-bit word of the slots as a *uint32 (the
+// doorbell's bitmap). The slots start 256 bytes into an aligned mapping,
+// so every word is aligned; i < len(r.data)/4, checked by the callers.
+func (r *Ring) dataWord(i uint32) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.data[i*4]))
+}

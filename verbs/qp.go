@@ -240,9 +240,9 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 	if posted > 0 && (q.ctx.alwaysDoorbell || s.r.NeedWakeup()) {
 		q.doorbells.Add(1)
 		if bell := q.ctx.bell; bell != nil {
-			// The device doorbell: a futex wake, no FUSE request.
-			bell.BumpEvent()
-			bell.WakeEventWaiters()
+			// The device doorbell, for this QP: a futex wake, no
+			// FUSE request.
+			bell.RingBell(q.QPN)
 		} else if _, err := unix.Write(s.region.Fd(), s.bell[:]); err != nil && perr == nil {
 			perr = &Error{Op: op, Errno: errnoOf(err), Reason: "doorbell: " + err.Error()}
 		}
