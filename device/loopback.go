@@ -206,10 +206,7 @@ func (e *engine) runSoonLocked() {
 			e.schedule(q)
 			continue
 		}
-		e.batchTxLocked(true)
-		q.runLocked()
-		e.batchTxLocked(false)
-		e.ranLocked(q)
+		e.runTurnLocked(q)
 	}
 	e.soon, e.soonHead = e.soon[:0], 0
 }
