@@ -1,7 +1,10 @@
 package cm
 
 import (
+	"slices"
+
 	"fmt"
+	"rdmafs/qp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,7 +73,7 @@ func (e *Event) add(k string, v any) { e.KV = append(e.KV, fmt.Sprintf("%s=%v", 
 // Line is the event's text without padding.
 func (e Event) Line() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "event=%s id=%d status=%d", e.Name, e.ID, e.Status)
+	fmt.Fprintf(&b, "%s=%s %s=%d %s=%d", qp.KeyEvent, e.Name, KeyID, e.ID, KeyStatus, e.Status)
 	for _, kv := range e.KV {
 		b.WriteByte(' ')
 		b.WriteString(kv)
@@ -91,8 +94,14 @@ func (e Event) Record() [RecordSize]byte {
 	return r
 }
 
+// RecordKeys are the keys of an event record: the event's name, id and
+// status, then those an event adds (Event.add), as librdmacm reads them.
+var RecordKeys = []string{qp.KeyEvent, KeyID, KeyStatus, KeySrcAddr, KeySrcPort, KeyDstAddr, KeyDstPort,
+	KeyListenID, KeyPrivateData, KeyResponderResources, KeyInitiatorDepth, KeyFlowControl, KeyRetryCount,
+	KeyRNRRetryCount, qp.KeySRQ, qp.KeyQPNum, qp.KeyQKey}
+
 // ParseRecord reads a record back into its name, id, status and keys (for
-// tests and tools).
+// tests and tools); a key not of RecordKeys is an error.
 func ParseRecord(rec []byte) (map[string]string, error) {
 	if len(rec) != RecordSize || rec[RecordSize-1] != '\n' {
 		return nil, fmt.Errorf("cm: a record is %d bytes ending in a newline", RecordSize)
@@ -103,9 +112,12 @@ func ParseRecord(rec []byte) (map[string]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("cm: record token %q is not key=value", f)
 		}
+		if !slices.Contains(RecordKeys, k) {
+			return nil, fmt.Errorf("cm: unknown key %q in record", k)
+		}
 		m[k] = v
 	}
-	if m["event"] == "" {
+	if m[qp.KeyEvent] == "" {
 		return nil, fmt.Errorf("cm: record has no event")
 	}
 	return m, nil
