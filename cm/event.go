@@ -1,8 +1,6 @@
 package cm
 
 import (
-	"slices"
-
 	"fmt"
 	"rdmafs/qp"
 	"strings"
@@ -106,16 +104,9 @@ func ParseRecord(rec []byte) (map[string]string, error) {
 	if len(rec) != RecordSize || rec[RecordSize-1] != '\n' {
 		return nil, fmt.Errorf("cm: a record is %d bytes ending in a newline", RecordSize)
 	}
-	m := map[string]string{}
-	for _, f := range strings.Fields(string(rec)) {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			return nil, fmt.Errorf("cm: record token %q is not key=value", f)
-		}
-		if !slices.Contains(RecordKeys, k) {
-			return nil, fmt.Errorf("cm: unknown key %q in record", k)
-		}
-		m[k] = v
+	m, err := keyValues(strings.Fields(string(rec)), RecordKeys, "record")
+	if err != nil {
+		return nil, err
 	}
 	if m[qp.KeyEvent] == "" {
 		return nil, fmt.Errorf("cm: record has no event")

@@ -126,17 +126,20 @@ var AttrKeys = []string{qp.KeyState, KeyPs, qp.KeyQPType, KeyChannel, KeyEventsQ
 // ParseAttr reads cm/I/attr back into its keys (for tests and tools); a
 // key not of AttrKeys is an error.
 func ParseAttr(text string) (map[string]string, error) {
+	return keyValues(strings.Fields(text), AttrKeys, "attr")
+}
+
+// keyValues reads key=value tokens of a record or attr (what), each key
+// one of known.
+func keyValues(toks, known []string, what string) (map[string]string, error) {
 	m := map[string]string{}
-	for _, line := range strings.Split(text, "\n") {
-		if line = strings.TrimSpace(line); line == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
+	for _, f := range toks {
+		k, v, ok := strings.Cut(f, "=")
 		if !ok {
-			return nil, fmt.Errorf("cm: attr line %q is not key=value", line)
+			return nil, fmt.Errorf("cm: %s token %q is not key=value", what, f)
 		}
-		if !slices.Contains(AttrKeys, k) {
-			return nil, fmt.Errorf("cm: unknown key %q in attr", k)
+		if !slices.Contains(known, k) {
+			return nil, fmt.Errorf("cm: unknown key %q in %s", k, what)
 		}
 		m[k] = v
 	}
