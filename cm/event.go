@@ -2,10 +2,11 @@ package cm
 
 import (
 	"fmt"
-	"rdmafs/qp"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"rdmafs/qp"
 )
 
 // RecordSize is one event on a channel FIFO: a text line padded with
