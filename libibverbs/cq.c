@@ -128,7 +128,7 @@ static struct rf_cq *cq_new(struct ibv_context *context, int cqe, void *cq_conte
 		const char *wall = (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 					   ? "completion_timestamp_wallclock" : "";
 		snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEQ(WC_FLAGS) "%s%s%s", ts,
-			*ts && *wall ? "," : "", wall);
+			 *ts && *wall ? "," : "", wall);
 	}
 	if ((err = rf_transact(ctx, "cq", req, &cq->handle)))
 		goto fail_free;

@@ -73,7 +73,7 @@ struct ibv_dm *rf_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr
 	if (!pd)
 		goto fail;
 	snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(LENGTH) "%zu " RDMAFS_KEQ(IOVA) "0 "
-		RDMAFS_KEQ(ACCESS) "local_write", pd, dm->maplen);
+		 RDMAFS_KEQ(ACCESS) "local_write", pd, dm->maplen);
 	if ((err = rf_transact(ctx, "mr", req, &dm->mr)))
 		goto fail;
 	snprintf(path, sizeof(path), "mr/%u/mem", dm->mr);
@@ -147,8 +147,7 @@ struct ibv_mr *rf_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *d, uint64_t offset
 		return NULL;
 	}
 	snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(LENGTH) "%zu " RDMAFS_KEQ(IOVA) "0 "
-		RDMAFS_KEQ(ACCESS) "%u " RDMAFS_KEQ(SHARE) "%u " RDMAFS_KEQ(OFFSET) "%llu",
-		to_rpd(pd)->handle,
+		 RDMAFS_KEQ(ACCESS) "%u " RDMAFS_KEQ(SHARE) "%u " RDMAFS_KEQ(OFFSET) "%llu", to_rpd(pd)->handle,
 		 length, access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 				   IBV_ACCESS_REMOTE_ATOMIC),
 		 dm->mr, (unsigned long long)offset);

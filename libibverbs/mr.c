@@ -78,7 +78,7 @@ static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void 
 		if (!(access & IBV_ACCESS_ON_DEMAND))
 			return EINVAL;
 		snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(IMPLICIT) "1 "
-			RDMAFS_KEQ(ACCESS) "%u", to_rpd(pd)->handle, access_word(access));
+			 RDMAFS_KEQ(ACCESS) "%u", to_rpd(pd)->handle, access_word(access));
 	} else {
 		if (!addr || !length || a + length < a)
 			return EINVAL;
@@ -297,7 +297,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 			return IBV_REREG_MR_ERR_CMD;
 		}
 		snprintf(cmd + n, sizeof(cmd) - n, " " RDMAFS_KEQ(ADDR) "%lu " RDMAFS_KEQ(LENGTH) "%zu "
-			RDMAFS_KEQ(IOVA) "%lu", (unsigned long)a, length,
+			 RDMAFS_KEQ(IOVA) "%lu", (unsigned long)a, length,
 			 (unsigned long)a);
 	} else if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && writable(acc) && !writable(m->access) && m->pin.n &&
 		   !m->dm) {
@@ -308,7 +308,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 			return IBV_REREG_MR_ERR_CMD;
 		}
 		snprintf(cmd + n, sizeof(cmd) - n, " " RDMAFS_KEQ(ADDR) "%lu " RDMAFS_KEQ(LENGTH) "%zu "
-			RDMAFS_KEQ(IOVA) "%llu", (unsigned long)mr->addr,
+			 RDMAFS_KEQ(IOVA) "%llu", (unsigned long)mr->addr,
 			 mr->length, (unsigned long long)m->iova);
 	}
 	snprintf(path, sizeof(path), "mr/%u/ctl", m->handle);

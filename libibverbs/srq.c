@@ -41,13 +41,12 @@ static struct ibv_srq *srq_new(struct ibv_pd *pd, void *srq_context, struct ibv_
 		errno = ENOMEM;
 		return NULL;
 	}
-	int n = snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(MAX_WR) "%u "
-		RDMAFS_KEQ(MAX_SGE) "%u " RDMAFS_KEQ(SRQ_LIMIT) "%u", to_rpd(pd)->handle,
-			 attr->max_wr, attr->max_sge, attr->srq_limit);
+	int n = snprintf(req, sizeof(req),
+			 RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(MAX_WR) "%u " RDMAFS_KEQ(MAX_SGE) "%u " RDMAFS_KEQ(SRQ_LIMIT) "%u",
+			 to_rpd(pd)->handle, attr->max_wr, attr->max_sge, attr->srq_limit);
 	if (xrcd)
-		snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEQ(SRQ_TYPE) "xrc " RDMAFS_KEQ(XRCD) "%u "
-			RDMAFS_KEQ(CQ) "%u", to_rxrcd(xrcd)->handle,
-			 to_rcq(cq)->handle);
+		snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEQ(SRQ_TYPE) "xrc " RDMAFS_KEQ(XRCD) "%u " RDMAFS_KEQ(CQ) "%u",
+			 to_rxrcd(xrcd)->handle, to_rcq(cq)->handle);
 	if ((err = rf_transact(ctx, "srq", req, &s->handle)))
 		goto fail_free;
 	if ((err = srq_query_text(ctx, s->handle, text, sizeof(text))))

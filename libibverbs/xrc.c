@@ -31,8 +31,8 @@ struct ibv_xrcd *rf_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_
 		return NULL;
 	}
 	if (fd >= 0)
-		snprintf(req, sizeof(req), RDMAFS_KEQ(FD) "%d%s%s", fd, (oflags & O_CREAT) ? " "
-			RDMAFS_KEQ(CREATE) "1" : "",
+		snprintf(req, sizeof(req), RDMAFS_KEQ(FD) "%d%s%s", fd,
+			 (oflags & O_CREAT) ? " " RDMAFS_KEQ(CREATE) "1" : "",
 			 (oflags & O_EXCL) ? " " RDMAFS_KEQ(EXCL) "1" : "");
 	else if (fd != -1) {
 		errno = EBADF;
@@ -93,7 +93,7 @@ struct ibv_qp *rf_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *
 		return NULL;
 	}
 	snprintf(req, sizeof(req), RDMAFS_KEQ(QP_TYPE) "xrc_recv " RDMAFS_KEQ(XRCD) "%u "
-		RDMAFS_KEQ(OPEN) "%u", to_rxrcd(attr->xrcd)->handle, attr->qp_num);
+		 RDMAFS_KEQ(OPEN) "%u", to_rxrcd(attr->xrcd)->handle, attr->qp_num);
 	return rf_xrc_recv_qp(to_rctx(context), req,
 			      (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : NULL);
 }

@@ -254,9 +254,9 @@ int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 		int srq = cid->qp ? cid->qp->srq != NULL : (p ? p->srq : 0);
 		err = rc_ctl(s->dev, s->handle,
 			     "connect " RDMAFS_KEQ(QP_NUM) "%u " RDMAFS_KEQ(PSN) "%u%s "
-			     	RDMAFS_KEQ(RESPONDER_RESOURCES) "%u " RDMAFS_KEQ(INITIATOR_DEPTH) "%u "
+			     RDMAFS_KEQ(RESPONDER_RESOURCES) "%u " RDMAFS_KEQ(INITIATOR_DEPTH) "%u "
 			     RDMAFS_KEQ(FLOW_CONTROL) "%u " RDMAFS_KEQ(RETRY_COUNT) "%u "
-			     	RDMAFS_KEQ(RNR_RETRY_COUNT) "%u " RDMAFS_KEQ(SRQ) "%d",
+			     RDMAFS_KEQ(RNR_RETRY_COUNT) "%u " RDMAFS_KEQ(SRQ) "%d",
 			     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth,
 			     p ? !!p->flow_control : 0, p ? (p->retry_count > 7 ? 7 : p->retry_count) : 7,
 			     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
@@ -286,9 +286,9 @@ int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	depths(id, p, &s->dev->attr, true);
 	if (ud) {
 		uint32_t qpn = cid->qp ? cid->qp->qp_num : (p ? p->qp_num : 0);
-		err = rc_ctl(s->dev, s->handle, "accept " RDMAFS_KEQ(QP_NUM) "%u " RDMAFS_KEQ(PSN) "%u%s "
-			RDMAFS_KEQ(QKEY) "%u", qpn, id->psn, pdw,
-			     RDMA_UDP_QKEY);
+		err = rc_ctl(s->dev, s->handle,
+			     "accept " RDMAFS_KEQ(QP_NUM) "%u " RDMAFS_KEQ(PSN) "%u%s " RDMAFS_KEQ(QKEY) "%u", qpn,
+			     id->psn, pdw, RDMA_UDP_QKEY);
 		return err ? fail(err) : 0;
 	}
 	if (cid->qp) {
@@ -302,9 +302,8 @@ int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	int srq = cid->qp ? cid->qp->srq != NULL : (p ? p->srq : 0);
 	err = rc_ctl(s->dev, s->handle,
 		     "accept " RDMAFS_KEQ(QP_NUM) "%u " RDMAFS_KEQ(PSN) "%u%s "
-		     	RDMAFS_KEQ(RESPONDER_RESOURCES) "%u " RDMAFS_KEQ(INITIATOR_DEPTH) "%u "
-		     	RDMAFS_KEQ(FLOW_CONTROL) "%u "
-		     RDMAFS_KEQ(RNR_RETRY_COUNT) "%u " RDMAFS_KEQ(SRQ) "%d",
+		     RDMAFS_KEQ(RESPONDER_RESOURCES) "%u " RDMAFS_KEQ(INITIATOR_DEPTH) "%u "
+		     RDMAFS_KEQ(FLOW_CONTROL) "%u " RDMAFS_KEQ(RNR_RETRY_COUNT) "%u " RDMAFS_KEQ(SRQ) "%d",
 		     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth, p ? !!p->flow_control : 0,
 		     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
 	if (err) {

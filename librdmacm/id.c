@@ -139,8 +139,7 @@ static int add_sub(struct rc_id *id, struct rc_device *d, struct rc_sub **out)
 	if ((err = rc_channel_on(id->chan, d, &ch)))
 		return err;
 	const char *ps = rc_ps_name(id->id.ps);
-	snprintf(req, sizeof(req), RDMAFS_KEQ(PS) "%s " RDMAFS_KEQ(QP_TYPE) "%s " RDMAFS_KEQ(CHANNEL) "%u",
-		ps,
+	snprintf(req, sizeof(req), RDMAFS_KEQ(PS) "%s " RDMAFS_KEQ(QP_TYPE) "%s " RDMAFS_KEQ(CHANNEL) "%u", ps,
 		 id->id.qp_type == IBV_QPT_UD ? "ud" : "rc", ch);
 	if ((err = rc_transact(d, "cm/new", req, &h, "cm")))
 		return err;
@@ -514,8 +513,8 @@ int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src_addr, struct 
 	if (rc_addr_text(dst_addr, dst, sizeof(dst)))
 		return fail(EINVAL);
 	memcpy(&cid->route.addr.dst_storage, dst_addr, rc_sockaddr_len(dst_addr));
-	if ((err = rc_ctl(s->dev, s->handle, "resolve_addr " RDMAFS_KEQ(DST) "%s " RDMAFS_KEQ(PORT) "%d%s "
-		RDMAFS_KEQ(TIMEOUT_MS) "%d", dst,
+	if ((err = rc_ctl(s->dev, s->handle,
+			  "resolve_addr " RDMAFS_KEQ(DST) "%s " RDMAFS_KEQ(PORT) "%d%s " RDMAFS_KEQ(TIMEOUT_MS) "%d", dst,
 			  rc_port_of(dst_addr), src, timeout_ms > 0 ? timeout_ms : 2000)))
 		return fail(err);
 	if ((err = rc_id_complete(id, RDMA_CM_EVENT_ADDR_RESOLVED)))
@@ -691,8 +690,8 @@ int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *channel)
 	nc = to_rchan(channel);
 	for (int i = 0; i < id->nsubs; i++) {
 		struct rc_sub *s = &id->subs[i];
-		if ((err = rc_channel_on(nc, s->dev, &h)) || (err = rc_ctl(s->dev, s->handle, "migrate "
-			RDMAFS_KEQ(CHANNEL) "%u", h))) {
+		if ((err = rc_channel_on(nc, s->dev, &h)) ||
+		    (err = rc_ctl(s->dev, s->handle, "migrate " RDMAFS_KEQ(CHANNEL) "%u", h))) {
 			if (own)
 				rdma_destroy_event_channel(own);
 			return fail(err);
