@@ -153,7 +153,7 @@ func TestEventReadersBoundedPerUser(t *testing.T) {
 	if _, err := d.OpenEventsLimited(0); err != nil {
 		t.Fatalf("root: %v", err)
 	}
-	for range 20000 {
+	for range 2000 {
 		raiseFor(d, q)
 	}
 	d.events.mu.Lock()
@@ -165,7 +165,7 @@ func TestEventReadersBoundedPerUser(t *testing.T) {
 	if held != total || held > maxQueuedEvents || rs[0].Dropped() == 0 {
 		t.Fatalf("uid 65534 holds %d events (%d counted), reader 0 dropped %d", total, held, rs[0].Dropped())
 	}
-	t.Logf("256 readers, 20,000 events: %d held (at most %d), %d dropped", total, maxQueuedEvents, d.EventDrops())
+	t.Logf("256 readers, 2,000 events: %d held (at most %d), %d dropped", total, maxQueuedEvents, d.EventDrops())
 	rs[0].TryRead(0)
 	for _, r := range rs {
 		r.Close()
@@ -208,5 +208,74 @@ func TestEventsIdleReaderDoesNotStarve(t *testing.T) {
 	d.events.mu.Unlock()
 	if held > maxQueuedEvents || held != idleLen || idle.Dropped() < 100 {
 		t.Fatalf("uid 65534 holds %d (idle reader %d, dropped %d)", held, idleLen, idle.Dropped())
+	}
+}
+
+// BenchmarkEventFullShare: one event raised for a user holding its 256
+// readers, none reading, so that every event sheds one event of each
+// reader. (A scan of every reader for each reader made this 256 times
+// dearer, with Device.mu held.)
+func BenchmarkEventFullShare(b *testing.B) {
+	e := newEnv(b)
+	d := e.d
+	cq := e.cq(4)
+	q := e.qp(qpOpts{scq: cq, rcq: cq})
+	setOwner(d, 65534, q)
+	for range MaxEventReaders {
+		r, err := d.OpenEventsLimited(65534)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+	}
+	for range maxQueuedEvents {
+		raiseFor(d, q)
+	}
+	b.ResetTimer()
+	for range b.N {
+		raiseFor(d, q)
+	}
+}
+
+// shedLocked takes what is asked, from the longest queues first, and
+// keeps the viewer's count and the readers' drop counts true.
+func TestEventShedLongestFirst(t *testing.T) {
+	for _, c := range []struct {
+		lens    []int
+		n       int
+		longest int // the longest queue after
+	}{
+		{[]int{10, 10}, 17, 2},
+		{[]int{10, 2}, 9, 2},
+		{[]int{10, 5}, 5, 5},
+		{[]int{10, 10}, 1, 10},
+		{[]int{3}, 5, 0},
+		{[]int{7, 1, 1, 1}, 6, 1},
+		{[]int{4096, 0, 16}, 4000, 96},
+		{[]int{4096, 0, 16}, 4090, 11},
+	} {
+		var e eventQueue
+		e.init()
+		total := 0
+		for _, l := range c.lens {
+			r := &EventReader{e: &e, viewer: 7, q: make([]Event, l)}
+			e.subs[r] = struct{}{}
+			total += l
+		}
+		e.queued[7] = total
+		e.mu.Lock()
+		e.shedLocked(7, c.n)
+		left, longest, dropped := 0, 0, uint64(0)
+		for r := range e.subs {
+			left += len(r.q)
+			longest = max(longest, len(r.q))
+			dropped += r.dropped
+		}
+		e.mu.Unlock()
+		want := max(0, total-c.n)
+		if left != want || e.queued[7] != want || dropped != uint64(total-want) || e.dropped != dropped || longest != c.longest {
+			t.Errorf("%v shed %d: %d left (want %d), counted %d, dropped %d/%d, longest %d (want %d)",
+				c.lens, c.n, left, want, e.queued[7], dropped, e.dropped, longest, c.longest)
+		}
 	}
 }
