@@ -27,6 +27,10 @@ import (
 // open reader. Root's readers see every owner's events as they happen but
 // start with root's own pending ones only.
 //
+// Destroying a QP, CQ or SRQ takes its unread events out of every queue
+// (withdraw), as uverbs does: handles come back, and an event of the old
+// object must never reach a reader as the new one's.
+//
 // Every queue (each reader's, each owner's pending one) holds at most
 // maxQueuedEvents, and all the queues of one viewer together (its
 // readers' and its pending one) as many: one user's unread events cost
@@ -232,6 +236,32 @@ func (e *eventQueue) push(ev Event) {
 	e.got = got[:0]
 	if !received {
 		e.pushPendingLocked(ev.Owner, ev)
+	}
+}
+
+// withdraw takes the queued events of an object that is being destroyed
+// (kind and handle as in its event lines) out of every queue, as the
+// kernel's uverbs does with a destroyed object's unread events: a handle
+// may name another object later, and no reader may ever see an event of
+// the old one as the new one's. Not counted as drops.
+func (e *eventQueue) withdraw(kind string, h uint32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	of := func(ev Event) bool { return ev.Kind == kind && ev.Handle == h }
+	for r := range e.subs {
+		if n := len(r.q); n > 0 {
+			r.q = slices.DeleteFunc(r.q, of)
+			e.forgetLocked(r.viewer, n-len(r.q))
+		}
+	}
+	for v, q := range e.pending {
+		n := len(q)
+		if q = slices.DeleteFunc(q, of); len(q) == 0 {
+			delete(e.pending, v)
+		} else {
+			e.pending[v] = q
+		}
+		e.forgetLocked(v, n-len(q))
 	}
 }
 

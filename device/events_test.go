@@ -279,3 +279,56 @@ func TestEventShedLongestFirst(t *testing.T) {
 		}
 	}
 }
+
+// A destroyed object's unread events go with it, from the readers' queues
+// and from the pending one (as uverbs does): its handle may come back as
+// another object's, which must never see them. Other objects' stay.
+func TestEventsOfDestroyedObjectWithdrawn(t *testing.T) {
+	e := newEnv(t)
+	d := e.d
+	cq := e.cq(4)
+	keep := e.qp(qpOpts{scq: cq, rcq: cq})
+	gone := e.qp(qpOpts{scq: cq, rcq: cq})
+	cq2 := e.cq(4)
+	setOwner(d, 65534, keep, gone)
+	r, err := d.OpenEventsLimited(65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raiseFor(d, gone)
+	raiseFor(d, keep)
+	r.Close() // the user's last reader: both go back to pending
+	raiseFor(d, gone)
+	d.mu.Lock()
+	d.raise(qp.EventCQErr, "cq", cq2.Handle)
+	d.mu.Unlock()
+	root := d.OpenEvents(0)
+	defer root.Close()
+	d.mu.Lock()
+	d.raise(qp.EventCQErr, "cq", cq2.Handle)
+	d.mu.Unlock()
+	if err := gone.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq2.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = d.OpenEventsLimited(65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := r.TryRead(0)
+	if len(got) != 1 || got[0].Handle != keep.QPN || got[0].Kind != "qp" {
+		t.Fatalf("after destroying qp %d: %v, want keep's one event (qp %d)", gone.QPN, got, keep.QPN)
+	}
+	if evs := root.TryRead(0); len(evs) != 0 {
+		t.Fatalf("root still holds %v", evs)
+	}
+	d.events.mu.Lock()
+	held := d.events.queued[65534] + d.events.queued[0]
+	d.events.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d events still counted", held)
+	}
+}
