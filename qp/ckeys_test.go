@@ -154,39 +154,37 @@ func TestTextKeysListed(t *testing.T) {
 // takes (no dead key): a line with it is refused for another reason than
 // an unknown key, or taken.
 func TestTextKeysParsed(t *testing.T) {
-	type parse func(string) error
-	wrap := func(f func(string) error) parse { return f }
-	parsers := []parse{
-		wrap(func(s string) error { _, err := qp.ParseCreateMR(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseReregMR(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseCreateMW(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseCreateCQ(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseCreateSRQ(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseModifySRQ(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseOpenXRCD(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseCreateAH(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseCreateQP(s); return err }),
-		wrap(func(s string) error { _, _, err := qp.ParseModify(s); return err }),
-		wrap(func(s string) error { _, _, err := qp.ParseAttrFile(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParsePDAttr(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseMRAttr(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseMWAttr(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseCQAttr(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseSRQAttr(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseXRCDAttr(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseAHAttr(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseDeviceFile(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParsePortAttr(s); return err }),
-		wrap(func(s string) error { _, err := qp.ParseClockFile(s); return err }),
+	parsers := []func(string) error{
+		func(s string) error { _, err := qp.ParseCreateMR(s); return err },
+		func(s string) error { _, err := qp.ParseReregMR(s); return err },
+		func(s string) error { _, err := qp.ParseCreateMW(s); return err },
+		func(s string) error { _, err := qp.ParseCreateCQ(s); return err },
+		func(s string) error { _, err := qp.ParseCreateSRQ(s); return err },
+		func(s string) error { _, err := qp.ParseModifySRQ(s); return err },
+		func(s string) error { _, err := qp.ParseOpenXRCD(s); return err },
+		func(s string) error { _, err := qp.ParseCreateAH(s); return err },
+		func(s string) error { _, err := qp.ParseCreateQP(s); return err },
+		func(s string) error { _, _, err := qp.ParseModify(s); return err },
+		func(s string) error { _, _, err := qp.ParseAttrFile(s); return err },
+		func(s string) error { _, err := qp.ParsePDAttr(s); return err },
+		func(s string) error { _, err := qp.ParseMRAttr(s); return err },
+		func(s string) error { _, err := qp.ParseMWAttr(s); return err },
+		func(s string) error { _, err := qp.ParseCQAttr(s); return err },
+		func(s string) error { _, err := qp.ParseSRQAttr(s); return err },
+		func(s string) error { _, err := qp.ParseXRCDAttr(s); return err },
+		func(s string) error { _, err := qp.ParseAHAttr(s); return err },
+		func(s string) error { _, err := qp.ParseDeviceFile(s); return err },
+		func(s string) error { _, err := qp.ParsePortAttr(s); return err },
+		func(s string) error { _, err := qp.ParseClockFile(s); return err },
 		// The events file: the event's own key, then the object's.
-		wrap(func(s string) error {
+		func(s string) error {
 			if strings.HasPrefix(s, qp.KeyEvent+"=") {
 				_, _, _, err := qp.ParseEvent(qp.KeyEvent + "=comm_est qp=1")
 				return err
 			}
 			_, _, _, err := qp.ParseEvent(qp.KeyEvent + "=comm_est " + s)
 			return err
-		}),
+		},
 	}
 	for _, k := range qp.TextKeys() {
 		taken := false
