@@ -42,29 +42,31 @@ func (q *QP) Probe() error {
 	if st := q.attr.QPState; st != qp.StateRTS {
 		return errf(op, syscall.EINVAL, "qp %d is in %v; a probe needs RTS", q.QPN, st)
 	}
-	if q.resv.used >= d.cfg.ReservedOps {
-		return errf(op, syscall.EBUSY, "qp %d has %d probes in flight, all its reserved operations", q.QPN, q.resv.used)
+	if q.req.resv.used >= d.cfg.ReservedOps {
+		return errf(op, syscall.EBUSY, "qp %d has %d probes in flight, all its reserved operations", q.QPN, q.req.resv.used)
 	}
 	// What the client posted before the probe runs before it.
-	if !q.fetchLocked() {
+	if !q.req.fetchLocked() {
 		return errf(op, syscall.EIO, "qp %d: its send ring is corrupt", q.QPN)
 	}
-	w := &q.swq[q.sqFetched&q.sqMask()]
+	w := &q.req.swq[q.req.sqFetched&q.req.sqMask()]
 	sgl, inl := w.wr.SGL[:0], w.wr.InlineData[:0]
 	*w = sendWQE{reserved: true, posted: d.nowLocked()}
 	w.wr.SGL, w.wr.InlineData = sgl, inl
 	w.wr.Opcode = qp.WRRDMAWrite
 	w.info, _ = w.wr.Opcode.Info()
-	q.sqFetched++
-	q.resv.used++
+	q.req.sqFetched++
+	q.req.resv.used++
 	q.Counters.Probes++
 	q.eng().schedule(q)
 	return nil
 }
 
 // unreserveLocked accounts for a reserved WQE that retires with status.
-func (q *QP) unreserveLocked(w *sendWQE, status qp.WCStatus) {
-	q.resv.used--
+func (r *requester) unreserveLocked(w *sendWQE, status qp.WCStatus) {
+	q := r.q
+
+	r.resv.used--
 	if status != qp.WCSuccess {
 		q.Counters.ProbesFailed++
 		return

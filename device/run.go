@@ -67,32 +67,32 @@ func (q *QP) runLocked() {
 		q.dropQueuedLocked()
 		return
 	}
-	q.timersFiredLocked()
+	q.comp.timersFiredLocked()
 	// Responses for the requester. Packets that arrive while we work
 	// (a QP connected to itself) are appended and wait for the next turn.
-	n := min(len(q.respIn), responseBudget)
+	n := min(len(q.comp.respIn), responseBudget)
 	for i := 0; i < n; i++ {
-		p := q.respIn[i]
-		q.respIn[i] = nil
-		q.completeResponseLocked(p)
+		p := q.comp.respIn[i]
+		q.comp.respIn[i] = nil
+		q.comp.completeResponseLocked(p)
 	}
-	q.respIn = shiftQueue(q.respIn, n)
-	more = more || len(q.respIn) > 0
-	more = q.responderTurnLocked() || more
-	q.flushAckLocked()
+	q.comp.respIn = shiftQueue(q.comp.respIn, n)
+	more = more || len(q.comp.respIn) > 0
+	more = q.resp.responderTurnLocked() || more
+	q.resp.flushAckLocked()
 	if q.comp.timeoutFired {
-		q.timeoutLocked()
+		q.comp.timeoutLocked()
 	}
-	q.retireLocked()
-	more = q.requesterLocked() || more
-	q.retireLocked()
+	q.comp.retireLocked()
+	more = q.req.requesterLocked() || more
+	q.comp.retireLocked()
 	if q.attr.QPState.FlushSend() {
 		q.flushSendLocked()
 	}
 	if q.attr.QPState.FlushRecv() {
 		q.flushRecvLocked()
 	}
-	if q.attr.QPState == qp.StateSQD && !q.drainSent && q.sqHead == q.reqIdx {
+	if q.attr.QPState == qp.StateSQD && !q.drainSent && q.req.sqHead == q.req.reqIdx {
 		q.drainSent = true
 		q.dev.raise(qp.EventSQDrained, "qp", q.QPN)
 	}
@@ -120,16 +120,16 @@ func (q *QP) dropQueuedLocked() {
 	q.inboxed.Store(false)
 	q.inMu.Unlock()
 	pool := q.dev.poolLocked(q.eng())
-	for _, in := range [][]*packet{q.reqIn, q.respIn, inbox} {
+	for _, in := range [][]*packet{q.resp.reqIn, q.comp.respIn, inbox} {
 		for _, p := range in {
 			if p != nil {
 				pool.put(p)
 			}
 		}
 	}
-	clear(q.reqIn)
-	clear(q.respIn)
-	q.reqIn, q.respIn = q.reqIn[:0], q.respIn[:0]
+	clear(q.resp.reqIn)
+	clear(q.comp.respIn)
+	q.resp.reqIn, q.comp.respIn = q.resp.reqIn[:0], q.comp.respIn[:0]
 }
 
 // flushSendLocked completes every outstanding send WQE, fetched or still in
@@ -137,17 +137,17 @@ func (q *QP) dropQueuedLocked() {
 // retired keeps its own status; one the engine rejected before it ran is
 // flushed like the rest.
 func (q *QP) flushSendLocked() {
-	q.fetchLocked()
-	for q.sqHead != q.sqFetched {
-		w := &q.swq[q.sqHead&q.sqMask()]
+	q.req.fetchLocked()
+	for q.req.sqHead != q.req.sqFetched {
+		w := &q.req.swq[q.req.sqHead&q.req.sqMask()]
 		status := qp.WCWRFlushErr
 		if w.state == wqeDone && w.status != qp.WCSuccess && !w.rejected {
 			status = w.status
 		}
-		q.popLocked(w, status)
+		q.comp.popLocked(w, status)
 	}
-	q.reqIdx = q.sqFetched
-	q.sqCons.Publish()
+	q.req.reqIdx = q.req.sqFetched
+	q.req.sqCons.Publish()
 }
 
 // flushRecvLocked completes the receive WQE in progress and every posted
@@ -155,7 +155,7 @@ func (q *QP) flushSendLocked() {
 // QPs and raises qp_last_wqe_reached instead.
 func (q *QP) flushRecvLocked() {
 	if q.resp.haveRWQE {
-		q.completeRecvLocked(qp.WCWRFlushErr, 0, 0, 0, false)
+		q.resp.completeRecvLocked(qp.WCWRFlushErr, 0, 0, 0, false)
 	}
 	if q.Type.XRC() {
 		return // no receive queue; an XRC SRQ's WQEs stay for the domain's other QPs
@@ -167,19 +167,19 @@ func (q *QP) flushRecvLocked() {
 		}
 		return
 	}
-	n, err := q.rqCons.Pending()
+	n, err := q.resp.rqCons.Pending()
 	if err != nil {
 		return
 	}
 	var wr qp.RecvWR
 	for i := uint32(0); i < n; i++ {
 		wr.WRID = 0
-		_ = decodeRecvWRID(q.rqCons.Peek(i), &wr)
+		_ = decodeRecvWRID(q.resp.rqCons.Peek(i), &wr)
 		wc := qp.WC{WRID: wr.WRID, Status: qp.WCWRFlushErr, Opcode: qp.WCRecv, QPNum: q.QPN}
 		q.recvCQ.postLocked(&wc, true, q.eng())
 	}
-	q.rqCons.Advance(n)
-	q.rqCons.Publish()
+	q.resp.rqCons.Advance(n)
+	q.resp.rqCons.Publish()
 }
 
 // decodeRecvWRID reads only the wr_id of a receive WQE (its first 8 bytes),
