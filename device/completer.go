@@ -64,18 +64,17 @@ func (c *completer) initLocked() {
 // ever become done, so what was done before open still is.
 func (c *completer) firstOpenLocked() uint32 {
 	q := c.q
-
-	if o := c.open; o-q.req.sqHead <= q.req.reqIdx-q.req.sqHead {
+	r := &q.req
+	if o := c.open; o-r.sqHead <= r.reqIdx-r.sqHead {
 		return o
 	}
-	return q.req.sqHead
+	return r.sqHead
 }
 
 // completeResponseLocked handles an ACK, NAK, read response or atomic
 // acknowledgement arriving for this QP's requester (rxe_comp.c's job).
 func (c *completer) completeResponseLocked(p *packet) {
 	q := c.q
-
 	if !q.Type.Reliable() || !q.attr.QPState.CanPostSend() || q.attr.QPState == qp.StateErr {
 		c.dropLocked(p)
 		return
@@ -108,7 +107,6 @@ func (c *completer) completeResponseLocked(p *packet) {
 
 func (c *completer) dropLocked(p *packet) {
 	q := c.q
-
 	q.Counters.Dropped++
 	q.dev.Counters.DroppedPackets.Add(1)
 	q.eng().pool.put(p)
@@ -123,7 +121,7 @@ func (c *completer) dropLocked(p *packet) {
 // (ackPendingLocked).
 func (c *completer) ackThroughLocked(psn qp.PSN) {
 	q := c.q
-
+	r := &q.req
 	progressed := false
 	next := psn.Add(1)
 	if psn.Sub(c.acked) > 0 {
@@ -131,8 +129,8 @@ func (c *completer) ackThroughLocked(psn qp.PSN) {
 	}
 	// Every WQE the loop passes is done (it stops at the first it cannot
 	// finish), so open follows it.
-	for i := c.firstOpenLocked(); i != q.req.reqIdx; i, c.open = i+1, i+1 {
-		w := &q.req.swq[i&q.req.sqMask()]
+	for i := c.firstOpenLocked(); i != r.reqIdx; i, c.open = i+1, i+1 {
+		w := &r.swq[i&r.sqMask()]
 		if w.state == wqeDone {
 			continue
 		}
@@ -156,8 +154,8 @@ func (c *completer) ackThroughLocked(psn qp.PSN) {
 	// when a READ before it finishes: ackPendingLocked); the loop stops at
 	// reqIdx then, and the first unacknowledged PSN stays at the next one
 	// to send, which the WQEs from reqIdx on will take again.
-	if next.Sub(q.req.psn) > 0 {
-		next = q.req.psn
+	if next.Sub(r.psn) > 0 {
+		next = r.psn
 	}
 	if next.Sub(c.psn) > 0 {
 		c.psn = next
@@ -177,7 +175,6 @@ func (c *completer) ackThroughLocked(psn qp.PSN) {
 // of a timeout counted from the last progress.
 func (c *completer) progressLocked() {
 	q := c.q
-
 	c.retryLeft = q.attr.RetryCnt
 	c.rnrLeft = q.attr.RNRRetry
 	if c.retryTimer != nil {
@@ -197,7 +194,7 @@ func (c *completer) ackPendingLocked() {
 // handleAETHLocked processes an ACKNOWLEDGE: an ACK, an RNR NAK or a NAK.
 func (c *completer) handleAETHLocked(p *packet) {
 	q := c.q
-
+	r := &q.req
 	d := q.dev
 	syn := p.Syndrome
 	switch syn & aethTypeMask {
@@ -220,7 +217,7 @@ func (c *completer) handleAETHLocked(p *packet) {
 			c.rnrLeft--
 		}
 		c.stopRetryLocked()
-		q.req.holdForRNR()
+		r.holdForRNR()
 		if c.rnrTimer != nil {
 			c.rnrTimer.Stop()
 		}
@@ -234,7 +231,7 @@ func (c *completer) handleAETHLocked(p *packet) {
 			q.Counters.SeqErrNaks++
 			q.Counters.SeqNaksRecv++
 			d.Counters.SeqErrNaks.Add(1)
-			if q.req.waitRNR {
+			if r.waitRNR {
 				// The packets that followed an RNR-NAKed one arrive out
 				// of sequence and draw this NAK. The RNR retry goes back
 				// to the first unacknowledged PSN anyway; counting a
@@ -269,9 +266,9 @@ func (c *completer) handleAETHLocked(p *packet) {
 // wqeAtLocked finds the outstanding WQE whose PSN range holds psn.
 func (c *completer) wqeAtLocked(psn qp.PSN) *sendWQE {
 	q := c.q
-
-	for i := c.firstOpenLocked(); i != q.req.reqIdx+1 && i != q.req.sqFetched; i++ {
-		w := &q.req.swq[i&q.req.sqMask()]
+	r := &q.req
+	for i := c.firstOpenLocked(); i != r.reqIdx+1 && i != r.sqFetched; i++ {
+		w := &r.swq[i&r.sqMask()]
 		if w.state == wqeDone || w.state == wqePosted || w.info.Local {
 			continue
 		}
@@ -291,7 +288,6 @@ func (c *completer) failWQELocked(w *sendWQE, s qp.WCStatus) {
 
 func (c *completer) handleReadResponseLocked(p *packet) {
 	q := c.q
-
 	w := c.wqeAtLocked(p.psn())
 	if w != nil && w.info.AtomicWrite {
 		c.handleAtomicWriteResponseLocked(p)
@@ -337,7 +333,6 @@ func (c *completer) handleAtomicWriteResponseLocked(p *packet) {
 
 func (c *completer) handleAtomicAckLocked(p *packet) {
 	q := c.q
-
 	w := c.wqeAtLocked(p.psn())
 	if w == nil || !w.info.Atomic || p.psn() != c.psn {
 		// Out of order (responses before it were lost) or a duplicate:
@@ -355,8 +350,16 @@ func (c *completer) handleAtomicAckLocked(p *packet) {
 		c.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}
+	c.answeredLocked(w, p.psn().Add(1))
+}
+
+// answeredLocked finishes a READ or atomic WQE whose response came (or,
+// on the direct path, would have come): w done, the first unacknowledged
+// PSN next, and what progress then does (the acknowledgement held back
+// behind w applied, the retransmit timer kept).
+func (c *completer) answeredLocked(w *sendWQE, next qp.PSN) {
 	w.state, w.status = wqeDone, qp.WCSuccess
-	c.psn = p.psn().Add(1)
+	c.psn = next
 	c.progressLocked()
 	c.ackPendingLocked()
 	c.armRetryLocked()
@@ -388,58 +391,43 @@ func (c *completer) retryLocked() {
 // of once a WQE. The engine's copies stay valid until it fetches again.
 func (c *completer) retireLocked() {
 	q := c.q
-
-	first := q.req.sqHead
+	r := &q.req
+	first := r.sqHead
 	failed := false
-	for q.req.sqHead != q.req.reqIdx && q.req.sqHead != q.req.sqFetched {
-		w := &q.req.swq[q.req.sqHead&q.req.sqMask()]
+	for r.sqHead != r.reqIdx && r.sqHead != r.sqFetched {
+		w := &r.swq[r.sqHead&r.sqMask()]
 		if w.state != wqeDone {
 			break
 		}
-		q.req.releaseSlotLocked(w)
+		r.releaseSlotLocked(w)
 		if w.status != qp.WCSuccess {
-			if q.req.reqIdx == q.req.sqHead-1 {
-				q.req.reqIdx = q.req.sqHead
-			}
+			r.passRetiredLocked()
 			failed = true
 			break
 		}
 	}
 	// A failed WQE the requester stopped at (it is at reqIdx) retires too.
-	if q.req.sqHead == q.req.reqIdx && q.req.reqIdx != q.req.sqFetched {
-		w := &q.req.swq[q.req.reqIdx&q.req.sqMask()]
+	if r.sqHead == r.reqIdx && r.reqIdx != r.sqFetched {
+		w := &r.swq[r.reqIdx&r.sqMask()]
 		if w.state == wqeDone && w.status != qp.WCSuccess {
-			q.req.releaseSlotLocked(w)
-			q.req.reqIdx++
+			r.releaseSlotLocked(w)
+			r.passRetiredLocked()
 			failed = true
 		}
 	}
-	if q.req.sqHead == first {
+	if r.sqHead == first {
 		return
 	}
-	q.req.sqCons.Publish()
-	for i := first; i != q.req.sqHead; i++ {
-		w := &q.req.swq[i&q.req.sqMask()]
+	r.publishSlotsLocked()
+	for i := first; i != r.sqHead; i++ {
+		w := &r.swq[i&r.sqMask()]
 		c.completeSendLocked(w, w.status)
 	}
 	if failed {
 		q.enterErrLocked()
 	}
-	if q.req.sqHead == q.req.reqIdx {
+	if r.sqHead == r.reqIdx {
 		c.armRetryLocked() // nothing outstanding: lets the timer lapse
-	}
-}
-
-// releaseSlotLocked takes the WQE at the head of swq off the send queue:
-// a client's WQE gives its ring slot back (published by the caller), a
-// reserved one is unreserved (reserved.go), so that its slot is free
-// before its completion can be seen and the slot reused.
-func (r *requester) releaseSlotLocked(w *sendWQE) {
-	r.sqHead++
-	if w.reserved {
-		r.unreserveLocked(w, w.status)
-	} else {
-		r.sqCons.Advance(1)
 	}
 }
 
@@ -447,8 +435,9 @@ func (r *requester) releaseSlotLocked(w *sendWQE) {
 // then completion (a flush, one WQE at a time).
 func (c *completer) popLocked(w *sendWQE, status qp.WCStatus) {
 	w.status = status
-	c.q.req.releaseSlotLocked(w)
-	c.q.req.sqCons.Publish()
+	r := &c.q.req
+	r.releaseSlotLocked(w)
+	r.publishSlotsLocked()
 	c.completeSendLocked(w, status)
 }
 
@@ -457,7 +446,6 @@ func (c *completer) popLocked(w *sendWQE, status qp.WCStatus) {
 // returns the initiator slot.
 func (c *completer) completeSendLocked(w *sendWQE, status qp.WCStatus) {
 	q := c.q
-
 	if w.rdAtomic {
 		w.rdAtomic = false
 		q.req.returnSlot()
@@ -490,7 +478,6 @@ func (c *completer) completeSendLocked(w *sendWQE, status qp.WCStatus) {
 // starts then.
 func (c *completer) armRetryLocked() {
 	q := c.q
-
 	if q.req.psn == c.psn {
 		c.idle = true
 		return
@@ -554,7 +541,6 @@ func (c *completer) timersFiredLocked() {
 
 func (c *completer) retryExpiredLocked(seq uint64) {
 	q := c.q
-
 	d := q.dev
 	if seq == c.retrySeq && !q.destroyed {
 		c.retryTimer = nil
@@ -577,17 +563,16 @@ func (c *completer) retryExpiredLocked(seq uint64) {
 
 func (c *completer) rnrExpiredLocked(seq uint64) {
 	q := c.q
-
-	if seq == c.rnrSeq && !q.destroyed && q.req.waitRNR {
+	r := &q.req
+	if seq == c.rnrSeq && !q.destroyed && r.waitRNR {
 		c.rnrTimer = nil
-		q.req.releaseRNR()
+		r.releaseRNR()
 	}
 }
 
 // timeoutLocked handles a retransmit timeout.
 func (c *completer) timeoutLocked() {
 	q := c.q
-
 	c.timeoutFired = false
 	if q.req.psn == c.psn || !q.attr.QPState.ProcessSend() {
 		return

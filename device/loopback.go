@@ -269,7 +269,6 @@ func (r *requester) executeDirectLocked(w *sendWQE, mtu int) bool {
 // from the peer's memory into the WQE's SGEs in one copy.
 func (r *requester) executeReadLocked(w *sendWQE, mtu int) bool {
 	q := r.q
-
 	peer := r.directPeerLocked(w)
 	if peer == nil {
 		return false
@@ -305,11 +304,7 @@ func (r *requester) executeReadLocked(w *sendWQE, mtu int) bool {
 	if f := d.scatterLocked(q.pd, &r.lkeyHint, w.wr.SGL, 0, src); f != faultNone {
 		q.comp.failWQELocked(w, qp.WCLocProtErr)
 	} else {
-		q.comp.psn = first.Add(n)
-		q.comp.progressLocked()
-		w.state, w.status = wqeDone, qp.WCSuccess
-		q.comp.ackPendingLocked()
-		q.comp.armRetryLocked()
+		q.comp.answeredLocked(w, first.Add(n))
 	}
 	c := &q.eng().counts
 	c.packets += 1 + uint64(n)
@@ -429,7 +424,6 @@ func (r *responder) directWriteTargetLocked(w *sendWQE) ([]byte, bool) {
 // as packets, which answer with the NAK.
 func (r *requester) executeSendLocked(w *sendWQE, mtu int) bool {
 	q := r.q
-
 	peer := r.directPeerLocked(w)
 	if peer == nil {
 		return false
@@ -441,7 +435,7 @@ func (r *requester) executeSendLocked(w *sendWQE, mtu int) bool {
 		srq.lockTake()
 		defer srq.unlockTake()
 	}
-	if peer.resp.checkRecvLocked() != respOK {
+	if pr.checkRecvLocked() != respOK {
 		return false
 	}
 	var dsts [maxDirectSGEs][]byte
@@ -469,14 +463,14 @@ func (r *requester) executeSendLocked(w *sendWQE, mtu int) bool {
 		}
 		data = w.wr.InvalidateRKey
 	}
-	peer.resp.takeRecvLocked()
-	peer.resp.ownReadRepliesLocked()
+	pr.takeRecvLocked()
+	pr.ownReadRepliesLocked()
 	copyChunks(dst, src)
 	pr.offset = w.length
 	r.directDoneLocked(peer, w, mtu, func() {
 		// After the bytes are placed, as the last packet does it.
 		q.dev.invalidateLocked(invMR, invMW)
-		peer.resp.recvDoneLocked(uint32(w.length), w.info.Imm, inv, data, w.wr.SendFlags&qp.SendSolicited != 0)
+		pr.recvDoneLocked(uint32(w.length), w.info.Imm, inv, data, w.wr.SendFlags&qp.SendSolicited != 0)
 	})
 	return true
 }
@@ -487,7 +481,7 @@ func (r *requester) executeSendLocked(w *sendWQE, mtu int) bool {
 // report).
 func (r *requester) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]byte) ([][]byte, bool) {
 	pr := &peer.resp
-	if peer.resp.recvFitsLocked(0, length) != respOK {
+	if pr.recvFitsLocked(0, length) != respOK {
 		return nil, false
 	}
 	dst := dsts[:0]
@@ -500,7 +494,7 @@ func (r *requester) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSG
 		if len(dst) == maxDirectSGEs {
 			return nil, false
 		}
-		b, _, f := r.q.dev.lkeyMRLocked(peer.pd, &peer.resp.lkeyHint, s.LKey, s.Addr, take, qp.AccessLocalWrite)
+		b, _, f := r.q.dev.lkeyMRLocked(peer.pd, &pr.lkeyHint, s.LKey, s.Addr, take, qp.AccessLocalWrite)
 		if f != faultNone {
 			return nil, false
 		}
@@ -515,7 +509,6 @@ func (r *requester) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSG
 // (recv, the peer's completion, if any) the ACK's effect on q.
 func (r *requester) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
 	q := r.q
-
 	r.directMovedLocked(peer, w, npkts(w.length, mtu))
 	peer.resp.msn++
 	if recv != nil {
@@ -539,11 +532,7 @@ func (r *requester) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func())
 // engine at 8 B.
 func (r *requester) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
 	q := r.q
-
-	peer.Counters.PacketsRecv += uint64(n)
-	peer.Counters.BytesRecv += w.length
-	peer.resp.inSeqLocked()
-	peer.resp.psn = peer.resp.psn.Add(n)
+	peer.resp.receivedDirectLocked(n, w.length)
 	q.Counters.PacketsSent += uint64(n)
 	q.Counters.BytesSent += w.length
 	r.psn = r.psn.Add(n)
@@ -565,7 +554,6 @@ func (r *requester) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
 // message's receive WQE held.
 func (r *requester) directPeerLocked(w *sendWQE) *QP {
 	q := r.q
-
 	d := q.dev
 	if !d.isLocalGID(q.attr.AH.DGID) || r.psn != w.firstPSN || r.inMsg || q.inboxed.Load() ||
 		q.Type == qp.TypeRC && (q.comp.psn != w.firstPSN || len(q.comp.respIn) > 0) {
@@ -584,7 +572,7 @@ func (r *requester) directPeerLocked(w *sendWQE) *QP {
 		return nil
 	}
 	pr := &peer.resp
-	if pr.psn != w.firstPSN || len(peer.resp.reqIn) > 0 || peer.inboxed.Load() || pr.inSend || pr.inWrite ||
+	if pr.psn != w.firstPSN || len(pr.reqIn) > 0 || peer.inboxed.Load() || pr.inSend || pr.inWrite ||
 		pr.reading || pr.ackDue || pr.ucDrop || pr.haveRWQE {
 		return nil
 	}
@@ -610,7 +598,7 @@ func (r *requester) executeUCLocked(w *sendWQE, mtu int) bool {
 	var dsts [maxDirectSGEs][]byte
 	dst := dsts[:0]
 	if w.info.Write {
-		b, ok := peer.resp.directWriteTargetLocked(w)
+		b, ok := pr.directWriteTargetLocked(w)
 		if !ok {
 			return false
 		}
@@ -623,7 +611,7 @@ func (r *requester) executeUCLocked(w *sendWQE, mtu int) bool {
 			srq.lockTake()
 			defer srq.unlockTake()
 		}
-		if peer.resp.checkRecvLocked() != respOK {
+		if pr.checkRecvLocked() != respOK {
 			return false
 		}
 		if w.info.Send {
@@ -639,7 +627,7 @@ func (r *requester) executeUCLocked(w *sendWQE, mtu int) bool {
 		return false
 	}
 	if w.info.Send || w.info.Imm {
-		peer.resp.takeRecvLocked()
+		pr.takeRecvLocked()
 	}
 	copyChunks(dst, src)
 	r.directMovedLocked(peer, w, npkts(w.length, mtu))
@@ -647,11 +635,11 @@ func (r *requester) executeUCLocked(w *sendWQE, mtu int) bool {
 	switch {
 	case w.info.Send:
 		pr.msn++
-		peer.resp.recvDoneLocked(uint32(w.length), w.info.Imm, false, w.wr.ImmData, se)
+		pr.recvDoneLocked(uint32(w.length), w.info.Imm, false, w.wr.ImmData, se)
 	case w.info.Imm:
 		pr.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 		pr.msn++
-		peer.resp.completeWriteImmLocked(w.wr.ImmData, se)
+		pr.completeWriteImmLocked(w.wr.ImmData, se)
 	default:
 		pr.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 	}
@@ -666,7 +654,6 @@ func (r *requester) executeUCLocked(w *sendWQE, mtu int) bool {
 // original value scattered into the WQE's SGE, the WQE done).
 func (r *requester) executeAtomicLocked(w *sendWQE) bool {
 	q := r.q
-
 	peer := r.directPeerLocked(w)
 	if peer == nil {
 		return false
@@ -697,11 +684,7 @@ func (r *requester) executeAtomicLocked(w *sendWQE) bool {
 	if f := d.scatterLocked(q.pd, &r.lkeyHint, w.wr.SGL, 0, v[:]); f != faultNone {
 		q.comp.failWQELocked(w, qp.WCLocProtErr)
 	} else {
-		w.state, w.status = wqeDone, qp.WCSuccess
-		q.comp.psn = psn.Add(1)
-		q.comp.progressLocked()
-		q.comp.ackPendingLocked()
-		q.comp.armRetryLocked()
+		q.comp.answeredLocked(w, psn.Add(1))
 	}
 	c := &q.eng().counts
 	c.packets += 2

@@ -197,7 +197,6 @@ func (w *sendWQE) reject(s qp.WCStatus) {
 // a client writing the ring directly may have skipped it (or lied).
 func (r *requester) checkWQELocked(w *sendWQE) {
 	q := r.q
-
 	d := q.dev
 	info, ok := w.wr.Opcode.Info()
 	w.info = info
@@ -247,7 +246,6 @@ func (r *requester) checkWQELocked(w *sendWQE) {
 // with work left that it could do right away (the budget ran out).
 func (r *requester) requesterLocked() bool {
 	q := r.q
-
 	st := q.attr.QPState
 	if !st.ProcessSend() || r.waitRNR {
 		return false
@@ -384,7 +382,6 @@ func (r *requester) mayStartLocked(w *sendWQE) bool {
 // window of unacknowledged PSNs.
 func (r *requester) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	q := r.q
-
 	d := q.dev
 	p := q.eng().pool.get()
 	p.sgid = d.cfg.GID
@@ -541,11 +538,36 @@ func dataOpcode(info qp.OpInfo, first, last bool) roce.Opcode {
 	return roce.OpSendMiddle
 }
 
+// releaseSlotLocked takes the WQE at the head of swq off the send queue:
+// a client's WQE gives its ring slot back (published by the caller), a
+// reserved one is unreserved (reserved.go), so that its slot is free
+// before its completion can be seen and the slot reused.
+func (r *requester) releaseSlotLocked(w *sendWQE) {
+	r.sqHead++
+	if w.reserved {
+		r.unreserveLocked(w, w.status)
+	} else {
+		r.sqCons.Advance(1)
+	}
+}
+
+// publishSlotsLocked gives the ring slots released since the last call
+// back to the client: one store of the consumer index for a run of them.
+func (r *requester) publishSlotsLocked() { r.sqCons.Publish() }
+
+// passRetiredLocked moves the requester past a failed WQE the completer
+// has just retired from the head of the queue, when the requester had
+// stopped at it: reqIdx never lies behind sqHead.
+func (r *requester) passRetiredLocked() {
+	if r.reqIdx == r.sqHead-1 {
+		r.reqIdx = r.sqHead
+	}
+}
+
 // rewindLocked is go-back-N: the requester restarts at the first
 // unacknowledged PSN, inside the WQE that holds it (rxe's req_retry).
 func (r *requester) rewindLocked() {
 	q := r.q
-
 	r.needRetry = false
 	r.sinceAck = 0
 	mtu := q.mtu()

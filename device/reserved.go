@@ -65,7 +65,6 @@ func (q *QP) Probe() error {
 // unreserveLocked accounts for a reserved WQE that retires with status.
 func (r *requester) unreserveLocked(w *sendWQE, status qp.WCStatus) {
 	q := r.q
-
 	r.resv.used--
 	if status != qp.WCSuccess {
 		q.Counters.ProbesFailed++

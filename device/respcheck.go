@@ -77,7 +77,6 @@ func (r *responder) checkReadLocked(va uint64, rkey uint32, n uint64) (*MR, uint
 // responder resource if resource) on the QP, the message size, the rkey.
 func (r *responder) checkRemoteLocked(va uint64, rkey uint32, n uint64, acc qp.Access, resource bool) (*MR, uint64, respErr) {
 	q := r.q
-
 	if !r.allowsLocked(acc) || resource && q.attr.MaxDestRdAtomic == 0 || n > qp.MaxMsgSize {
 		return nil, 0, respInvReq
 	}
@@ -99,7 +98,6 @@ func (r *responder) checkRemoteLocked(va uint64, rkey uint32, n uint64, acc qp.A
 // too). It returns the word's bytes and their MR.
 func (r *responder) checkAtomicLocked(va uint64, rkey uint32, acc qp.Access) ([]byte, *MR, respErr) {
 	q := r.q
-
 	if !r.allowsLocked(acc) || q.attr.MaxDestRdAtomic == 0 || va&7 != 0 {
 		return nil, nil, respInvReq
 	}
@@ -167,6 +165,18 @@ func (r *responder) recvFitsLocked(off, n uint64) respErr {
 		return respRecvShort
 	}
 	return respOK
+}
+
+// receivedDirectLocked moves the responder as n request packets in
+// sequence, of bytes payload in all, would have (the direct path: the
+// peer's requester executed them against this QP): its receive counters,
+// comm_est and the expected PSN.
+func (r *responder) receivedDirectLocked(n uint32, bytes uint64) {
+	q := r.q
+	q.Counters.PacketsRecv += uint64(n)
+	q.Counters.BytesRecv += bytes
+	r.inSeqLocked()
+	r.psn = r.psn.Add(n)
 }
 
 // recvDoneLocked completes a SEND message of n bytes into the receive WQE

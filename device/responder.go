@@ -95,7 +95,6 @@ type respResource struct {
 // (rxe_resp.c's job, with rdmavt's loopback semantics for errors).
 func (r *responder) respondLocked(p *packet) {
 	q := r.q
-
 	defer q.eng().pool.put(p)
 	if !q.attr.QPState.ProcessRecv() {
 		q.Counters.Dropped++
@@ -167,7 +166,6 @@ func (r *responder) flushAckLocked() {
 // current ones, which for a coalesced ACK are those of its last message.
 func (r *responder) sendAETHLocked(psn qp.PSN, syndrome uint8) {
 	q := r.q
-
 	pk := q.eng().pool.get()
 	pk.Opcode = transportOf(q.Type) | roce.OpAcknowledge
 	pk.setPSN(psn)
@@ -202,7 +200,6 @@ func (r *responder) creditCodeLocked() uint8 {
 
 func (r *responder) xmitResponseLocked(pk *packet) {
 	q := r.q
-
 	r.flushAckLocked() // responses go out in PSN order
 	d := q.dev
 	pk.sgid = d.cfg.GID
@@ -231,7 +228,6 @@ func (r *responder) nakLocked(psn qp.PSN, syndrome uint8, status qp.WCStatus) {
 
 func (r *responder) respondRCLocked(p *packet) {
 	q := r.q
-
 	d := q.dev
 	flags := p.Opcode.Class()
 	if flags&roce.ClassRequest == 0 {
@@ -305,7 +301,6 @@ func (r *responder) packetLenOK(p *packet, flags roce.Class) bool {
 // too (its completion reports it: q.resp.haveRWQE).
 func (r *responder) takeRWQELocked() respErr {
 	q := r.q
-
 	if q.srq != nil {
 		q.srq.lockTake()
 		defer q.srq.unlockTake()
@@ -350,7 +345,6 @@ func (r *responder) peekRecvLocked() (present, malformed bool) {
 // lockTake still held) as the one the responder works on.
 func (r *responder) takeRecvLocked() {
 	q := r.q
-
 	if q.srq != nil {
 		q.srq.commitLocked()
 	} else {
@@ -366,7 +360,6 @@ func (r *responder) takeRecvLocked() {
 // (rdmavt's loopback simulates exactly this AETH).
 func (r *responder) rnrLocked(psn qp.PSN) {
 	q := r.q
-
 	q.Counters.RNRNaksSent++
 	q.dev.Counters.RNRNaksSent.Add(1)
 	r.sendAckLocked(psn, aethRNR|q.attr.MinRNRTimer&0x1F)
@@ -462,7 +455,6 @@ func (r *responder) wroteLocked(va uint64, rkey uint32, n uint64) {
 // the QP to ERR (rdmavt's rvt_recv_cq).
 func (r *responder) postRecvCQELocked(wc *qp.WC, se bool) {
 	q := r.q
-
 	if q.recvCQ == nil {
 		return // an XRC_RECV QP whose XRC SRQ (and its WQE) is gone
 	}
@@ -644,7 +636,6 @@ func (r *responder) replacesReplyLocked(p *packet) bool {
 // packet, as it goes out.
 func (r *responder) readStepLocked(budget int) int {
 	q := r.q
-
 	d := q.dev
 	if !q.attr.QPState.ProcessRecv() {
 		r.reading = false
@@ -698,7 +689,6 @@ func (r *responder) readStepLocked(budget int) int {
 // path). It returns false if the MR went away (the READ is NAKed).
 func (r *responder) readReplyPacketLocked(res *respResource, i, k, n uint32, mtu uint64) bool {
 	q := r.q
-
 	d := q.dev
 	off := uint64(i) * mtu
 	size := min(uint64(k)*mtu, uint64(res.length)-min(off, uint64(res.length)))
@@ -754,7 +744,6 @@ func (r *responder) readReplyPacketLocked(res *respResource, i, k, n uint32, mtu
 // of their own, before q executes a request that may write that memory.
 func (r *responder) ownReadRepliesLocked() {
 	q := r.q
-
 	if !r.aliasedReplies {
 		return
 	}
@@ -850,7 +839,6 @@ func (r *responder) atomicWriteAckLocked(psn qp.PSN) {
 // requester to retry).
 func (r *responder) duplicateLocked(p *packet, flags roce.Class) {
 	q := r.q
-
 	d := q.dev
 	q.Counters.DuplicateReqs++
 	d.Counters.DuplicateReqs.Add(1)
@@ -889,7 +877,6 @@ func (r *responder) duplicateLocked(p *packet, flags roce.Class) {
 // progress (its receive WQE is reused) until the next FIRST or ONLY.
 func (r *responder) respondUCLocked(p *packet) {
 	q := r.q
-
 	flags := p.Opcode.Class()
 	if p.psn() != r.psn {
 		q.Counters.SeqErrors++
@@ -1014,7 +1001,6 @@ const grhSize = 40
 
 func (r *responder) respondUDLocked(p *packet) {
 	q := r.q
-
 	d := q.dev
 	if p.Opcode&roce.OpMask != roce.OpSendOnly && p.Opcode&roce.OpMask != roce.OpSendOnlyImm {
 		q.Counters.Dropped++

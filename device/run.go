@@ -1,22 +1,35 @@
 package device
 
 // The pipeline of one QP's turn, and what each role may do to another.
-// The roles are rxe's: the requester turns send WQEs into request packets,
-// the responder executes requests against this QP's memory and answers
-// them, the completer takes the answers and retires WQEs. Each owns its
-// state (reqState, respState, compState on the QP); what crosses between
-// them is listed here and nowhere else.
+// The roles are rxe's, and each is a type over the state it owns, embedded
+// in the QP: the requester (QP.req, requester.go; loopback.go's direct
+// path) turns send WQEs into request packets, the responder (QP.resp,
+// responder.go, respcheck.go) executes requests against this QP's memory
+// and answers them, the completer (QP.comp, completer.go) takes the
+// answers and retires WQEs. Each reads the QP's identity and wiring
+// through its back pointer q (attributes, PD, CQs, counters, device,
+// engine); what crosses between them is listed here and nowhere else. The
+// *QP keeps what is the QP's as a whole: the verbs, state changes and
+// their side effects (applyLocked, enterErrLocked, fatalLocked,
+// resetLocked, stopTimersLocked), the flushes below and this pipeline.
 //
 //	timers ──(retryFired, rnrFired: a sequence number and a schedule)──▶ turn
-//	respIn ──▶ completer ──▶ retire ──▶ send CQ
-//	reqIn  ──▶ responder ──▶ ACK/NAK/READ responses ──▶ link ──▶ peer's respIn
-//	SQ ring ──▶ requester ──▶ requests ──▶ link ──▶ peer's reqIn
+//	comp.respIn ──▶ completer ──▶ retire ──▶ send CQ
+//	resp.reqIn  ──▶ responder ──▶ ACK/NAK/READ responses ──▶ link ──▶ peer's comp.respIn
+//	SQ ring ──▶ requester ──▶ requests ──▶ link ──▶ peer's resp.reqIn
 //
 //   - completer → requester: goBack (timeout, sequence NAK), holdForRNR and
 //     releaseRNR (an RNR NAK and its timer), returnSlot (a retired READ or
-//     atomic gives back its max_rd_atomic slot). Nothing else.
-//   - requester → completer: none; it reads comp.psn for its PSN window and
-//     arms the retransmit timer (armRetryLocked) when it sends.
+//     atomic gives back its max_rd_atomic slot), and retirement: the send
+//     queue (swq and its indices) is the requester's, the WQEs it has
+//     started ([sqHead, reqIdx)) are the completer's to finish (their
+//     state and status), and the completer takes finished ones off the
+//     head with releaseSlotLocked, publishSlotsLocked and
+//     passRetiredLocked. It also reads the requester's psn and uses its
+//     lkeyHint (a lookup's cache) to scatter READ and atomic responses.
+//     Nothing else.
+//   - requester → completer: none but reads of comp.psn for its PSN
+//     window; it arms the retransmit timer (armRetryLocked) when it sends.
 //   - responder ↔ the others: none on this QP; it talks to the peer's
 //     completer only through packets. The receive WQE it takes and the
 //     completions it writes are its own.
@@ -31,12 +44,13 @@ package device
 //   - requester → the peer's responder, and back to this completer: the
 //     one crossing the packets do not carry. Between two idle QPs of one
 //     engine the requester executes a WQE against the peer itself
-//     (executeDirectLocked, executeUCLocked): it runs the responder's
-//     checks, and only when all pass moves the peer's responder state
-//     (PSN, MSN, resources, the receive WQE, its completion) and this
-//     QP's completer state (ackThroughLocked) as the request and its
-//     acknowledgement would have. Anything the checks refuse goes as
-//     packets.
+//     (requester.executeDirectLocked, executeUCLocked): it runs the peer
+//     responder's checks (respcheck.go), and only when all pass moves the
+//     peer's responder (its applies: receivedDirectLocked,
+//     acceptRdAtomicLocked, takeRecvLocked, wroteLocked, recvDoneLocked,
+//     the MSN) and this QP's completer (ackThroughLocked, answeredLocked,
+//     armRetryLocked) as the request and its acknowledgement would have.
+//     Anything the checks refuse goes as packets.
 
 import (
 	"encoding/binary"
