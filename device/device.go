@@ -468,9 +468,6 @@ type Device struct {
 	chainOwner *engine // lockcheck:guarded chainMu
 	// batchEnds counts the engine batches that ended (Quiesce).
 	batchEnds atomic.Uint64
-	// keepApart leaves connected QPs on the engines they were made on
-	// (tests of the inbox path: harness_test.go's -device.apart).
-	keepApart bool
 	// chain is the device's link (link.go), built at creation; link is
 	// what the transport writes to, its head (a test may put a link of its
 	// own in front). Both are set at creation; writes and deliveries on

@@ -50,7 +50,7 @@ type QP struct {
 	soon      bool        // in its engine's soon list (loopback.go); its stripe; lockcheck:guarded dev.mu
 	inBell    bool        // in dev.bellQPs (written under bellMu too); lockcheck:guarded dev.mu
 	// home is the engine that runs the QP's turns; it changes only under
-	// all of Device.mu (colocateLocked), and is read without a lock by
+	// all of Device.mu (moveLocked), and is read without a lock by
 	// whoever schedules the QP. wantAll asks for the next turn under all
 	// of Device.mu (exclusiveLocked); guarded by the home's stripe.
 	home    atomic.Pointer[engine]
@@ -473,21 +473,32 @@ func (d *Device) nextEngineLocked() *engine {
 	return e
 }
 
-// colocateLocked moves a connected QP whose peer is a QP of this device
-// to the peer's engine, so that the two run in one engine's batches and
-// each other's packets take the direct path without an inbox (a pair
-// apart works too: through the inboxes, one path-MTU READ response at a
-// time).
+// colocateLocked is the policy of where a connected QP runs: one whose
+// peer is a QP of this device moves to the peer's engine (moveLocked), so
+// that the two run in one engine's batches and each other's packets take
+// the direct path without an inbox (a pair apart works too: through the
+// inboxes, one path-MTU READ response at a time; the tests' -device.apart
+// keeps pairs so).
 func (q *QP) colocateLocked() {
 	d := q.dev
-	if len(d.engines) == 1 || q.Type == qp.TypeUD || !d.isLocalGID(q.attr.AH.DGID) || d.keepApart {
+	if len(d.engines) == 1 || q.Type == qp.TypeUD || !d.isLocalGID(q.attr.AH.DGID) {
 		return
 	}
 	peer := d.qps[q.attr.DestQPNum]
-	if peer == nil || peer == q || peer.destroyed || peer.eng() == q.eng() {
+	if peer == nil || peer == q || peer.destroyed {
 		return
 	}
-	from, to := q.eng(), peer.eng()
+	q.moveLocked(peer.eng())
+}
+
+// moveLocked makes to the engine that runs q's turns (all of Device.mu
+// held): q leaves its old engine's run queue for to's, and the move is
+// counted (engine_moves).
+func (q *QP) moveLocked(to *engine) {
+	from := q.eng()
+	if from == to {
+		return
+	}
 	from.mu.Lock()
 	queued := q.queued.Load()
 	if queued {
@@ -501,7 +512,7 @@ func (q *QP) colocateLocked() {
 	if queued {
 		to.schedule(q)
 	}
-	d.Counters.EngineMoves.Add(1)
+	q.dev.Counters.EngineMoves.Add(1)
 }
 
 // enterErrLocked moves the QP to ERR; the engine then flushes every
