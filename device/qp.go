@@ -542,18 +542,8 @@ func (q *QP) fatalLocked(ev EventType) {
 // retry counts, the address vector and the rd_atomic limits are kept.
 func (q *QP) resetLocked() {
 	q.stopTimersLocked()
-	if p := q.sq.LoadProducer(); true {
-		q.req.sqCons.Reset(p)
-		q.req.sqCons.Publish()
-	}
-	q.req.ringFetched = q.req.sqCons.Tail()
-	q.req.sqHead, q.req.sqFetched, q.req.reqIdx = 0, 0, 0
-	q.req.resv.used = 0
-	clear(q.req.swq)
-	if q.resp.rqCons != nil {
-		q.resp.rqCons.Reset(q.rq.LoadProducer())
-		q.resp.rqCons.Publish()
-	}
+	q.req.emptyLocked()
+	q.resp.emptyLocked()
 	q.dropQueuedLocked()
 	q.attr.QPState = qp.StateReset
 	q.attr.DestQPNum = 0

@@ -90,6 +90,18 @@ func (r *requester) initLocked() {
 	r.ssn = 0
 }
 
+// emptyLocked empties the send queue without completions (a reset): the
+// ring's consumer index jumps to its producer's, every WQE fetched is
+// forgotten and the reserved ones are free.
+func (r *requester) emptyLocked() {
+	r.sqCons.Reset(r.q.sq.LoadProducer())
+	r.sqCons.Publish()
+	r.ringFetched = r.sqCons.Tail()
+	r.sqHead, r.sqFetched, r.reqIdx = 0, 0, 0
+	r.resv.used = 0
+	clear(r.swq)
+}
+
 // What the completer may do to the requester (run.go's pipeline): these,
 // and nothing else of the requester's.
 

@@ -141,7 +141,7 @@ func (r *responder) acceptRdAtomicLocked(first, last qp.PSN) *respResource {
 }
 
 // checkRecvLocked peeks at the receive WQE a SEND or WRITE_WITH_IMM
-// would take (q's SRQ's lockTake held, if it has one) into q.resp.rwqe
+// would take (its SRQ's lockTake held, if it has one) into r.rwqe
 // and gives its verdict (recvVerdict).
 func (r *responder) checkRecvLocked() respErr { return recvVerdict(r.peekRecvLocked()) }
 

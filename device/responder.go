@@ -77,6 +77,15 @@ func (r *responder) initLocked() {
 		psn: a.RQPSN, res: make([]respResource, max(int(a.MaxDestRdAtomic), 1))}
 }
 
+// emptyLocked empties the receive queue without completions (a reset):
+// the ring's consumer index jumps to its producer's.
+func (r *responder) emptyLocked() {
+	if r.rqCons != nil {
+		r.rqCons.Reset(r.q.rq.LoadProducer())
+		r.rqCons.Publish()
+	}
+}
+
 // respResource remembers a READ, atomic or ATOMIC WRITE request (one per
 // max_dest_rd_atomic) so a duplicate is answered without executing again.
 type respResource struct {
@@ -298,7 +307,7 @@ func (r *responder) packetLenOK(p *packet, flags roce.Class) bool {
 
 // takeRWQELocked takes the next receive WQE from the RQ or SRQ, with
 // checkRecvLocked's verdict on it. A malformed one that is there is taken
-// too (its completion reports it: q.resp.haveRWQE).
+// too (its completion reports it: r.haveRWQE).
 func (r *responder) takeRWQELocked() respErr {
 	q := r.q
 	if q.srq != nil {

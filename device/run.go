@@ -151,17 +151,18 @@ func (q *QP) dropQueuedLocked() {
 // retired keeps its own status; one the engine rejected before it ran is
 // flushed like the rest.
 func (q *QP) flushSendLocked() {
-	q.req.fetchLocked()
-	for q.req.sqHead != q.req.sqFetched {
-		w := &q.req.swq[q.req.sqHead&q.req.sqMask()]
+	r := &q.req
+	r.fetchLocked()
+	for r.sqHead != r.sqFetched {
+		w := &r.swq[r.sqHead&r.sqMask()]
 		status := qp.WCWRFlushErr
 		if w.state == wqeDone && w.status != qp.WCSuccess && !w.rejected {
 			status = w.status
 		}
 		q.comp.popLocked(w, status)
 	}
-	q.req.reqIdx = q.req.sqFetched
-	q.req.sqCons.Publish()
+	r.reqIdx = r.sqFetched
+	r.publishSlotsLocked()
 }
 
 // flushRecvLocked completes the receive WQE in progress and every posted
