@@ -15,8 +15,11 @@ import (
 // and QPNs below 16 stay free as in rxe (RXE_MIN_QP_INDEX).
 const qpnStart = 16
 
-// QP is a queue pair. Its verbs state and its transport state are guarded
-// by Device.mu; the engine runs it in the device's single engine goroutine.
+// QP is a queue pair: its identity (QPN, owner, type), its wiring (PD,
+// CQs, SRQ, rings, engine) and attributes, and the three roles of the
+// transport that act for it (req, resp, comp: run.go), each a receiver
+// over the state it owns. Its verbs state and its transport state are
+// guarded by Device.mu; its home engine runs its turns.
 type QP struct {
 	dev   *Device
 	QPN   uint32
