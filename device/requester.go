@@ -304,7 +304,7 @@ func (r *requester) requesterLocked() bool {
 					// of Device.mu.
 					return true
 				}
-				q.localOpLocked(w)
+				r.localOpLocked(w)
 				r.reqIdx++
 				if w.status != qp.WCSuccess {
 					return false
