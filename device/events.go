@@ -1,6 +1,7 @@
 package device
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -25,6 +26,10 @@ import (
 // owner gives them back to the pending queue when it was its owner's last
 // open reader. Root's readers see every owner's events as they happen but
 // start with root's own pending ones only.
+//
+// Destroying a QP, CQ or SRQ takes its unread events out of every queue
+// (withdraw), as uverbs does: handles come back, and an event of the old
+// object must never reach a reader as the new one's.
 //
 // Every queue (each reader's, each owner's pending one) holds at most
 // maxQueuedEvents, and all the queues of one viewer together (its
@@ -54,6 +59,10 @@ type eventQueue struct {
 	dropped uint64                    // lockcheck:guarded mu
 	closed  bool                      // lockcheck:guarded mu
 	done    chan struct{}             // closed with the device
+	// Scratch of push, kept to spare an allocation per event.
+	got    []*EventReader // lockcheck:guarded mu
+	trades []bool         // lockcheck:guarded mu
+	shed   []shedQueue    // lockcheck:guarded mu
 }
 
 // init makes the queue's maps.
@@ -67,48 +76,126 @@ func (e *eventQueue) init() {
 	e.done = make(chan struct{})
 }
 
-// appendLocked appends ev to q, the queue of reader r (nil: viewer v's
-// pending queue), within the queue's bound and v's share; it reports
-// whether q lost an event.
-func (e *eventQueue) appendLocked(v Owner, r *EventReader, q []Event, ev Event) ([]Event, bool) {
-	if len(q) >= maxQueuedEvents {
+// pushPendingLocked appends ev to owner v's pending queue (no reader of v
+// is open, so the queue is all of v's share); a full one trades its
+// oldest event for ev.
+func (e *eventQueue) pushPendingLocked(v Owner, ev Event) {
+	q := e.pending[v]
+	if len(q) >= maxQueuedEvents || e.queued[v] >= maxQueuedEvents {
 		e.dropped++
-		return append(q[1:], ev), true // the oldest for the newest: v's count stays
-	}
-	if e.queued[v] >= maxQueuedEvents && !e.shedLocked(v, r, len(q)) {
-		e.dropped++
-		if len(q) == 0 {
-			return q, true
+		if len(q) > 0 {
+			e.pending[v] = append(q[1:], ev)
 		}
-		return append(q[1:], ev), true
+		return
 	}
 	e.queued[v]++
-	return append(q, ev), false
+	e.pending[v] = append(q, ev)
 }
 
-// shedLocked makes room in viewer v's full share for a queue of n events
-// (reader r's; nil: v's pending one): v's longest other queue, when it is
-// at least as long, gives up its oldest event. The reader that does not
-// read pays for its backlog, and one that does still gets new events.
-func (e *eventQueue) shedLocked(v Owner, r *EventReader, n int) bool {
-	var long *EventReader
-	most := n
-	for o := range e.subs {
-		if o != r && o.viewer == v && len(o.q) > 0 && len(o.q) >= most {
-			long, most = o, len(o.q)
+// deliverLocked gives ev to rs, readers of one viewer v. A reader whose
+// own queue is full trades its oldest event for ev; each of the others
+// takes a slot of v's share, and when the share has too few, v's longest
+// queues give up their oldest events first (shedLocked): the reader that
+// does not read pays for its backlog, and one that does still gets new
+// events. The cost is O(n log n) in v's readers per event, so a user
+// holding its 256 readers full cannot make each event cost the device
+// a scan of every reader for every reader (Device.mu is held).
+func (e *eventQueue) deliverLocked(v Owner, rs []*EventReader, ev Event) {
+	trades := e.trades[:0]
+	need := 0
+	for _, r := range rs {
+		full := len(r.q) >= maxQueuedEvents
+		trades = append(trades, full)
+		if !full {
+			need++
 		}
 	}
-	if p := e.pending[v]; r != nil && len(p) > 0 && len(p) >= most {
-		e.pending[v] = p[1:]
-	} else if long != nil {
-		long.q = long.q[1:]
-		long.dropped++
-	} else {
-		return false
+	e.trades = trades
+	if short := e.queued[v] + need - maxQueuedEvents; short > 0 {
+		e.shedLocked(v, short)
 	}
-	e.dropped++
-	e.queued[v]--
-	return true
+	for i, r := range rs {
+		switch {
+		case trades[i]:
+			r.q = append(r.q[1:], ev)
+			r.dropped++
+			e.dropped++
+		case e.queued[v] < maxQueuedEvents:
+			e.queued[v]++
+			r.q = append(r.q, ev)
+		default: // nothing was left to shed: ev is lost to r
+			r.dropped++
+			e.dropped++
+		}
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// shedLocked takes n events out of viewer v's queues (its readers' and
+// its pending one), the oldest of the longest queues first: it finds the
+// lowest length L at which cutting every longer queue down to L frees at
+// most n events, cuts them to L, and takes one more from as many queues
+// at L as are still wanted. O(queues * log maxQueuedEvents), no sort.
+func (e *eventQueue) shedLocked(v Owner, n int) {
+	qs := e.shed[:0]
+	for r := range e.subs {
+		if r.viewer == v && len(r.q) > 0 {
+			qs = append(qs, shedQueue{r: r, q: &r.q})
+		}
+	}
+	p := e.pending[v]
+	if len(p) > 0 {
+		qs = append(qs, shedQueue{q: &p})
+	}
+	cut := func(level int) (sum int) {
+		for _, s := range qs {
+			sum += max(0, len(*s.q)-level)
+		}
+		return sum
+	}
+	// The lowest level at which cutting frees at most n events: cut is
+	// non-increasing in the level, and cut(maxQueuedEvents) is 0.
+	lo, hi := 0, maxQueuedEvents
+	for lo < hi {
+		if mid := (lo + hi) / 2; cut(mid) <= n {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	left := n - cut(lo) // taken from queues at lo, one each (lo > 0 then)
+	for _, s := range qs {
+		k := max(0, len(*s.q)-lo)
+		if left > 0 && lo > 0 && len(*s.q) >= lo {
+			k, left = k+1, left-1
+		}
+		if k == 0 {
+			continue
+		}
+		*s.q = (*s.q)[k:]
+		if s.r != nil {
+			s.r.dropped += uint64(k)
+		}
+		e.dropped += uint64(k)
+		e.queued[v] -= k
+	}
+	if len(p) == 0 {
+		delete(e.pending, v)
+	} else {
+		e.pending[v] = p
+	}
+	clear(qs)
+	e.shed = qs[:0]
+}
+
+// shedQueue is one queue shedLocked may take from: a reader's (r) or the
+// viewer's pending one (r nil).
+type shedQueue struct {
+	r *EventReader
+	q *[]Event
 }
 
 // forgetLocked takes n events of viewer v out of its count.
@@ -126,23 +213,55 @@ func (e *eventQueue) push(ev Event) {
 	}
 	e.seq++
 	ev.Seq = e.seq
-	received := false
+	// The readers that see ev, grouped by viewer: each viewer's share is
+	// made room in once for all its readers.
+	got := e.got[:0]
 	for r := range e.subs {
-		if !r.sees(ev) {
-			continue
-		}
-		var lost bool
-		if r.q, lost = e.appendLocked(r.viewer, r, r.q, ev); lost {
-			r.dropped++
-		}
-		received = received || r.viewer == ev.Owner
-		select {
-		case r.wake <- struct{}{}:
-		default:
+		if r.sees(ev) {
+			got = append(got, r)
 		}
 	}
+	slices.SortFunc(got, func(a, b *EventReader) int { return cmp.Compare(a.viewer, b.viewer) })
+	received := false
+	for i := 0; i < len(got); {
+		v, j := got[i].viewer, i+1
+		for j < len(got) && got[j].viewer == v {
+			j++
+		}
+		e.deliverLocked(v, got[i:j], ev)
+		received = received || v == ev.Owner
+		i = j
+	}
+	clear(got)
+	e.got = got[:0]
 	if !received {
-		e.pending[ev.Owner], _ = e.appendLocked(ev.Owner, nil, e.pending[ev.Owner], ev)
+		e.pushPendingLocked(ev.Owner, ev)
+	}
+}
+
+// withdraw takes the queued events of an object that is being destroyed
+// (kind and handle as in its event lines) out of every queue, as the
+// kernel's uverbs does with a destroyed object's unread events: a handle
+// may name another object later, and no reader may ever see an event of
+// the old one as the new one's. Not counted as drops.
+func (e *eventQueue) withdraw(kind string, h uint32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	of := func(ev Event) bool { return ev.Kind == kind && ev.Handle == h }
+	for r := range e.subs {
+		if n := len(r.q); n > 0 {
+			r.q = slices.DeleteFunc(r.q, of)
+			e.forgetLocked(r.viewer, n-len(r.q))
+		}
+	}
+	for v, q := range e.pending {
+		n := len(q)
+		if q = slices.DeleteFunc(q, of); len(q) == 0 {
+			delete(e.pending, v)
+		} else {
+			e.pending[v] = q
+		}
+		e.forgetLocked(v, n-len(q))
 	}
 }
 

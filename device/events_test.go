@@ -153,7 +153,7 @@ func TestEventReadersBoundedPerUser(t *testing.T) {
 	if _, err := d.OpenEventsLimited(0); err != nil {
 		t.Fatalf("root: %v", err)
 	}
-	for range 20000 {
+	for range 2000 {
 		raiseFor(d, q)
 	}
 	d.events.mu.Lock()
@@ -165,7 +165,7 @@ func TestEventReadersBoundedPerUser(t *testing.T) {
 	if held != total || held > maxQueuedEvents || rs[0].Dropped() == 0 {
 		t.Fatalf("uid 65534 holds %d events (%d counted), reader 0 dropped %d", total, held, rs[0].Dropped())
 	}
-	t.Logf("256 readers, 20,000 events: %d held (at most %d), %d dropped", total, maxQueuedEvents, d.EventDrops())
+	t.Logf("256 readers, 2,000 events: %d held (at most %d), %d dropped", total, maxQueuedEvents, d.EventDrops())
 	rs[0].TryRead(0)
 	for _, r := range rs {
 		r.Close()
@@ -208,5 +208,127 @@ func TestEventsIdleReaderDoesNotStarve(t *testing.T) {
 	d.events.mu.Unlock()
 	if held > maxQueuedEvents || held != idleLen || idle.Dropped() < 100 {
 		t.Fatalf("uid 65534 holds %d (idle reader %d, dropped %d)", held, idleLen, idle.Dropped())
+	}
+}
+
+// BenchmarkEventFullShare: one event raised for a user holding its 256
+// readers, none reading, so that every event sheds one event of each
+// reader. (A scan of every reader for each reader made this 256 times
+// dearer, with Device.mu held.)
+func BenchmarkEventFullShare(b *testing.B) {
+	e := newEnv(b)
+	d := e.d
+	cq := e.cq(4)
+	q := e.qp(qpOpts{scq: cq, rcq: cq})
+	setOwner(d, 65534, q)
+	for range MaxEventReaders {
+		r, err := d.OpenEventsLimited(65534)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+	}
+	for range maxQueuedEvents {
+		raiseFor(d, q)
+	}
+	b.ResetTimer()
+	for range b.N {
+		raiseFor(d, q)
+	}
+}
+
+// shedLocked takes what is asked, from the longest queues first, and
+// keeps the viewer's count and the readers' drop counts true.
+func TestEventShedLongestFirst(t *testing.T) {
+	for _, c := range []struct {
+		lens    []int
+		n       int
+		longest int // the longest queue after
+	}{
+		{[]int{10, 10}, 17, 2},
+		{[]int{10, 2}, 9, 2},
+		{[]int{10, 5}, 5, 5},
+		{[]int{10, 10}, 1, 10},
+		{[]int{3}, 5, 0},
+		{[]int{7, 1, 1, 1}, 6, 1},
+		{[]int{4096, 0, 16}, 4000, 96},
+		{[]int{4096, 0, 16}, 4090, 11},
+	} {
+		var e eventQueue
+		e.init()
+		total := 0
+		for _, l := range c.lens {
+			r := &EventReader{e: &e, viewer: 7, q: make([]Event, l)}
+			e.subs[r] = struct{}{}
+			total += l
+		}
+		e.queued[7] = total
+		e.mu.Lock()
+		e.shedLocked(7, c.n)
+		left, longest, dropped := 0, 0, uint64(0)
+		for r := range e.subs {
+			left += len(r.q)
+			longest = max(longest, len(r.q))
+			dropped += r.dropped
+		}
+		e.mu.Unlock()
+		want := max(0, total-c.n)
+		if left != want || e.queued[7] != want || dropped != uint64(total-want) || e.dropped != dropped || longest != c.longest {
+			t.Errorf("%v shed %d: %d left (want %d), counted %d, dropped %d/%d, longest %d (want %d)",
+				c.lens, c.n, left, want, e.queued[7], dropped, e.dropped, longest, c.longest)
+		}
+	}
+}
+
+// A destroyed object's unread events go with it, from the readers' queues
+// and from the pending one (as uverbs does): its handle may come back as
+// another object's, which must never see them. Other objects' stay.
+func TestEventsOfDestroyedObjectWithdrawn(t *testing.T) {
+	e := newEnv(t)
+	d := e.d
+	cq := e.cq(4)
+	keep := e.qp(qpOpts{scq: cq, rcq: cq})
+	gone := e.qp(qpOpts{scq: cq, rcq: cq})
+	cq2 := e.cq(4)
+	setOwner(d, 65534, keep, gone)
+	r, err := d.OpenEventsLimited(65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raiseFor(d, gone)
+	raiseFor(d, keep)
+	r.Close() // the user's last reader: both go back to pending
+	raiseFor(d, gone)
+	d.mu.Lock()
+	d.raise(qp.EventCQErr, "cq", cq2.Handle)
+	d.mu.Unlock()
+	root := d.OpenEvents(0)
+	defer root.Close()
+	d.mu.Lock()
+	d.raise(qp.EventCQErr, "cq", cq2.Handle)
+	d.mu.Unlock()
+	if err := gone.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq2.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = d.OpenEventsLimited(65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := r.TryRead(0)
+	if len(got) != 1 || got[0].Handle != keep.QPN || got[0].Kind != "qp" {
+		t.Fatalf("after destroying qp %d: %v, want keep's one event (qp %d)", gone.QPN, got, keep.QPN)
+	}
+	if evs := root.TryRead(0); len(evs) != 0 {
+		t.Fatalf("root still holds %v", evs)
+	}
+	d.events.mu.Lock()
+	held := d.events.queued[65534] + d.events.queued[0]
+	d.events.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d events still counted", held)
 	}
 }

@@ -637,6 +637,7 @@ func (q *QP) Destroy() error {
 	q.gone = true
 	q.syncBellLocked()
 	delete(d.qps, q.QPN)
+	d.events.withdraw("qp", q.QPN)
 	q.releaseLocked()
 	// The engine may be polling the SQ without Device.mu: it unmaps.
 	d.retire(q)

@@ -98,6 +98,7 @@ func destroy[T any, P interface {
 	}
 	t.del(h)
 	x.releaseLocked()
+	d.events.withdraw(kind, h) // a CQ's or SRQ's unread events go with it
 	return nil
 }
 

@@ -105,7 +105,11 @@ int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qa, int *mask)
 		qa->max_dest_rd_atomic = (uint8_t)clamp(a.responder_resources >= 0 ? a.responder_resources
 									: id->responder_resources,
 							da->max_qp_rd_atom);
-		qa->min_rnr_timer = 12;
+		/* 0 is 655.36 ms, what the kernel's CM gives every RC QP
+		 * (cm_init_qp_rtr_attr): a peer's SEND that finds no receive
+		 * posted waits that long per RNR retry, not 0.64 ms, so the
+		 * peer's rnr_retry_count (5 in pyverbs) covers seconds. */
+		qa->min_rnr_timer = 0;
 		*mask = required(IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RTR);
 		return 0;
 	}

@@ -3,10 +3,12 @@
 package scripts
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestScripts(t *testing.T) {
@@ -28,7 +30,9 @@ func TestScripts(t *testing.T) {
 		t.Run(s, func(t *testing.T) {
 			cmd := exec.Command("bash", s)
 			cmd.Env = append(os.Environ(), "RDMAFS="+bin)
+			start := time.Now()
 			out, err := cmd.CombinedOutput()
+			noteTime(t, s, time.Since(start))
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", s, err, out)
 			}
@@ -80,3 +84,20 @@ func mustWd(t *testing.T) string {
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// noteTime appends "script seconds" to the file RDMAFS_SCRIPT_TIMES names
+// (scripts/test.sh prints it after the run: the suite's time is kept in
+// view script by script).
+func noteTime(t *testing.T, script string, d time.Duration) {
+	path := os.Getenv("RDMAFS_SCRIPT_TIMES")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("script times: %v", err)
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%-20s %5.0f s\n", script, d.Seconds())
+}

@@ -37,7 +37,13 @@ go vet ./...
 echo "== lockcheck"
 go run ./internal/lockcheck/cmd/lockcheck ./device/... ./link/... ./fsnode/...
 echo "== go test -race"
+# Each script's time goes to a file, printed after the run (the longest
+# first), so that what the suite's half hour is spent on stays in view.
+export RDMAFS_SCRIPT_TIMES=$(mktemp)
+trap 'rm -f "$RDMAFS_SCRIPT_TIMES"' EXIT
 go test -race -count=1 -timeout 20m ./...
+echo "== script times"
+sort -k2 -nr "$RDMAFS_SCRIPT_TIMES"
 # The engine's behavioural suite again: with the packets between a
 # device's own QPs on the link chain instead of the direct path
 # (-device.packets), and across RoCEv2, each test's device sending them
