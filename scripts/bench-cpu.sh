@@ -163,7 +163,8 @@ for o in "${ops[@]}"; do
 	grep '^other:' "$work/parts-$name-$rounds.txt" | sed "s/^other:/    $name:/"
 done
 echo "  the last round's profile at 8 B WRITE, top 15 symbols (perf report --no-children --sort symbol):"
-grep -E '^ +[0-9.]+%' "$work/perf-write8-$rounds.txt" | head -n 15 | sed 's/^/  /'
+# (awk, not head: a pipe closed early fails the script under pipefail)
+awk '/^ +[0-9.]+%/ && n++ < 15 { sub(/( +-)+ *$/, ""); print "  " $0 }' "$work/perf-write8-$rounds.txt"
 
 echo
 echo "# the daemon's system calls per WR (perf stat -e raw_syscalls:sys_enter -p DAEMON across an 8 B WRITE run, less one across a run of 1 WR: the set-up's FUSE requests)"
