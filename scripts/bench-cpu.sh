@@ -168,9 +168,13 @@ awk '/^ +[0-9.]+%/ && n++ < 15 { sub(/( +-)+ *$/, ""); print "  " $0 }' "$work/p
 
 echo
 echo "# the daemon's system calls per WR (perf stat -e raw_syscalls:sys_enter -p DAEMON across an 8 B WRITE run, less one across a run of 1 WR: the set-up's FUSE requests)"
-# dcalls CMD...: the daemon's system calls while CMD runs.
+# dcalls CMD...: the daemon's system calls while CMD runs: CALLS in all,
+# and BY, the counts of the named ones.
+sc=(futex nanosleep sched_yield epoll_pwait read writev)
 dcalls() {
-	timeout 120 perf stat -x, -e raw_syscalls:sys_enter -o "$work/perf-stat.txt" -p "$DPID" &
+	local ev=raw_syscalls:sys_enter n
+	for n in "${sc[@]}"; do ev+=,syscalls:sys_enter_$n; done
+	timeout 120 perf stat -x, -e "$ev" -o "$work/perf-stat.txt" -p "$DPID" &
 	local ps_=$!
 	sleep 0.3
 	"$@"
@@ -178,11 +182,17 @@ dcalls() {
 	kill -INT "$ps_" 2>/dev/null || true
 	wait "$ps_" || true
 	CALLS=$(grep raw_syscalls "$work/perf-stat.txt" | cut -d, -f1)
+	BY=()
+	for n in "${sc[@]}"; do BY+=("$(grep "sys_enter_$n," "$work/perf-stat.txt" | cut -d, -f1)"); done
 }
 dcalls timeout 60 "$RDMAFS" bench --op write -s 8 --iters 1 --warmup 1 "$M" >/dev/null
 c0=$CALLS
+by0=("${BY[@]}")
 dcalls run --op write -s 8
-awk -v c="$CALLS" -v c0="$c0" -v w="$WRS" 'BEGIN { printf "  %d system calls over %d WRs, %d of them the set-up = %.6f per WR beyond it\n", c, w, c0, (c - c0) / w }'
+awk -v c="$CALLS" -v c0="$c0" -v w="$WRS" -v r="$RATE" 'BEGIN { printf "  %d system calls over %d WRs (%s Mpps), %d of them the set-up = %.6f per WR beyond it; by call, per WR beyond the set-up:\n", c, w, r, c0, (c - c0) / w }'
+for i in "${!sc[@]}"; do
+	awk -v n="${sc[$i]}" -v c="${BY[$i]:-0}" -v c0="${by0[$i]:-0}" -v w="$WRS" 'BEGIN { printf "    %-12s %8d  %.6f\n", n, c - c0, (c - c0) / w }'
+done
 
 echo "# the daemon's CPU over 10 s idle, right after a run"
 t0=$(daemon_ticks)
