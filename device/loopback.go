@@ -555,7 +555,7 @@ func (r *requester) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
 func (r *requester) directPeerLocked(w *sendWQE) *QP {
 	q := r.q
 	d := q.dev
-	if !d.isLocalGID(q.attr.AH.DGID) || r.psn != w.firstPSN || r.inMsg || q.inboxed.Load() ||
+	if !d.isLocalGID(q.attr.AH.DGID) || r.psn != w.firstPSN || q.inboxed.Load() ||
 		q.Type == qp.TypeRC && (q.comp.psn != w.firstPSN || len(q.comp.respIn) > 0) {
 		return nil
 	}

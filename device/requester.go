@@ -70,8 +70,6 @@ type requester struct {
 	lkeyHint  *MR    // lockcheck:guarded q.dev.mu
 	peerHint  *QP    // lockcheck:guarded q.dev.mu
 	psn       qp.PSN // next PSN to send; lockcheck:guarded q.dev.mu
-	lastOp    uint8  // opcode of the last packet of the current message; lockcheck:guarded q.dev.mu
-	inMsg     bool   // a multi-packet message is half sent; lockcheck:guarded q.dev.mu
 	rdAtomic  int    // free initiator slots (max_rd_atomic); lockcheck:guarded q.dev.mu
 	needRetry bool   // go back to comp.psn; lockcheck:guarded q.dev.mu
 	waitRNR   bool   // an RNR NAK holds the requester until its timer fires; lockcheck:guarded q.dev.mu
@@ -83,7 +81,6 @@ type requester struct {
 func (r *requester) initLocked() {
 	r.lkeyHint, r.peerHint = nil, nil
 	r.psn = r.q.attr.SQPSN
-	r.lastOp, r.inMsg = 0, false
 	r.rdAtomic = int(r.q.attr.MaxRdAtomic)
 	r.needRetry, r.waitRNR = false, false
 	r.sinceAck = 0
