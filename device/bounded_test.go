@@ -163,7 +163,7 @@ func TestDuplicateReadsBounded(t *testing.T) {
 
 	d := a.dev
 	d.mu.Lock()
-	first := a.swq[0].firstPSN
+	first := a.req.swq[0].firstPSN
 	a.inPeak = 0
 	d.mu.Unlock()
 	before := e.qpCounters(b)

@@ -2,45 +2,81 @@ package device
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"time"
 
+	"rdmafs/clock"
 	"rdmafs/qp"
 	"rdmafs/roce"
 )
 
-// compState is the completer's transport state.
-type compState struct {
-	psn          qp.PSN    // first PSN not yet acknowledged
-	acked        qp.PSN    // highest PSN an ACK covered (may lie past an unanswered READ)
-	retryLeft    uint8     // retries left after timeouts / sequence NAKs
-	rnrLeft      uint8     // RNR retries left (7 = infinite)
-	timeoutFired bool      // the retransmit timer expired
-	idle         bool      // nothing outstanding; a running retry timer is lapsing
-	progress     bool      // an acknowledgement came since the timer was armed
-	progressAt   time.Time // when the last one came
+// completer is the completer role (run.go): it takes the responses to
+// what the requester sent (ACKs, NAKs, READ responses, atomic
+// acknowledgements), finishes the WQEs they answer, retires them with
+// their completions, and runs the retransmit and RNR timers. q is the QP
+// it works for (its identity and wiring).
+type completer struct {
+	q *QP // set when the QP is made, never changed
+
+	// respIn holds the responses received and not yet taken (acceptLocked
+	// appends, the turn takes them).
+	respIn []*packet // lockcheck:guarded q.dev.mu
+
+	psn          qp.PSN    // first PSN not yet acknowledged; lockcheck:guarded q.dev.mu
+	acked        qp.PSN    // highest PSN an ACK covered (may lie past an unanswered READ); lockcheck:guarded q.dev.mu
+	retryLeft    uint8     // retries left after timeouts / sequence NAKs; lockcheck:guarded q.dev.mu
+	rnrLeft      uint8     // RNR retries left (7 = infinite); lockcheck:guarded q.dev.mu
+	timeoutFired bool      // the retransmit timer expired; lockcheck:guarded q.dev.mu
+	idle         bool      // nothing outstanding; a running retry timer is lapsing; lockcheck:guarded q.dev.mu
+	progress     bool      // an acknowledgement came since the timer was armed; lockcheck:guarded q.dev.mu
+	progressAt   time.Time // when the last one came; lockcheck:guarded q.dev.mu
 	// open is a swq index such that every WQE in [sqHead, open) is done
 	// (firstOpenLocked): WQEs finish out of retire's order (a stream of
 	// READs all answered in one turn), and the scans for the next one to
 	// acknowledge start here instead of walking the finished ones again.
-	open uint32
+	open uint32 // lockcheck:guarded q.dev.mu
+
+	retryTimer clock.Timer // lockcheck:guarded q.dev.mu
+	rnrTimer   clock.Timer // lockcheck:guarded q.dev.mu
+	// Bumped whenever the timer is armed or stopped: a callback that
+	// already fired and waits for Device.mu while its timer is stopped and
+	// a new one armed must not act (Stop cannot recall it).
+	retrySeq, rnrSeq uint64 // lockcheck:guarded q.dev.mu
+	// retryFired and rnrFired are the sequence numbers of timers that
+	// fired and wait for the QP's turn (0: none); the timers' only writes.
+	retryFired, rnrFired atomic.Uint64
+}
+
+// initLocked sets the acknowledgement state a fresh or reset QP starts
+// with (the timers are stopped by the QP's stopTimersLocked).
+func (c *completer) initLocked() {
+	a := &c.q.attr
+	c.psn, c.acked = a.SQPSN, a.SQPSN.Add(^uint32(0))
+	c.retryLeft, c.rnrLeft = a.RetryCnt, a.RNRRetry
+	c.timeoutFired, c.idle, c.progress = false, false, false
+	c.progressAt = time.Time{}
+	c.open = 0
 }
 
 // firstOpenLocked is where the scans of the outstanding WQEs start: the
 // remembered index when it still lies in [sqHead, reqIdx] (a retry moves
 // reqIdx back, retire and flush move sqHead on), else sqHead. WQEs only
 // ever become done, so what was done before open still is.
-func (q *QP) firstOpenLocked() uint32 {
-	if o := q.comp.open; o-q.sqHead <= q.reqIdx-q.sqHead {
+func (c *completer) firstOpenLocked() uint32 {
+	q := c.q
+	r := &q.req
+	if o := c.open; o-r.sqHead <= r.reqIdx-r.sqHead {
 		return o
 	}
-	return q.sqHead
+	return r.sqHead
 }
 
 // completeResponseLocked handles an ACK, NAK, read response or atomic
 // acknowledgement arriving for this QP's requester (rxe_comp.c's job).
-func (q *QP) completeResponseLocked(p *packet) {
+func (c *completer) completeResponseLocked(p *packet) {
+	q := c.q
 	if !q.Type.Reliable() || !q.attr.QPState.CanPostSend() || q.attr.QPState == qp.StateErr {
-		q.dropLocked(p)
+		c.dropLocked(p)
 		return
 	}
 	// A response beyond everything sent, or before the unacked window, is
@@ -50,26 +86,27 @@ func (q *QP) completeResponseLocked(p *packet) {
 	// (the duplicates it sends are acknowledged anew). A duplicate ACK of
 	// the last acknowledged PSN is harmless and let through.
 	beyond := p.psn().Sub(q.req.psn) >= 0
-	old := p.psn().Before(q.comp.psn) && p.Opcode.Class()&roce.ClassRead == 0 &&
-		(p.Opcode&roce.OpMask != roce.OpAcknowledge || p.psn().Before(q.comp.psn.Add(^uint32(0))))
+	old := p.psn().Before(c.psn) && p.Opcode.Class()&roce.ClassRead == 0 &&
+		(p.Opcode&roce.OpMask != roce.OpAcknowledge || p.psn().Before(c.psn.Add(^uint32(0))))
 	if beyond || old {
 		q.Counters.DuplicateResps++
-		q.dropLocked(p)
+		c.dropLocked(p)
 		return
 	}
 	op := p.Opcode & roce.OpMask
 	switch op {
 	case roce.OpAcknowledge:
-		q.handleAETHLocked(p)
+		c.handleAETHLocked(p)
 	case roce.OpReadResponseFirst, roce.OpReadResponseMiddle, roce.OpReadResponseLast, roce.OpReadResponseOnly:
-		q.handleReadResponseLocked(p)
+		c.handleReadResponseLocked(p)
 	case roce.OpAtomicAcknowledge:
-		q.handleAtomicAckLocked(p)
+		c.handleAtomicAckLocked(p)
 	}
 	q.eng().pool.put(p)
 }
 
-func (q *QP) dropLocked(p *packet) {
+func (c *completer) dropLocked(p *packet) {
+	q := c.q
 	q.Counters.Dropped++
 	q.dev.Counters.DroppedPackets.Add(1)
 	q.eng().pool.put(p)
@@ -82,16 +119,18 @@ func (q *QP) dropLocked(p *packet) {
 // lost; the retransmit timer asks again), and the WQEs behind it are
 // completed from the remembered acknowledgement when it finishes
 // (ackPendingLocked).
-func (q *QP) ackThroughLocked(psn qp.PSN) {
+func (c *completer) ackThroughLocked(psn qp.PSN) {
+	q := c.q
+	r := &q.req
 	progressed := false
 	next := psn.Add(1)
-	if psn.Sub(q.comp.acked) > 0 {
-		q.comp.acked = psn
+	if psn.Sub(c.acked) > 0 {
+		c.acked = psn
 	}
 	// Every WQE the loop passes is done (it stops at the first it cannot
 	// finish), so open follows it.
-	for i := q.firstOpenLocked(); i != q.reqIdx; i, q.comp.open = i+1, i+1 {
-		w := &q.swq[i&q.sqMask()]
+	for i := c.firstOpenLocked(); i != r.reqIdx; i, c.open = i+1, i+1 {
+		w := &r.swq[i&r.sqMask()]
 		if w.state == wqeDone {
 			continue
 		}
@@ -115,15 +154,15 @@ func (q *QP) ackThroughLocked(psn qp.PSN) {
 	// when a READ before it finishes: ackPendingLocked); the loop stops at
 	// reqIdx then, and the first unacknowledged PSN stays at the next one
 	// to send, which the WQEs from reqIdx on will take again.
-	if next.Sub(q.req.psn) > 0 {
-		next = q.req.psn
+	if next.Sub(r.psn) > 0 {
+		next = r.psn
 	}
-	if next.Sub(q.comp.psn) > 0 {
-		q.comp.psn = next
+	if next.Sub(c.psn) > 0 {
+		c.psn = next
 		progressed = true
 	}
 	if progressed {
-		q.progressLocked()
+		c.progressLocked()
 	}
 }
 
@@ -134,62 +173,65 @@ func (q *QP) ackThroughLocked(psn qp.PSN) {
 // would cost more than the rest of the message, so the running timer is
 // kept, and when it fires after progress it is re-armed for what is left
 // of a timeout counted from the last progress.
-func (q *QP) progressLocked() {
-	q.comp.retryLeft = q.attr.RetryCnt
-	q.comp.rnrLeft = q.attr.RNRRetry
-	if q.retryTimer != nil {
-		q.comp.progress = true
-		q.comp.progressAt = q.eng().nowLocked()
+func (c *completer) progressLocked() {
+	q := c.q
+	c.retryLeft = q.attr.RetryCnt
+	c.rnrLeft = q.attr.RNRRetry
+	if c.retryTimer != nil {
+		c.progress = true
+		c.progressAt = q.eng().nowLocked()
 	}
 }
 
 // ackPendingLocked applies an acknowledgement that arrived while a READ or
 // atomic before the WQEs it covers was still unanswered.
-func (q *QP) ackPendingLocked() {
-	if q.comp.acked.Sub(q.comp.psn) >= 0 {
-		q.ackThroughLocked(q.comp.acked)
+func (c *completer) ackPendingLocked() {
+	if c.acked.Sub(c.psn) >= 0 {
+		c.ackThroughLocked(c.acked)
 	}
 }
 
 // handleAETHLocked processes an ACKNOWLEDGE: an ACK, an RNR NAK or a NAK.
-func (q *QP) handleAETHLocked(p *packet) {
+func (c *completer) handleAETHLocked(p *packet) {
+	q := c.q
+	r := &q.req
 	d := q.dev
 	syn := p.Syndrome
 	switch syn & aethTypeMask {
 	case aethACK:
-		q.ackThroughLocked(p.psn())
-		q.armRetryLocked()
+		c.ackThroughLocked(p.psn())
+		c.armRetryLocked()
 	case aethRNR:
 		q.Counters.RNRNaksRecv++
 		d.Counters.RNRNaksRecv.Add(1)
-		q.ackThroughLocked(p.psn().Add(^uint32(0)))
-		w := q.wqeAtLocked(p.psn())
+		c.ackThroughLocked(p.psn().Add(^uint32(0)))
+		w := c.wqeAtLocked(p.psn())
 		if w == nil {
 			return
 		}
 		if q.attr.RNRRetry != 7 {
-			if q.comp.rnrLeft == 0 {
-				q.failWQELocked(w, qp.WCRNRRetryExcErr)
+			if c.rnrLeft == 0 {
+				c.failWQELocked(w, qp.WCRNRRetryExcErr)
 				return
 			}
-			q.comp.rnrLeft--
+			c.rnrLeft--
 		}
-		q.stopRetryLocked()
-		q.req.holdForRNR()
-		if q.rnrTimer != nil {
-			q.rnrTimer.Stop()
+		c.stopRetryLocked()
+		r.holdForRNR()
+		if c.rnrTimer != nil {
+			c.rnrTimer.Stop()
 		}
-		q.rnrSeq++
-		seq := q.rnrSeq
-		q.rnrTimer = d.clock.AfterFunc(qp.RNRDelay(syn&0x1F), func() { q.rnrExpired(seq) })
+		c.rnrSeq++
+		seq := c.rnrSeq
+		c.rnrTimer = d.clock.AfterFunc(qp.RNRDelay(syn&0x1F), func() { c.rnrExpired(seq) })
 	case aethNAK:
-		q.ackThroughLocked(p.psn().Add(^uint32(0)))
+		c.ackThroughLocked(p.psn().Add(^uint32(0)))
 		switch syn {
 		case aethNAKSeq:
 			q.Counters.SeqErrNaks++
 			q.Counters.SeqNaksRecv++
 			d.Counters.SeqErrNaks.Add(1)
-			if q.req.waitRNR {
+			if r.waitRNR {
 				// The packets that followed an RNR-NAKed one arrive out
 				// of sequence and draw this NAK. The RNR retry goes back
 				// to the first unacknowledged PSN anyway; counting a
@@ -197,12 +239,12 @@ func (q *QP) handleAETHLocked(p *packet) {
 				// retry_cnt that only waited for a receive WQE.
 				return
 			}
-			q.retryLocked()
+			c.retryLocked()
 			return
 		}
 		q.Counters.RemoteErrNak++
 		d.Counters.RemoteErrNaks.Add(1)
-		w := q.wqeAtLocked(p.psn())
+		w := c.wqeAtLocked(p.psn())
 		if w == nil {
 			return
 		}
@@ -217,14 +259,16 @@ func (q *QP) handleAETHLocked(p *packet) {
 		default:
 			q.Counters.RemOpNaksRecv++
 		}
-		q.failWQELocked(w, status)
+		c.failWQELocked(w, status)
 	}
 }
 
 // wqeAtLocked finds the outstanding WQE whose PSN range holds psn.
-func (q *QP) wqeAtLocked(psn qp.PSN) *sendWQE {
-	for i := q.firstOpenLocked(); i != q.reqIdx+1 && i != q.sqFetched; i++ {
-		w := &q.swq[i&q.sqMask()]
+func (c *completer) wqeAtLocked(psn qp.PSN) *sendWQE {
+	q := c.q
+	r := &q.req
+	for i := c.firstOpenLocked(); i != r.reqIdx+1 && i != r.sqFetched; i++ {
+		w := &r.swq[i&r.sqMask()]
 		if w.state == wqeDone || w.state == wqePosted || w.info.Local {
 			continue
 		}
@@ -237,38 +281,39 @@ func (q *QP) wqeAtLocked(psn qp.PSN) *sendWQE {
 
 // failWQELocked completes w with an error status. The QP goes to ERR when
 // the completer reaches it (its error completion comes first, then flushes).
-func (q *QP) failWQELocked(w *sendWQE, s qp.WCStatus) {
+func (c *completer) failWQELocked(w *sendWQE, s qp.WCStatus) {
 	w.state, w.status = wqeDone, s
-	q.stopRetryLocked()
+	c.stopRetryLocked()
 }
 
-func (q *QP) handleReadResponseLocked(p *packet) {
-	w := q.wqeAtLocked(p.psn())
+func (c *completer) handleReadResponseLocked(p *packet) {
+	q := c.q
+	w := c.wqeAtLocked(p.psn())
 	if w != nil && w.info.AtomicWrite {
-		q.handleAtomicWriteResponseLocked(p)
+		c.handleAtomicWriteResponseLocked(p)
 		return
 	}
-	if w == nil || !w.info.Read || p.psn() != q.comp.psn {
+	if w == nil || !w.info.Read || p.psn() != c.psn {
 		// Out of order or duplicate: rxe drops it and lets the retry
 		// timer or a later response sort it out.
 		q.Counters.DuplicateResps++
-		q.dropLocked(&packet{})
+		c.dropLocked(&packet{})
 		return
 	}
 	// A response implicitly acknowledges everything before it.
-	q.ackThroughLocked(p.psn().Add(^uint32(0)))
+	c.ackThroughLocked(p.psn().Add(^uint32(0)))
 	off := uint64(p.psn().Sub(w.firstPSN)) * uint64(q.mtu())
 	if f := q.dev.scatterLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, off, p.Payload); f != faultNone {
-		q.failWQELocked(w, qp.WCLocProtErr)
+		c.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}
-	q.comp.psn = p.psn().Add(p.npsn())
-	q.progressLocked()
+	c.psn = p.psn().Add(p.npsn())
+	c.progressLocked()
 	if op := p.Opcode & roce.OpMask; op == roce.OpReadResponseLast || op == roce.OpReadResponseOnly {
 		w.state, w.status = wqeDone, qp.WCSuccess
-		q.ackPendingLocked()
+		c.ackPendingLocked()
 	}
-	q.armRetryLocked()
+	c.armRetryLocked()
 }
 
 // handleAtomicWriteResponseLocked takes the answer to an ATOMIC WRITE: an
@@ -277,53 +322,62 @@ func (q *QP) handleReadResponseLocked(p *packet) {
 // WRITE completes, and so does everything before it but an unanswered READ
 // or atomic (ackThroughLocked). A plain ACK that covers the PSN completes
 // an ATOMIC WRITE the same way (rxe's requester takes either).
-func (q *QP) handleAtomicWriteResponseLocked(p *packet) {
+func (c *completer) handleAtomicWriteResponseLocked(p *packet) {
 	if p.Opcode&roce.OpMask != roce.OpReadResponseOnly || len(p.Payload) != 0 || p.Syndrome&aethTypeMask != aethACK {
-		q.dropLocked(&packet{})
+		c.dropLocked(&packet{})
 		return
 	}
-	q.ackThroughLocked(p.psn())
-	q.armRetryLocked()
+	c.ackThroughLocked(p.psn())
+	c.armRetryLocked()
 }
 
-func (q *QP) handleAtomicAckLocked(p *packet) {
-	w := q.wqeAtLocked(p.psn())
-	if w == nil || !w.info.Atomic || p.psn() != q.comp.psn {
+func (c *completer) handleAtomicAckLocked(p *packet) {
+	q := c.q
+	w := c.wqeAtLocked(p.psn())
+	if w == nil || !w.info.Atomic || p.psn() != c.psn {
 		// Out of order (responses before it were lost) or a duplicate:
 		// taking it would move the window past a READ that has not got
 		// its data. Dropped; the retry asks again and the responder
 		// replays the saved result.
 		q.Counters.DuplicateResps++
-		q.dropLocked(&packet{})
+		c.dropLocked(&packet{})
 		return
 	}
-	q.ackThroughLocked(p.psn().Add(^uint32(0)))
+	c.ackThroughLocked(p.psn().Add(^uint32(0)))
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], p.OrigData)
 	if f := q.dev.scatterLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, 0, b[:]); f != faultNone {
-		q.failWQELocked(w, qp.WCLocProtErr)
+		c.failWQELocked(w, qp.WCLocProtErr)
 		return
 	}
+	c.answeredLocked(w, p.psn().Add(1))
+}
+
+// answeredLocked finishes a READ or atomic WQE whose response came (or,
+// on the direct path, would have come): w done, the first unacknowledged
+// PSN next, and what progress then does (the acknowledgement held back
+// behind w applied, the retransmit timer kept).
+func (c *completer) answeredLocked(w *sendWQE, next qp.PSN) {
 	w.state, w.status = wqeDone, qp.WCSuccess
-	q.comp.psn = p.psn().Add(1)
-	q.progressLocked()
-	q.ackPendingLocked()
-	q.armRetryLocked()
+	c.psn = next
+	c.progressLocked()
+	c.ackPendingLocked()
+	c.armRetryLocked()
 }
 
 // retryLocked starts a go-back-N retry, or fails the oldest WQE with
 // RETRY_EXC_ERR when retry_cnt retries are used up.
-func (q *QP) retryLocked() {
-	w := q.wqeAtLocked(q.comp.psn)
+func (c *completer) retryLocked() {
+	w := c.wqeAtLocked(c.psn)
 	if w == nil {
 		return
 	}
-	if q.comp.retryLeft == 0 {
-		q.failWQELocked(w, qp.WCRetryExcErr)
+	if c.retryLeft == 0 {
+		c.failWQELocked(w, qp.WCRetryExcErr)
 		return
 	}
-	q.comp.retryLeft--
-	q.req.goBack()
+	c.retryLeft--
+	c.q.req.goBack()
 }
 
 // retireLocked completes finished WQEs in order from the tail, writing
@@ -335,74 +389,63 @@ func (q *QP) retryLocked() {
 // that polls a CQE may post into its slot at once (as rxe), and the index,
 // a cache line the client reads on every post, moves once a turn instead
 // of once a WQE. The engine's copies stay valid until it fetches again.
-func (q *QP) retireLocked() {
-	first := q.sqHead
+func (c *completer) retireLocked() {
+	q := c.q
+	r := &q.req
+	first := r.sqHead
 	failed := false
-	for q.sqHead != q.reqIdx && q.sqHead != q.sqFetched {
-		w := &q.swq[q.sqHead&q.sqMask()]
+	for r.sqHead != r.reqIdx && r.sqHead != r.sqFetched {
+		w := &r.swq[r.sqHead&r.sqMask()]
 		if w.state != wqeDone {
 			break
 		}
-		q.releaseSlotLocked(w)
+		r.releaseSlotLocked(w)
 		if w.status != qp.WCSuccess {
-			if q.reqIdx == q.sqHead-1 {
-				q.reqIdx = q.sqHead
-			}
+			r.passRetiredLocked()
 			failed = true
 			break
 		}
 	}
 	// A failed WQE the requester stopped at (it is at reqIdx) retires too.
-	if q.sqHead == q.reqIdx && q.reqIdx != q.sqFetched {
-		w := &q.swq[q.reqIdx&q.sqMask()]
+	if r.sqHead == r.reqIdx && r.reqIdx != r.sqFetched {
+		w := &r.swq[r.reqIdx&r.sqMask()]
 		if w.state == wqeDone && w.status != qp.WCSuccess {
-			q.releaseSlotLocked(w)
-			q.reqIdx++
+			r.releaseSlotLocked(w)
+			r.passRetiredLocked()
 			failed = true
 		}
 	}
-	if q.sqHead == first {
+	if r.sqHead == first {
 		return
 	}
-	q.sqCons.Publish()
-	for i := first; i != q.sqHead; i++ {
-		w := &q.swq[i&q.sqMask()]
-		q.completeSendLocked(w, w.status)
+	r.publishSlotsLocked()
+	for i := first; i != r.sqHead; i++ {
+		w := &r.swq[i&r.sqMask()]
+		c.completeSendLocked(w, w.status)
 	}
 	if failed {
 		q.enterErrLocked()
 	}
-	if q.sqHead == q.reqIdx {
-		q.armRetryLocked() // nothing outstanding: lets the timer lapse
-	}
-}
-
-// releaseSlotLocked takes the WQE at the head of swq off the send queue:
-// a client's WQE gives its ring slot back (published by the caller), a
-// reserved one is unreserved (reserved.go), so that its slot is free
-// before its completion can be seen and the slot reused.
-func (q *QP) releaseSlotLocked(w *sendWQE) {
-	q.sqHead++
-	if w.reserved {
-		q.unreserveLocked(w, w.status)
-	} else {
-		q.sqCons.Advance(1)
+	if r.sqHead == r.reqIdx {
+		c.armRetryLocked() // nothing outstanding: lets the timer lapse
 	}
 }
 
 // popLocked retires the WQE at the head of swq with status, slot first,
 // then completion (a flush, one WQE at a time).
-func (q *QP) popLocked(w *sendWQE, status qp.WCStatus) {
+func (c *completer) popLocked(w *sendWQE, status qp.WCStatus) {
 	w.status = status
-	q.releaseSlotLocked(w)
-	q.sqCons.Publish()
-	q.completeSendLocked(w, status)
+	r := &c.q.req
+	r.releaseSlotLocked(w)
+	r.publishSlotsLocked()
+	c.completeSendLocked(w, status)
 }
 
 // completeSendLocked writes a send completion when it is due: signaled, or
 // sq_sig_all, or an error (IBA 10.7.3.1); never for a reserved WQE. It
 // returns the initiator slot.
-func (q *QP) completeSendLocked(w *sendWQE, status qp.WCStatus) {
+func (c *completer) completeSendLocked(w *sendWQE, status qp.WCStatus) {
+	q := c.q
 	if w.rdAtomic {
 		w.rdAtomic = false
 		q.req.returnSlot()
@@ -433,38 +476,39 @@ func (q *QP) completeSendLocked(w *sendWQE, status qp.WCStatus) {
 // message at a time would otherwise create a runtime timer per message.
 // The next send on a lapsing timer counts as progress, so its timeout
 // starts then.
-func (q *QP) armRetryLocked() {
-	if q.req.psn == q.comp.psn {
-		q.comp.idle = true
+func (c *completer) armRetryLocked() {
+	q := c.q
+	if q.req.psn == c.psn {
+		c.idle = true
 		return
 	}
 	if q.attr.Timeout == 0 {
 		return
 	}
-	if q.retryTimer != nil {
-		if q.comp.idle {
-			q.comp.idle = false
-			q.comp.progress = true
-			q.comp.progressAt = q.eng().nowLocked()
+	if c.retryTimer != nil {
+		if c.idle {
+			c.idle = false
+			c.progress = true
+			c.progressAt = q.eng().nowLocked()
 		}
 		return
 	}
-	q.comp.idle = false
-	q.armRetryAfterLocked(qp.AckTimeout(q.attr.Timeout))
+	c.idle = false
+	c.armRetryAfterLocked(qp.AckTimeout(q.attr.Timeout))
 }
 
-func (q *QP) armRetryAfterLocked(after time.Duration) {
-	q.comp.progress = false
-	q.retrySeq++
-	seq := q.retrySeq
-	q.retryTimer = q.dev.clock.AfterFunc(after, func() { q.retryExpired(seq) })
+func (c *completer) armRetryAfterLocked(after time.Duration) {
+	c.progress = false
+	c.retrySeq++
+	seq := c.retrySeq
+	c.retryTimer = c.q.dev.clock.AfterFunc(after, func() { c.retryExpired(seq) })
 }
 
-func (q *QP) stopRetryLocked() {
-	if q.retryTimer != nil {
-		q.retryTimer.Stop()
-		q.retryTimer = nil
-		q.retrySeq++
+func (c *completer) stopRetryLocked() {
+	if c.retryTimer != nil {
+		c.retryTimer.Stop()
+		c.retryTimer = nil
+		c.retrySeq++
 	}
 }
 
@@ -475,61 +519,65 @@ func (q *QP) stopRetryLocked() {
 // timer never waits for Device.mu (the engine's turn does the rest:
 // retryExpiredLocked, rnrExpiredLocked). A timer stopped or re-armed
 // meanwhile has another sequence number and is ignored there.
-func (q *QP) retryExpired(seq uint64) {
-	q.retryFired.Store(seq)
-	q.eng().schedule(q)
+func (c *completer) retryExpired(seq uint64) {
+	c.retryFired.Store(seq)
+	c.q.eng().schedule(c.q)
 }
 
-func (q *QP) rnrExpired(seq uint64) {
-	q.rnrFired.Store(seq)
-	q.eng().schedule(q)
+func (c *completer) rnrExpired(seq uint64) {
+	c.rnrFired.Store(seq)
+	c.q.eng().schedule(c.q)
 }
 
 // timersFiredLocked handles the timers that fired since the last turn.
-func (q *QP) timersFiredLocked() {
-	if s := q.retryFired.Swap(0); s != 0 {
-		q.retryExpiredLocked(s)
+func (c *completer) timersFiredLocked() {
+	if s := c.retryFired.Swap(0); s != 0 {
+		c.retryExpiredLocked(s)
 	}
-	if s := q.rnrFired.Swap(0); s != 0 {
-		q.rnrExpiredLocked(s)
+	if s := c.rnrFired.Swap(0); s != 0 {
+		c.rnrExpiredLocked(s)
 	}
 }
 
-func (q *QP) retryExpiredLocked(seq uint64) {
+func (c *completer) retryExpiredLocked(seq uint64) {
+	q := c.q
 	d := q.dev
-	if seq == q.retrySeq && !q.destroyed {
-		q.retryTimer = nil
+	if seq == c.retrySeq && !q.destroyed {
+		c.retryTimer = nil
 		left := time.Duration(0)
-		if q.comp.progress {
-			left = q.comp.progressAt.Add(qp.AckTimeout(q.attr.Timeout)).Sub(d.clock.Now())
+		if c.progress {
+			left = c.progressAt.Add(qp.AckTimeout(q.attr.Timeout)).Sub(d.clock.Now())
 		}
 		switch {
-		case q.req.psn == q.comp.psn:
+		case q.req.psn == c.psn:
 			// Lapsed with nothing outstanding: done.
 		case left > 0:
 			// Acknowledgements (or a first send after idling) came
 			// meanwhile: the timeout counts from the last of them.
-			q.armRetryAfterLocked(left)
+			c.armRetryAfterLocked(left)
 		default:
-			q.comp.timeoutFired = true
+			c.timeoutFired = true
 		}
 	}
 }
 
-func (q *QP) rnrExpiredLocked(seq uint64) {
-	if seq == q.rnrSeq && !q.destroyed && q.req.waitRNR {
-		q.rnrTimer = nil
-		q.req.releaseRNR()
+func (c *completer) rnrExpiredLocked(seq uint64) {
+	q := c.q
+	r := &q.req
+	if seq == c.rnrSeq && !q.destroyed && r.waitRNR {
+		c.rnrTimer = nil
+		r.releaseRNR()
 	}
 }
 
 // timeoutLocked handles a retransmit timeout.
-func (q *QP) timeoutLocked() {
-	q.comp.timeoutFired = false
-	if q.req.psn == q.comp.psn || !q.attr.QPState.ProcessSend() {
+func (c *completer) timeoutLocked() {
+	q := c.q
+	c.timeoutFired = false
+	if q.req.psn == c.psn || !q.attr.QPState.ProcessSend() {
 		return
 	}
 	q.Counters.RetryTimeouts++
 	q.dev.Counters.RetryTimeouts.Add(1)
-	q.retryLocked()
+	c.retryLocked()
 }

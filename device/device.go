@@ -27,12 +27,18 @@
 //     have work, each QP on one engine (QP.home), each engine on its own
 //     goroutine; an idle device parks them all and uses no CPU.
 //   - packet.go, requester.go, responder.go, respcheck.go, completer.go:
-//     the transport, in the shape of rxe. The requester turns WQEs into IB
-//     packets (PSNs, path MTU segmentation), the link delivers them
-//     (loopback, or RoCEv2), the responder executes them against its QP
-//     (each operation a check and an apply, respcheck.go) and answers with
-//     ACK, NAK, read responses and atomic acknowledgements, and the
-//     completer retires WQEs, retries, and writes completions.
+//     the transport, in the shape of rxe. Its three roles are types, each
+//     a receiver over the state it owns, embedded in the QP (QP.req,
+//     QP.resp, QP.comp) with a back pointer to it for the identity and
+//     wiring they read (run.go: what each may do to another). The
+//     requester turns WQEs into IB packets (PSNs, path MTU segmentation),
+//     the link delivers them (loopback, or RoCEv2), the responder executes
+//     them against its QP (each operation a check and an apply,
+//     respcheck.go) and answers with ACK, NAK, read responses and atomic
+//     acknowledgements, and the completer retires WQEs, retries, and
+//     writes completions. The *QP keeps identity, wiring and what belongs
+//     to the QP as a whole: the verbs, state changes, errors, flushes and
+//     the turn itself.
 //   - loopback.go: the direct path between two QPs of the device (rdmavt's
 //     rvt_ruc_loopback): their packets skip the link chain, the receiving
 //     QP's turn runs right after the sender's in the same batch, and RC
@@ -93,8 +99,8 @@
 //     socket again.
 //   - Timers (clock.AfterFunc: retransmit, RNR; the fault injector's
 //     delays in package link): the transport's timers only store their
-//     sequence number in the QP and schedule it (completer.go), the next
-//     turn does the work; the fault injector's delay timers deliver under
+//     sequence number in the QP's completer and schedule it
+//     (completer.go), the next turn does the work; the fault injector's delay timers deliver under
 //     Device.mu as the receive goroutine does.
 //   - The GSI's goroutine (gsi.go): hands queued MADs to the handler (the
 //     CM agent) without Device.mu.
@@ -103,7 +109,9 @@
 //
 // # Turns
 //
-// A QP's work is done in turns (QP.runLocked, run.go). Scheduling a turn
+// A QP's work is done in turns (QP.runLocked, run.go: its completer, its
+// responder and its requester in turn, then what the QP's state asks of
+// the QP as a whole). Scheduling a turn
 // and running it are apart, as in rxe's tasks. engine.schedule (a post, a
 // doorbell wake, a packet, a timer, a modify, a turn with work left) only
 // queues the QP on its engine (QP.home) and wakes the engine goroutine,
@@ -126,7 +134,8 @@
 // of them, and so excludes every engine, as one lock would. Hence what
 // only verbs change (the tables, a QP's attributes and state changes,
 // MR validity, the link's settings) any turn may read, and what a turn
-// changes is its own QP's: its roles' state, queues and counters. What
+// changes is its own QP's: its roles' state (requester, responder,
+// completer), queues and counters. What
 // turns of different engines share has a lock or an atomic of its own:
 //
 //   - a CQ's producer side (CQ.prodMu) and an SRQ's consumer side
@@ -459,9 +468,6 @@ type Device struct {
 	chainOwner *engine // lockcheck:guarded chainMu
 	// batchEnds counts the engine batches that ended (Quiesce).
 	batchEnds atomic.Uint64
-	// keepApart leaves connected QPs on the engines they were made on
-	// (tests of the inbox path: harness_test.go's -device.apart).
-	keepApart bool
 	// chain is the device's link (link.go), built at creation; link is
 	// what the transport writes to, its head (a test may put a link of its
 	// own in front). Both are set at creation; writes and deliveries on

@@ -20,8 +20,8 @@ import (
 //
 // The page is shared by every user of the device (0666), so a wake must
 // be cheap for everyone else and must not depend on the number of QPs: it
-// reads the bitmap's 128 words and looks only at the QPs of the marked
-// bits that can send (bellQPs: per bit, the device's QPs in RTS, SQD, SQE
+// reads the summary's 4 words and the bitmap words they mark, and looks
+// only at the QPs of the marked bits that can send (bellQPs: per bit, the device's QPs in RTS, SQD, SQE
 // or ERR whose QPN falls on it, the states in which the engine does
 // anything with a posted send WQE; a QP reaching one of them is run by the
 // modify anyway). Of those it reads only their rings' atomics, and it
@@ -30,7 +30,8 @@ import (
 // wake still looks at a slice that held it (waitBellScan). A bogus mark
 // (no QP there, another user's QP, nothing posted) costs two atomic loads
 // per QP of its bit; a client marking every bit makes a wake look at every
-// QP that can send, which is what every wake cost before the bitmap. On a
+// QP that can send (and every word: marking every summary bit too), which
+// is what every wake cost before the bitmap. On a
 // device with a wire, a wake that found posted work runs the turns on this
 // goroutine, already awake, when the engine sleeps and Device.mu is free
 // (TryLock, never a wait), instead of waking the engine goroutine for them

@@ -495,7 +495,7 @@ func (e *engine) runBatches() {
 			case q.destroyed:
 			case q.eng() != e:
 				// Moved to another engine while it waited here
-				// (colocateLocked): that one runs it.
+				// (moveLocked): that one runs it.
 				q.eng().schedule(q)
 			case q.wantAll:
 				all = append(all, q)
@@ -650,7 +650,7 @@ func (e *engine) pending() bool { return e.queued.Load() > 0 }
 
 // retire hands a destroyed QP's rings to the engines, which unmap them
 // once none polls them any more: every engine, since one the QP moved
-// away from (colocateLocked) may poll it until it parks.
+// away from (moveLocked) may poll it until it parks.
 func (d *Device) retire(q *QP) {
 	q.retireLeft.Store(int32(len(d.engines)))
 	for _, e := range d.engines {

@@ -22,7 +22,7 @@ func TestEnginesLifecycle(t *testing.T) {
 	// With -device.wire the pairs' packets go through the wire, whose
 	// receive goroutine hands them to the engines.
 	e := newEnvOn(t, *wireFlag, func(c *Config) { c.Clock = clock.Real{}; c.Engines = 4 })
-	e.d.keepApart = true
+	e.apart = true
 	const pairs, rounds, churn = 3, 150, 60
 	type job struct {
 		a, b     *QP
@@ -33,7 +33,7 @@ func TestEnginesLifecycle(t *testing.T) {
 	for p := 0; p < pairs; p++ {
 		a, b, acq, bcq := e.pair(qp.TypeRC)
 		if a.eng() == b.eng() {
-			t.Fatalf("pair %d on one engine with keepApart", p)
+			t.Fatalf("pair %d on one engine in apart mode", p)
 		}
 		src := e.mr(1<<16, 0)
 		dst := e.mr(1<<16, qp.AccessLocalWrite|qp.AccessRemoteWrite)
@@ -78,14 +78,18 @@ func TestEnginesLifecycle(t *testing.T) {
 		t.Fatalf("cross_engine_packets=%d wire_packets_recv=%d engine_exclusive_runs=%d: the inboxes (the wire) or the exclusive turns were not used",
 			c.CrossEnginePackets.Load(), c.WirePacketsRecv.Load(), c.ExclusiveRuns.Load())
 	}
-	// The streams were pairs apart: none moved. A pair made after
-	// keepApart goes is moved to one engine at RTR.
-	e.d.mu.Lock()
-	e.d.keepApart = false
-	e.d.mu.Unlock()
+	// The streams were pairs apart: each still is. A pair made after
+	// apart mode ends is moved to one engine at RTR.
+	for p, j := range jobs {
+		if j.a.eng() == j.b.eng() {
+			t.Fatalf("pair %d ended on one engine in apart mode", p)
+		}
+	}
+	e.apart = false
+	moves := c.EngineMoves.Load()
 	a, b, _, _ := e.pair(qp.TypeRC)
-	if a.eng() != b.eng() || c.EngineMoves.Load() == 0 {
-		t.Fatalf("a pair made with colocation is on engines %d and %d (moves %d)", a.eng().idx, b.eng().idx, c.EngineMoves.Load())
+	if a.eng() != b.eng() || c.EngineMoves.Load() == moves {
+		t.Fatalf("a pair made with colocation is on engines %d and %d (moves %d, %d before)", a.eng().idx, b.eng().idx, c.EngineMoves.Load(), moves)
 	}
 }
 
@@ -113,7 +117,7 @@ func churnEngines(e *env, shared *CQ, srq *SRQ, n int) error {
 			if err != nil {
 				return err
 			}
-			if err := q.Modify(&a, m); err != nil {
+			if err := e.modifyQP(q, &a, m); err != nil {
 				return fmt.Errorf("qp %d %q: %v", q.QPN, line, err)
 			}
 		}

@@ -474,11 +474,3 @@ func (d *Device) ReadEvents(ctx context.Context) ([]Event, error) {
 	defer r.Close()
 	return r.Read(ctx, 0)
 }
-
-// PendingEvents is the number of events waiting for root's next reader
-// (for tests).
-func (d *Device) PendingEvents() int {
-	d.events.mu.Lock()
-	defer d.events.mu.Unlock()
-	return len(d.events.pending[0])
-}

@@ -59,7 +59,7 @@ func TestEventsPerReader(t *testing.T) {
 	// pending for uid 7's next reader, once.
 	r7.Close()
 	raiseFor(d, theirs)
-	if n := d.PendingEvents(); n != 0 {
+	if n := pendingEvents(d); n != 0 {
 		t.Errorf("root has %d pending events of another uid", n)
 	}
 	r7 = d.OpenEvents(7)
@@ -331,4 +331,11 @@ func TestEventsOfDestroyedObjectWithdrawn(t *testing.T) {
 	if held != 0 {
 		t.Fatalf("%d events still counted", held)
 	}
+}
+
+// pendingEvents is the number of events waiting for root's next reader.
+func pendingEvents(d *Device) int {
+	d.events.mu.Lock()
+	defer d.events.mu.Unlock()
+	return len(d.events.pending[0])
 }

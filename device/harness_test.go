@@ -26,6 +26,10 @@ type env struct {
 	clk  *settledClock
 	pd   *PD
 	wire bool // packets go through the wire to the device's own address
+	// apart keeps connected QPs on the engines they were on before RTR
+	// (-device.apart; modifyQP), so that their packets go through the
+	// inboxes.
+	apart bool
 }
 
 // settledClock is the env's fake clock: Advance first lets the device
@@ -85,8 +89,7 @@ func buildEnv(t testing.TB, wire bool, mod ...func(*Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	d.keepApart = *apartFlag
-	e := &env{t: t, d: d, wire: wire}
+	e := &env{t: t, d: d, wire: wire, apart: *apartFlag}
 	e.clk = &settledClock{Fake: clk, e: e}
 	if wire {
 		d.mu.Lock()
@@ -280,7 +283,26 @@ func (e *env) tryModify(q *QP, text string) error {
 	if err != nil {
 		e.t.Fatalf("parse %q: %v", text, err)
 	}
-	return q.Modify(&a, m)
+	return e.modifyQP(q, &a, m)
+}
+
+// modifyQP is QP.Modify, in apart mode with the QP kept where it was: a
+// move to RTR puts a QP on its local peer's engine (colocateLocked), and
+// apart mode moves it back (moveLocked), so that the pair stays on two
+// engines and its packets go through the inboxes. Every modify of the
+// tests that may connect a QP goes through here.
+func (e *env) modifyQP(q *QP, a *qp.Attr, m qp.AttrMask) error {
+	if !e.apart {
+		return q.Modify(a, m)
+	}
+	home := q.eng()
+	err := q.Modify(a, m)
+	e.d.mu.Lock()
+	if !q.destroyed {
+		q.moveLocked(home)
+	}
+	e.d.mu.Unlock()
+	return err
 }
 
 const allAccess = "local_write,remote_write,remote_read,remote_atomic"
@@ -382,7 +404,7 @@ func (e *env) state(q *QP, want qp.State) {
 
 func (e *env) events() []string {
 	var out []string
-	for e.d.PendingEvents() > 0 {
+	for pendingEvents(e.d) > 0 {
 		evs, _ := e.d.ReadEvents(context.Background())
 		for _, ev := range evs {
 			out = append(out, ev.String())

@@ -176,9 +176,9 @@ func (g *integ) collectFake(e *env, cq *CQ, want int) []string {
 			e.d.mu.Lock()
 			a, b := g.a, g.b
 			t.Logf("a %v req.psn %d comp.psn %d acked %d reqIdx %d tail %d fetched %d waitRNR %v needRetry %v timer %v retryLeft %d",
-				a.attr.QPState, a.req.psn, a.comp.psn, a.comp.acked, a.reqIdx, a.sqHead, a.sqFetched, a.req.waitRNR, a.req.needRetry, a.retryTimer != nil, a.comp.retryLeft)
-			for i := a.sqHead; i != a.sqFetched; i++ {
-				w := &a.swq[i&a.sqMask()]
+				a.attr.QPState, a.req.psn, a.comp.psn, a.comp.acked, a.req.reqIdx, a.req.sqHead, a.req.sqFetched, a.req.waitRNR, a.req.needRetry, a.comp.retryTimer != nil, a.comp.retryLeft)
+			for i := a.req.sqHead; i != a.req.sqFetched; i++ {
+				w := &a.req.swq[i&a.req.sqMask()]
 				t.Logf("  wqe %d %v state %d status %v psn %d..%d len %d sent %d", i, w.wr.Opcode, w.state, w.status, w.firstPSN, w.lastPSN, w.length, w.sent)
 			}
 			t.Logf("b %v resp.psn %d inSend %v inWrite %v", b.attr.QPState, b.resp.psn, b.resp.inSend, b.resp.inWrite)

@@ -316,7 +316,7 @@ func TestRCAckBeyondSentDropped(t *testing.T) {
 	p := e.d.engines[0].pool.get()
 	p.Opcode, p.Syndrome = roce.TransportRC|roce.OpAcknowledge, aethACK
 	p.setPSN(a.req.psn.Add(3))
-	a.completeResponseLocked(p)
+	a.comp.completeResponseLocked(p)
 	after := a.comp.psn
 	e.d.mu.Unlock()
 	if after != before {

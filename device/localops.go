@@ -8,7 +8,8 @@ import (
 // on this device's key table instead of sending packets. A failure ends the
 // QP like any other send error: LOC_QP_OP_ERR for LOCAL_INV, MW_BIND_ERR
 // for BIND_MW (rxe_do_local_ops).
-func (q *QP) localOpLocked(w *sendWQE) {
+func (r *requester) localOpLocked(w *sendWQE) {
+	q := r.q
 	d := q.dev
 	status := qp.WCSuccess
 	switch w.wr.Opcode {

@@ -93,7 +93,7 @@ func (q *QP) directToPeerLocked() bool {
 // many whole MTUs as fit in superSeg and in the SGE the bytes come from
 // (so that the payload aliases the MR instead of being gathered into a
 // buffer of its own), within the PSN window.
-func (q *QP) segmentLocked(w *sendWQE, mtu int, window int32) int {
+func (r *requester) segmentLocked(w *sendWQE, mtu int, window int32) int {
 	rest := w.length - w.sent
 	if rest <= uint64(mtu) || window == maxUnackedPSNs {
 		return int(min(rest, uint64(mtu)))
@@ -102,7 +102,7 @@ func (q *QP) segmentLocked(w *sendWQE, mtu int, window int32) int {
 	if w.wr.SendFlags&qp.SendInline == 0 {
 		n = min(n, sgeRun(w.wr.SGL, w.sent))
 	}
-	room := int(window - q.req.psn.Sub(q.comp.psn))
+	room := int(window - r.psn.Sub(r.q.comp.psn))
 	n = min(n, uint64(max(room, 1))*uint64(mtu))
 	if n < rest {
 		n -= n % uint64(mtu)
@@ -117,8 +117,8 @@ func (q *QP) segmentLocked(w *sendWQE, mtu int, window int32) int {
 // 128, or on the direct path between RC QPs (where segments go 64 KiB at a
 // time and nothing is lost on the way) directWindow, so that a turn of the
 // requester moves many large messages, not eight.
-func (q *QP) windowLocked() int32 {
-	if q.Type == qp.TypeRC && q.directToPeerLocked() {
+func (r *requester) windowLocked() int32 {
+	if r.q.Type == qp.TypeRC && r.q.directToPeerLocked() {
 		return directWindow
 	}
 	return maxUnackedPSNs
@@ -245,20 +245,20 @@ func (p *packet) lastPSN() qp.PSN { return p.psn().Add(p.npsn() - 1) }
 // it (ackThroughLocked). A UC WQE goes to executeUCLocked. w has just
 // started (wqeSending, its PSNs assigned); it reports whether it executed
 // w, which then has moved past reqIdx.
-func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
+func (r *requester) executeDirectLocked(w *sendWQE, mtu int) bool {
 	switch {
-	case q.Type != qp.TypeRC:
-		return q.Type == qp.TypeUC && w.length <= superSeg && q.executeUCLocked(w, mtu)
+	case r.q.Type != qp.TypeRC:
+		return r.q.Type == qp.TypeUC && w.length <= superSeg && r.executeUCLocked(w, mtu)
 	case w.info.Atomic:
-		return q.executeAtomicLocked(w)
+		return r.executeAtomicLocked(w)
 	case w.length > superSeg:
 		return false
 	case w.info.Write:
-		return q.executeWriteLocked(w, mtu)
+		return r.executeWriteLocked(w, mtu)
 	case w.info.Send:
-		return q.executeSendLocked(w, mtu)
+		return r.executeSendLocked(w, mtu)
 	case w.info.Read:
-		return q.executeReadLocked(w, mtu)
+		return r.executeReadLocked(w, mtu)
 	}
 	return false
 }
@@ -267,13 +267,14 @@ func (q *QP) executeDirectLocked(w *sendWQE, mtu int) bool {
 // side of respReadLocked (the READ saved as a responder resource, its PSNs
 // and MSN taken) and the requester's of the READ response, whose bytes go
 // from the peer's memory into the WQE's SGEs in one copy.
-func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
-	peer := q.directPeerLocked(w)
+func (r *requester) executeReadLocked(w *sendWQE, mtu int) bool {
+	q := r.q
+	peer := r.directPeerLocked(w)
 	if peer == nil {
 		return false
 	}
 	d := q.dev
-	mr, off, e := peer.checkReadLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
+	mr, off, e := peer.resp.checkReadLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 	if e != respOK {
 		return false
 	}
@@ -288,26 +289,22 @@ func (q *QP) executeReadLocked(w *sendWQE, mtu int) bool {
 	n := npkts(w.length, mtu)
 	first := w.firstPSN
 	peer.Counters.PacketsRecv++ // the request
-	peer.inSeqLocked()
-	res := peer.acceptRdAtomicLocked(first, first.Add(n-1))
+	peer.resp.inSeqLocked()
+	res := peer.resp.acceptRdAtomicLocked(first, first.Add(n-1))
 	res.va, res.rkey, res.length = w.wr.RemoteAddr, w.wr.RKey, uint32(w.length)
 	peer.Counters.PacketsSent += uint64(n) // the responses
 	peer.Counters.BytesSent += w.length
 	q.Counters.PacketsSent++
 	q.Counters.BytesRecv += w.length
-	q.req.psn = q.req.psn.Add(n)
+	r.psn = r.psn.Add(n)
 	w.sent = w.length
 	w.state = wqePending
-	q.reqIdx++
-	q.ackThroughLocked(first.Add(^uint32(0)))
-	if f := d.scatterLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, 0, src); f != faultNone {
-		q.failWQELocked(w, qp.WCLocProtErr)
+	r.reqIdx++
+	q.comp.ackThroughLocked(first.Add(^uint32(0)))
+	if f := d.scatterLocked(q.pd, &r.lkeyHint, w.wr.SGL, 0, src); f != faultNone {
+		q.comp.failWQELocked(w, qp.WCLocProtErr)
 	} else {
-		q.comp.psn = first.Add(n)
-		q.progressLocked()
-		w.state, w.status = wqeDone, qp.WCSuccess
-		q.ackPendingLocked()
-		q.armRetryLocked()
+		q.comp.answeredLocked(w, first.Add(n))
 	}
 	c := &q.eng().counts
 	c.packets += 1 + uint64(n)
@@ -322,7 +319,7 @@ const maxDirectSGEs = 4
 
 // directSourceLocked resolves w's bytes (its SGEs, or its inline data)
 // into src, or reports false.
-func (q *QP) directSourceLocked(w *sendWQE, src *[maxDirectSGEs][]byte) ([][]byte, bool) {
+func (r *requester) directSourceLocked(w *sendWQE, src *[maxDirectSGEs][]byte) ([][]byte, bool) {
 	out := src[:0]
 	if w.wr.SendFlags&qp.SendInline != 0 {
 		return append(out, w.wr.InlineData), true
@@ -334,7 +331,7 @@ func (q *QP) directSourceLocked(w *sendWQE, src *[maxDirectSGEs][]byte) ([][]byt
 		if len(out) == maxDirectSGEs {
 			return nil, false
 		}
-		b, _, f := q.dev.lkeyMRLocked(q.pd, &q.req.lkeyHint, s.LKey, s.Addr, uint64(s.Length), 0)
+		b, _, f := r.q.dev.lkeyMRLocked(r.q.pd, &r.lkeyHint, s.LKey, s.Addr, uint64(s.Length), 0)
 		if f != faultNone {
 			return nil, false
 		}
@@ -365,12 +362,12 @@ func copyChunks(dst, src [][]byte) {
 // executeWriteLocked is executeDirectLocked's RDMA WRITE and
 // WRITE_WITH_IMM: the responder's side of a WRITE ONLY (respWriteLocked),
 // the latter's receive completion where the packet's would be written.
-func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
-	peer := q.directPeerLocked(w)
+func (r *requester) executeWriteLocked(w *sendWQE, mtu int) bool {
+	peer := r.directPeerLocked(w)
 	if peer == nil {
 		return false
 	}
-	dst, ok := peer.directWriteTargetLocked(w)
+	dst, ok := peer.resp.directWriteTargetLocked(w)
 	if !ok {
 		return false
 	}
@@ -383,31 +380,31 @@ func (q *QP) executeWriteLocked(w *sendWQE, mtu int) bool {
 			srq.lockTake()
 			defer srq.unlockTake()
 		}
-		if peer.checkRecvLocked() != respOK {
+		if peer.resp.checkRecvLocked() != respOK {
 			return false
 		}
 	}
 	var srcs [maxDirectSGEs][]byte
-	src, ok := q.directSourceLocked(w, &srcs)
+	src, ok := r.directSourceLocked(w, &srcs)
 	if !ok {
 		return false
 	}
-	peer.ownReadRepliesLocked()
+	peer.resp.ownReadRepliesLocked()
 	copyChunks([][]byte{dst}, src)
 	peer.resp.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 	var recv func()
 	if w.info.Imm {
-		peer.takeRecvLocked()
-		recv = func() { peer.completeWriteImmLocked(w.wr.ImmData, w.wr.SendFlags&qp.SendSolicited != 0) }
+		peer.resp.takeRecvLocked()
+		recv = func() { peer.resp.completeWriteImmLocked(w.wr.ImmData, w.wr.SendFlags&qp.SendSolicited != 0) }
 	}
-	q.directDoneLocked(peer, w, mtu, recv)
+	r.directDoneLocked(peer, w, mtu, recv)
 	return true
 }
 
 // directWriteTargetLocked is the memory a direct WRITE of w writes into
 // (nil for no bytes), or false when the responder's check refuses it.
-func (q *QP) directWriteTargetLocked(w *sendWQE) ([]byte, bool) {
-	mr, off, e := q.checkWriteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
+func (r *responder) directWriteTargetLocked(w *sendWQE) ([]byte, bool) {
+	mr, off, e := r.checkWriteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 	if e != respOK {
 		return nil, false
 	}
@@ -425,28 +422,29 @@ func (q *QP) directWriteTargetLocked(w *sendWQE) ([]byte, bool) {
 // invalidation must succeed and, as the packet's does, needs all of
 // Device.mu (its key change detaches other QPs' packets); otherwise it goes
 // as packets, which answer with the NAK.
-func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
-	peer := q.directPeerLocked(w)
+func (r *requester) executeSendLocked(w *sendWQE, mtu int) bool {
+	q := r.q
+	peer := r.directPeerLocked(w)
 	if peer == nil {
 		return false
 	}
-	r := &peer.resp
+	pr := &peer.resp
 	if srq := peer.srq; srq != nil {
 		// Peeked and taken under one hold: QPs of other engines take
 		// from it too.
 		srq.lockTake()
 		defer srq.unlockTake()
 	}
-	if peer.checkRecvLocked() != respOK {
+	if pr.checkRecvLocked() != respOK {
 		return false
 	}
 	var dsts [maxDirectSGEs][]byte
-	dst, ok := q.recvTargetLocked(peer, w.length, &dsts)
+	dst, ok := r.recvTargetLocked(peer, w.length, &dsts)
 	if !ok {
 		return false
 	}
 	var srcs [maxDirectSGEs][]byte
-	src, ok := q.directSourceLocked(w, &srcs)
+	src, ok := r.directSourceLocked(w, &srcs)
 	if !ok {
 		return false
 	}
@@ -465,14 +463,14 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 		}
 		data = w.wr.InvalidateRKey
 	}
-	peer.takeRecvLocked()
-	peer.ownReadRepliesLocked()
+	pr.takeRecvLocked()
+	pr.ownReadRepliesLocked()
 	copyChunks(dst, src)
-	r.offset = w.length
-	q.directDoneLocked(peer, w, mtu, func() {
+	pr.offset = w.length
+	r.directDoneLocked(peer, w, mtu, func() {
 		// After the bytes are placed, as the last packet does it.
 		q.dev.invalidateLocked(invMR, invMW)
-		peer.recvDoneLocked(uint32(w.length), w.info.Imm, inv, data, w.wr.SendFlags&qp.SendSolicited != 0)
+		pr.recvDoneLocked(uint32(w.length), w.info.Imm, inv, data, w.wr.SendFlags&qp.SendSolicited != 0)
 	})
 	return true
 }
@@ -481,14 +479,14 @@ func (q *QP) executeSendLocked(w *sendWQE, mtu int) bool {
 // peer has peeked (peekRecvLocked) into dsts, or reports false: too short,
 // more than maxDirectSGEs pieces, or a bad lkey (each an error the packets
 // report).
-func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]byte) ([][]byte, bool) {
-	r := &peer.resp
-	if peer.recvFitsLocked(0, length) != respOK {
+func (r *requester) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]byte) ([][]byte, bool) {
+	pr := &peer.resp
+	if pr.recvFitsLocked(0, length) != respOK {
 		return nil, false
 	}
 	dst := dsts[:0]
 	for left, i := length, 0; left > 0; i++ {
-		s := r.rwqe.SGL[i]
+		s := pr.rwqe.SGL[i]
 		take := min(uint64(s.Length), left)
 		if take == 0 {
 			continue
@@ -496,7 +494,7 @@ func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]by
 		if len(dst) == maxDirectSGEs {
 			return nil, false
 		}
-		b, _, f := q.dev.lkeyMRLocked(peer.pd, &peer.resp.lkeyHint, s.LKey, s.Addr, take, qp.AccessLocalWrite)
+		b, _, f := r.q.dev.lkeyMRLocked(peer.pd, &pr.lkeyHint, s.LKey, s.Addr, take, qp.AccessLocalWrite)
 		if f != faultNone {
 			return nil, false
 		}
@@ -509,8 +507,9 @@ func (q *QP) recvTargetLocked(peer *QP, length uint64, dsts *[maxDirectSGEs][]by
 // directDoneLocked moves both QPs as the message's packets and its ACK
 // would have: the peer's receive counters, PSN, MSN and comm_est, then
 // (recv, the peer's completion, if any) the ACK's effect on q.
-func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
-	q.directMovedLocked(peer, w, npkts(w.length, mtu))
+func (r *requester) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
+	q := r.q
+	r.directMovedLocked(peer, w, npkts(w.length, mtu))
 	peer.resp.msn++
 	if recv != nil {
 		recv()
@@ -519,10 +518,10 @@ func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
 	peer.Counters.AcksSent++
 	peer.Counters.PacketsSent++
 	q.eng().counts.packets++
-	q.req.sinceAck = 0
+	r.sinceAck = 0
 	w.state = wqePending
-	q.ackThroughLocked(w.lastPSN)
-	q.armRetryLocked()
+	q.comp.ackThroughLocked(w.lastPSN)
+	q.comp.armRetryLocked()
 }
 
 // directMovedLocked moves both QPs as the n packets of w's message would
@@ -531,16 +530,14 @@ func (q *QP) directDoneLocked(peer *QP, w *sendWQE, mtu int, recv func()) {
 // the requester. The device's counters go once per turn
 // (engine.flushCountsLocked): six atomic adds per WRITE were a fifth of the
 // engine at 8 B.
-func (q *QP) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
-	peer.Counters.PacketsRecv += uint64(n)
-	peer.Counters.BytesRecv += w.length
-	peer.inSeqLocked()
-	peer.resp.psn = peer.resp.psn.Add(n)
+func (r *requester) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
+	q := r.q
+	peer.resp.receivedDirectLocked(n, w.length)
 	q.Counters.PacketsSent += uint64(n)
 	q.Counters.BytesSent += w.length
-	q.req.psn = q.req.psn.Add(n)
+	r.psn = r.psn.Add(n)
 	w.sent = w.length
-	q.reqIdx++
+	r.reqIdx++
 	c := &q.eng().counts
 	c.packets += uint64(n)
 	c.bytes += w.length
@@ -555,27 +552,28 @@ func (q *QP) directMovedLocked(peer *QP, w *sendWQE, n uint32) {
 // responder between messages and expecting w's first PSN, nothing of its
 // queued, no READ being answered, no ACK held back, no aborted UC
 // message's receive WQE held.
-func (q *QP) directPeerLocked(w *sendWQE) *QP {
+func (r *requester) directPeerLocked(w *sendWQE) *QP {
+	q := r.q
 	d := q.dev
-	if !d.isLocalGID(q.attr.AH.DGID) || q.req.psn != w.firstPSN || q.req.inMsg || q.inboxed.Load() ||
-		q.Type == qp.TypeRC && (q.comp.psn != w.firstPSN || len(q.respIn) > 0) {
+	if !d.isLocalGID(q.attr.AH.DGID) || r.psn != w.firstPSN || q.inboxed.Load() ||
+		q.Type == qp.TypeRC && (q.comp.psn != w.firstPSN || len(q.comp.respIn) > 0) {
 		return nil
 	}
 	// The peer of q's last direct operation, while it lives, saves the
 	// map lookup (3.5 % of the engine at WRITE 8 B): a live QP with the
 	// number is the one the table holds.
-	peer := q.req.peerHint
+	peer := r.peerHint
 	if peer == nil || peer.destroyed || peer.QPN != q.attr.DestQPNum {
 		peer = d.qps[q.attr.DestQPNum]
-		q.req.peerHint = peer
+		r.peerHint = peer
 	}
 	if peer == nil || peer == q || peer.destroyed || peer.eng() != q.eng() || !peer.takesFromLocked(q) ||
 		!peer.attr.QPState.ProcessRecv() || d.localPathLocked(q.QPN, peer.QPN) != pathDirect {
 		return nil
 	}
-	r := &peer.resp
-	if r.psn != w.firstPSN || len(peer.reqIn) > 0 || peer.inboxed.Load() || r.inSend || r.inWrite ||
-		r.reading || r.ackDue || r.ucDrop || r.haveRWQE {
+	pr := &peer.resp
+	if pr.psn != w.firstPSN || len(pr.reqIn) > 0 || peer.inboxed.Load() || pr.inSend || pr.inWrite ||
+		pr.reading || pr.ackDue || pr.ucDrop || pr.haveRWQE {
 		return nil
 	}
 	return peer
@@ -587,20 +585,20 @@ func (q *QP) directPeerLocked(w *sendWQE) *QP {
 // packets, which the peer drops as UC does: the requester's completion is
 // a success either way). The WQE completes as its last packet's departure
 // completes it; there is no acknowledgement.
-func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
+func (r *requester) executeUCLocked(w *sendWQE, mtu int) bool {
 	op := w.wr.Opcode
 	if op != qp.WRSend && op != qp.WRSendWithImm && op != qp.WRRDMAWrite && op != qp.WRRDMAWriteWithImm {
 		return false
 	}
-	peer := q.directPeerLocked(w)
+	peer := r.directPeerLocked(w)
 	if peer == nil {
 		return false
 	}
-	r := &peer.resp
+	pr := &peer.resp
 	var dsts [maxDirectSGEs][]byte
 	dst := dsts[:0]
 	if w.info.Write {
-		b, ok := peer.directWriteTargetLocked(w)
+		b, ok := pr.directWriteTargetLocked(w)
 		if !ok {
 			return false
 		}
@@ -613,37 +611,37 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 			srq.lockTake()
 			defer srq.unlockTake()
 		}
-		if peer.checkRecvLocked() != respOK {
+		if pr.checkRecvLocked() != respOK {
 			return false
 		}
 		if w.info.Send {
 			var ok bool
-			if dst, ok = q.recvTargetLocked(peer, w.length, &dsts); !ok {
+			if dst, ok = r.recvTargetLocked(peer, w.length, &dsts); !ok {
 				return false
 			}
 		}
 	}
 	var srcs [maxDirectSGEs][]byte
-	src, ok := q.directSourceLocked(w, &srcs)
+	src, ok := r.directSourceLocked(w, &srcs)
 	if !ok {
 		return false
 	}
 	if w.info.Send || w.info.Imm {
-		peer.takeRecvLocked()
+		pr.takeRecvLocked()
 	}
 	copyChunks(dst, src)
-	q.directMovedLocked(peer, w, npkts(w.length, mtu))
+	r.directMovedLocked(peer, w, npkts(w.length, mtu))
 	se := w.wr.SendFlags&qp.SendSolicited != 0
 	switch {
 	case w.info.Send:
-		r.msn++
-		peer.recvDoneLocked(uint32(w.length), w.info.Imm, false, w.wr.ImmData, se)
+		pr.msn++
+		pr.recvDoneLocked(uint32(w.length), w.info.Imm, false, w.wr.ImmData, se)
 	case w.info.Imm:
-		r.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
-		r.msn++
-		peer.completeWriteImmLocked(w.wr.ImmData, se)
+		pr.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
+		pr.msn++
+		pr.completeWriteImmLocked(w.wr.ImmData, se)
 	default:
-		r.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
+		pr.wroteLocked(w.wr.RemoteAddr, w.wr.RKey, w.length)
 	}
 	w.state, w.status = wqeDone, qp.WCSuccess
 	return true
@@ -654,42 +652,39 @@ func (q *QP) executeUCLocked(w *sendWQE, mtu int) bool {
 // atomic, the result saved as a responder resource for duplicates, one
 // PSN and one MSN) and the requester's of handleAtomicAckLocked (the
 // original value scattered into the WQE's SGE, the WQE done).
-func (q *QP) executeAtomicLocked(w *sendWQE) bool {
-	peer := q.directPeerLocked(w)
+func (r *requester) executeAtomicLocked(w *sendWQE) bool {
+	q := r.q
+	peer := r.directPeerLocked(w)
 	if peer == nil {
 		return false
 	}
 	d := q.dev
-	b, mr, e := peer.checkAtomicLocked(w.wr.RemoteAddr, w.wr.RKey, qp.AccessRemoteAtomic)
+	b, mr, e := peer.resp.checkAtomicLocked(w.wr.RemoteAddr, w.wr.RKey, qp.AccessRemoteAtomic)
 	if e != respOK {
 		return false
 	}
-	peer.ownReadRepliesLocked()
+	peer.resp.ownReadRepliesLocked()
 	cmpSwap, compare, swapAdd := atomicArgs(&w.wr)
 	// The MR is not on demand (directLocked), so nothing can fail past
 	// the check.
 	orig, _ := applyAtomicLocked(b, mr, w.wr.RemoteAddr, cmpSwap, compare, swapAdd)
 	psn := w.firstPSN
 	peer.Counters.PacketsRecv++
-	peer.inSeqLocked()
-	res := peer.acceptRdAtomicLocked(psn, psn)
+	peer.resp.inSeqLocked()
+	res := peer.resp.acceptRdAtomicLocked(psn, psn)
 	res.atomic, res.orig = true, orig
 	peer.Counters.PacketsSent++ // the atomic acknowledgement
 	q.Counters.PacketsSent++
-	q.req.psn = q.req.psn.Add(1)
+	r.psn = r.psn.Add(1)
 	w.state = wqePending
-	q.reqIdx++
-	q.ackThroughLocked(psn.Add(^uint32(0)))
+	r.reqIdx++
+	q.comp.ackThroughLocked(psn.Add(^uint32(0)))
 	var v [8]byte
 	binary.LittleEndian.PutUint64(v[:], orig)
-	if f := d.scatterLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, 0, v[:]); f != faultNone {
-		q.failWQELocked(w, qp.WCLocProtErr)
+	if f := d.scatterLocked(q.pd, &r.lkeyHint, w.wr.SGL, 0, v[:]); f != faultNone {
+		q.comp.failWQELocked(w, qp.WCLocProtErr)
 	} else {
-		w.state, w.status = wqeDone, qp.WCSuccess
-		q.comp.psn = psn.Add(1)
-		q.progressLocked()
-		q.ackPendingLocked()
-		q.armRetryLocked()
+		q.comp.answeredLocked(w, psn.Add(1))
 	}
 	c := &q.eng().counts
 	c.packets += 2

@@ -175,8 +175,8 @@ func TestMRDeregWithPacketsInFlight(t *testing.T) {
 	e.quiesce()
 	e.postRaw(a, fmt.Sprintf("opcode=send wr_id=1 send_flags=signaled sge=%d:0:%d", src.LKey, size))
 	e.d.mu.Lock()
-	a.runLocked()                         // packets aliasing src now wait in b's queue
-	queued := len(b.reqIn) + b.inboxLen() // b's inbox when on another engine
+	a.runLocked()                              // packets aliasing src now wait in b's queue
+	queued := len(b.resp.reqIn) + b.inboxLen() // b's inbox when on another engine
 	e.d.mu.Unlock()
 	// 69 MTU-sized packets, or on the direct path a 64 KiB segment and
 	// the rest.

@@ -155,7 +155,7 @@ func (q *QP) takeInboxLocked() bool {
 	q.inMu.Lock()
 	in := q.inbox
 	n := 0
-	for n < len(in) && len(q.reqIn) < inboxTake && len(q.respIn) < readWindow {
+	for n < len(in) && len(q.resp.reqIn) < inboxTake && len(q.comp.respIn) < readWindow {
 		// Accepted under inMu: the order of the inbox is kept, and
 		// acceptLocked takes no lock of its own for q's engine.
 		q.dev.acceptLocked(in[n], q.eng())
@@ -185,7 +185,7 @@ const inboxTake = 2 * respondBudget
 // copy, before mr's memory goes away.
 func (d *Device) detachPacketsLocked(mr *MR) {
 	for _, q := range d.qps {
-		for _, in := range [][]*packet{q.reqIn, q.respIn, q.inbox} {
+		for _, in := range [][]*packet{q.resp.reqIn, q.comp.respIn, q.inbox} {
 			for _, p := range in {
 				// runLocked clears the slots of packets it has taken.
 				if p != nil && p.mr == mr {
@@ -262,9 +262,9 @@ func (d *Device) acceptLocked(p *packet, cur *engine) *QP {
 		d.poolLocked(cur).put(p)
 		return nil
 	}
-	in := &q.respIn
+	in := &q.comp.respIn
 	if p.Opcode.Class()&roce.ClassRequest != 0 {
-		in = &q.reqIn
+		in = &q.resp.reqIn
 	}
 	if len(*in) >= maxQueuedPackets {
 		// The QP's receive queue is full (a NIC's receive ring
@@ -294,7 +294,7 @@ func (q *QP) peerPortLocked(port uint16) bool {
 }
 
 // queuedLocked is the longer of q's two receive queues.
-func (q *QP) queuedLocked() int { return max(len(q.reqIn), len(q.respIn)) }
+func (q *QP) queuedLocked() int { return max(len(q.resp.reqIn), len(q.comp.respIn)) }
 
 // maxQueuedPackets bounds each of a QP's two receive queues (requests for
 // its responder, responses for its requester). The engine takes at most a

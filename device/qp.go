@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"rdmafs/clock"
 	"rdmafs/qp"
 	"rdmafs/ring"
 )
@@ -16,8 +15,11 @@ import (
 // and QPNs below 16 stay free as in rxe (RXE_MIN_QP_INDEX).
 const qpnStart = 16
 
-// QP is a queue pair. Its verbs state and its transport state are guarded
-// by Device.mu; the engine runs it in the device's single engine goroutine.
+// QP is a queue pair: its identity (QPN, owner, type), its wiring (PD,
+// CQs, SRQ, rings, engine) and attributes, and the three roles of the
+// transport that act for it (req, resp, comp: run.go), each a receiver
+// over the state it owns. Its verbs state and its transport state are
+// guarded by Device.mu; its home engine runs its turns.
 type QP struct {
 	dev   *Device
 	QPN   uint32
@@ -51,7 +53,7 @@ type QP struct {
 	soon      bool        // in its engine's soon list (loopback.go); its stripe; lockcheck:guarded dev.mu
 	inBell    bool        // in dev.bellQPs (written under bellMu too); lockcheck:guarded dev.mu
 	// home is the engine that runs the QP's turns; it changes only under
-	// all of Device.mu (colocateLocked), and is read without a lock by
+	// all of Device.mu (moveLocked), and is read without a lock by
 	// whoever schedules the QP. wantAll asks for the next turn under all
 	// of Device.mu (exclusiveLocked); guarded by the home's stripe.
 	home    atomic.Pointer[engine]
@@ -71,45 +73,17 @@ type QP struct {
 	// spin loop compares it with the ring's without Device.mu.
 	sqSeen atomic.Uint32
 
-	// Send side. WQEs in [sqHead, sqFetched) of swq are the engine's: the
-	// client's WQEs copied out of the ring (the client may scribble on the
-	// ring, never on swq) and the device's own reserved ones, in the order
-	// they execute. ringFetched is how far the client's ring has been
-	// copied; the ring's consumer index moves when a client WQE completes.
-	// swq has room for the ring's slots plus the reserved operations, so
-	// reserved WQEs never take a slot of the client's queue.
-	sqCons      *ring.Consumer // lockcheck:guarded dev.mu
-	swq         []sendWQE      // lockcheck:guarded dev.mu
-	sqHead      uint32         // lockcheck:guarded dev.mu
-	sqFetched   uint32         // lockcheck:guarded dev.mu
-	ringFetched uint32         // lockcheck:guarded dev.mu
-	resv        reserved       // the device's own send WQEs (reserved.go); lockcheck:guarded dev.mu
-	reqIdx      uint32         // the requester's current WQE; lockcheck:guarded dev.mu
-	req         reqState       // lockcheck:guarded dev.mu
-	comp        compState      // lockcheck:guarded dev.mu
-	ssn         uint32         // lockcheck:guarded dev.mu
+	// The three roles (run.go): each holds the state it owns and a back
+	// pointer to q for the identity and wiring it reads. Their fields
+	// carry their own lock annotations.
+	req  requester
+	resp responder
+	comp completer
 
-	// Receive side.
-	rqCons *ring.Consumer // nil with an SRQ; lockcheck:guarded dev.mu
-	resp   respState      // lockcheck:guarded dev.mu
-	// Packets received and not yet taken by the engine: requests for the
-	// responder, and responses (ACKs, NAKs, READ responses, atomic
-	// acknowledgements) for the requester. inPeak is the longest either
+	// inPeak is the longest either receive queue (resp.reqIn, comp.respIn)
 	// has been (for tests).
-	reqIn, respIn []*packet // lockcheck:guarded dev.mu
-	inPeak        int       // lockcheck:guarded dev.mu
+	inPeak int // lockcheck:guarded dev.mu
 
-	retryTimer clock.Timer // lockcheck:guarded dev.mu
-	rnrTimer   clock.Timer // lockcheck:guarded dev.mu
-	// Bumped whenever the timer is armed or stopped: a callback that
-	// already fired and waits for Device.mu while its timer is stopped and
-	// a new one armed must not act (Stop cannot recall it).
-	retrySeq, rnrSeq uint64 // lockcheck:guarded dev.mu
-	// retryFired and rnrFired are the sequence numbers of timers that
-	// fired and wait for the QP's turn (0: none); the timers' only writes.
-	retryFired, rnrFired atomic.Uint64
-
-	commEst   bool // comm_est raised since the last move to RTR; lockcheck:guarded dev.mu
 	drainSent bool // sq_drained raised for this SQD; lockcheck:guarded dev.mu
 	lastWQE   bool // qp_last_wqe_reached raised; lockcheck:guarded dev.mu
 
@@ -266,6 +240,7 @@ func (d *Device) createQPLocked(op string, owner Owner, req qp.CreateQP, pd *PD,
 	}
 	q := &QP{dev: d, QPN: qpn, Owner: owner, Type: req.Type, pd: pd, sendCQ: scq, recvCQ: rcq,
 		srq: srq, SQSigAll: req.SQSigAll, xrcd: dom}
+	q.req.q, q.resp.q, q.comp.q = q, q, q
 	q.home.Store(d.nextEngineLocked())
 
 	// Send ring: rxe's sizing (ring package doc); the slack of the power of
@@ -284,10 +259,10 @@ func (d *Device) createQPLocked(op string, owner Owner, req qp.CreateQP, pd *PD,
 		q.sqRegion.Close()
 		return nil, errf(op, syscall.ENOMEM, "send queue: %v", err)
 	}
-	q.sqCons = ring.NewConsumer(q.sq)
+	q.req.sqCons = ring.NewConsumer(q.sq)
 	// Nobody watches a new SQ: the first post rings the doorbell.
 	q.sq.SetNeedWakeup(true)
-	q.swq = make([]sendWQE, ring.SlotCount(sqSlots+d.cfg.ReservedOps))
+	q.req.swq = make([]sendWQE, ring.SlotCount(sqSlots+d.cfg.ReservedOps))
 	if req.Type.XRC() {
 		// No receive queue: an XRC_SEND QP receives nothing, an
 		// XRC_RECV QP takes WQEs from XRC SRQs. (An XRC_RECV QP's SQ
@@ -309,7 +284,7 @@ func (d *Device) createQPLocked(op string, owner Owner, req qp.CreateQP, pd *PD,
 			}
 			return nil, errf(op, syscall.ENOMEM, "receive queue: %v", err)
 		}
-		q.rqCons = ring.NewConsumer(q.rq)
+		q.resp.rqCons = ring.NewConsumer(q.rq)
 	} else {
 		srq.users++
 	}
@@ -395,7 +370,7 @@ func (q *QP) Query() qp.Attr {
 	a := q.attr
 	a.CurQPState = a.QPState
 	a.Cap = q.Cap
-	a.SQDraining = a.QPState == qp.StateSQD && q.sqHead != q.reqIdx
+	a.SQDraining = a.QPState == qp.StateSQD && q.req.sqHead != q.req.reqIdx
 	return a
 }
 
@@ -434,7 +409,7 @@ func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	if err := qp.CheckAttr(q.Type, attr, mask, d.limits()); err != nil {
 		return fail(op, err)
 	}
-	if cur == qp.StateSQD && next != qp.StateErr && next != qp.StateReset && q.sqHead != q.reqIdx {
+	if cur == qp.StateSQD && next != qp.StateErr && next != qp.StateReset && q.req.sqHead != q.req.reqIdx {
 		// rxe: while the SQ drains only ERR (and RESET) are allowed.
 		return errf(op, syscall.EBUSY, "qp_state: qp %d is still draining its send queue", q.QPN)
 	}
@@ -458,7 +433,7 @@ func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
 		q.resp.psn = q.attr.RQPSN
 	}
 	if mask&qp.MaskMaxQPRdAtomic != 0 {
-		q.req.rdAtomic = int(q.attr.MaxRdAtomic) - q.outstandingRdAtomicLocked()
+		q.req.rdAtomic = int(q.attr.MaxRdAtomic) - q.req.outstandingRdAtomicLocked()
 	}
 	if mask&qp.MaskMaxDestRdAtomic != 0 {
 		q.resp.res = make([]respResource, max(int(q.attr.MaxDestRdAtomic), 1))
@@ -479,7 +454,7 @@ func (q *QP) applyLocked(attr *qp.Attr, mask qp.AttrMask, cur, next qp.State) {
 		q.enterErrLocked()
 	default:
 		if next == qp.StateRTR && cur != qp.StateRTR {
-			q.commEst = false
+			q.resp.commEst = false
 			q.colocateLocked()
 		}
 		if next == qp.StateSQD && cur != qp.StateSQD {
@@ -501,21 +476,32 @@ func (d *Device) nextEngineLocked() *engine {
 	return e
 }
 
-// colocateLocked moves a connected QP whose peer is a QP of this device
-// to the peer's engine, so that the two run in one engine's batches and
-// each other's packets take the direct path without an inbox (a pair
-// apart works too: through the inboxes, one path-MTU READ response at a
-// time).
+// colocateLocked is the policy of where a connected QP runs: one whose
+// peer is a QP of this device moves to the peer's engine (moveLocked), so
+// that the two run in one engine's batches and each other's packets take
+// the direct path without an inbox (a pair apart works too: through the
+// inboxes, one path-MTU READ response at a time; the tests' -device.apart
+// keeps pairs so).
 func (q *QP) colocateLocked() {
 	d := q.dev
-	if len(d.engines) == 1 || q.Type == qp.TypeUD || !d.isLocalGID(q.attr.AH.DGID) || d.keepApart {
+	if len(d.engines) == 1 || q.Type == qp.TypeUD || !d.isLocalGID(q.attr.AH.DGID) {
 		return
 	}
 	peer := d.qps[q.attr.DestQPNum]
-	if peer == nil || peer == q || peer.destroyed || peer.eng() == q.eng() {
+	if peer == nil || peer == q || peer.destroyed {
 		return
 	}
-	from, to := q.eng(), peer.eng()
+	q.moveLocked(peer.eng())
+}
+
+// moveLocked makes to the engine that runs q's turns (all of Device.mu
+// held): q leaves its old engine's run queue for to's, and the move is
+// counted (engine_moves).
+func (q *QP) moveLocked(to *engine) {
+	from := q.eng()
+	if from == to {
+		return
+	}
 	from.mu.Lock()
 	queued := q.queued.Load()
 	if queued {
@@ -529,7 +515,7 @@ func (q *QP) colocateLocked() {
 	if queued {
 		to.schedule(q)
 	}
-	d.Counters.EngineMoves.Add(1)
+	q.dev.Counters.EngineMoves.Add(1)
 }
 
 // enterErrLocked moves the QP to ERR; the engine then flushes every
@@ -559,18 +545,8 @@ func (q *QP) fatalLocked(ev EventType) {
 // retry counts, the address vector and the rd_atomic limits are kept.
 func (q *QP) resetLocked() {
 	q.stopTimersLocked()
-	if p := q.sq.LoadProducer(); true {
-		q.sqCons.Reset(p)
-		q.sqCons.Publish()
-	}
-	q.ringFetched = q.sqCons.Tail()
-	q.sqHead, q.sqFetched, q.reqIdx = 0, 0, 0
-	q.resv.used = 0
-	clear(q.swq)
-	if q.rqCons != nil {
-		q.rqCons.Reset(q.rq.LoadProducer())
-		q.rqCons.Publish()
-	}
+	q.req.emptyLocked()
+	q.resp.emptyLocked()
 	q.dropQueuedLocked()
 	q.attr.QPState = qp.StateReset
 	q.attr.DestQPNum = 0
@@ -582,25 +558,23 @@ func (q *QP) resetLocked() {
 
 // initLocked sets the transport state a fresh or reset QP starts with.
 func (q *QP) initLocked() {
-	q.req = reqState{psn: q.attr.SQPSN, rdAtomic: int(q.attr.MaxRdAtomic)}
-	q.comp = compState{psn: q.attr.SQPSN, acked: q.attr.SQPSN.Add(^uint32(0)),
-		retryLeft: q.attr.RetryCnt, rnrLeft: q.attr.RNRRetry}
-	q.resp = respState{psn: q.attr.RQPSN, res: make([]respResource, max(int(q.attr.MaxDestRdAtomic), 1))}
-	q.ssn = 0
-	q.commEst, q.drainSent, q.lastWQE = false, false, false
+	q.req.initLocked()
+	q.comp.initLocked()
+	q.resp.initLocked()
+	q.drainSent, q.lastWQE = false, false
 }
 
 func (q *QP) stopTimersLocked() {
-	if q.retryTimer != nil {
-		q.retryTimer.Stop()
-		q.retryTimer = nil
+	if q.comp.retryTimer != nil {
+		q.comp.retryTimer.Stop()
+		q.comp.retryTimer = nil
 	}
-	if q.rnrTimer != nil {
-		q.rnrTimer.Stop()
-		q.rnrTimer = nil
+	if q.comp.rnrTimer != nil {
+		q.comp.rnrTimer.Stop()
+		q.comp.rnrTimer = nil
 	}
-	q.retrySeq++
-	q.rnrSeq++
+	q.comp.retrySeq++
+	q.comp.rnrSeq++
 	q.comp.timeoutFired = false
 	q.req.waitRNR = false
 }
@@ -660,7 +634,7 @@ func (q *QP) liveLocked(op string) error {
 // are unmapped by the engine (engine.retire) or, after it stopped, by Close.
 func (q *QP) releaseLocked() {
 	q.dropQueuedLocked()
-	q.reqIn, q.respIn = nil, nil
+	q.resp.reqIn, q.comp.respIn = nil, nil
 	if q.Type == qp.TypeXRCRecv {
 		q.xrcd.users--
 		q.srq, q.recvCQ, q.pd = nil, nil, nil
@@ -796,10 +770,10 @@ func (q *QP) PostRecv(wrs []qp.RecvWR) (int, error) {
 
 // outstandingRdAtomicLocked counts READ/atomic WQEs that hold an initiator
 // slot.
-func (q *QP) outstandingRdAtomicLocked() int {
+func (r *requester) outstandingRdAtomicLocked() int {
 	n := 0
-	for i := q.sqHead; i != q.reqIdx; i++ {
-		if q.swq[i&q.sqMask()].rdAtomic {
+	for i := r.sqHead; i != r.reqIdx; i++ {
+		if r.swq[i&r.sqMask()].rdAtomic {
 			n++
 		}
 	}
@@ -809,4 +783,4 @@ func (q *QP) outstandingRdAtomicLocked() int {
 // sqMask is the mask of an index into swq.
 //
 // lockcheck:locked
-func (q *QP) sqMask() uint32 { return uint32(len(q.swq) - 1) }
+func (r *requester) sqMask() uint32 { return uint32(len(r.swq) - 1) }

@@ -37,43 +37,97 @@ type sendWQE struct {
 	posted   time.Time
 }
 
-// reqState is the requester's transport state.
-type reqState struct {
+// requester is the requester role (run.go): it fetches the client's send
+// WQEs out of the SQ ring into its own queue and turns them into request
+// packets, or executes them against a peer on the direct path
+// (loopback.go). It owns the send queue and the sending state; q is the
+// QP it works for, whose identity and wiring (attributes, PD, CQs,
+// counters, device, engine) it reads.
+type requester struct {
+	q *QP // set when the QP is made, never changed
+
+	// The send queue. WQEs in [sqHead, sqFetched) of swq are the engine's:
+	// the client's WQEs copied out of the ring (the client may scribble on
+	// the ring, never on swq) and the device's own reserved ones, in the
+	// order they execute. ringFetched is how far the client's ring has
+	// been copied; the ring's consumer index (sqCons) moves when a client
+	// WQE retires. swq has room for the ring's slots plus the reserved
+	// operations, so reserved WQEs never take a slot of the client's
+	// queue. The completer marks the WQEs in [sqHead, reqIdx) done and
+	// retires them from the head (releaseSlotLocked).
+	sqCons      *ring.Consumer // lockcheck:guarded q.dev.mu
+	swq         []sendWQE      // lockcheck:guarded q.dev.mu
+	sqHead      uint32         // lockcheck:guarded q.dev.mu
+	sqFetched   uint32         // lockcheck:guarded q.dev.mu
+	ringFetched uint32         // lockcheck:guarded q.dev.mu
+	resv        reserved       // the device's own send WQEs (reserved.go); lockcheck:guarded q.dev.mu
+	reqIdx      uint32         // the current WQE; lockcheck:guarded q.dev.mu
+	ssn         uint32         // lockcheck:guarded q.dev.mu
+
 	// lkeyHint is the MR the last lkey check or gather found
 	// (lookupMRLocked); peerHint the peer of the last direct operation
 	// (directPeerLocked).
-	lkeyHint  *MR
-	peerHint  *QP
-	psn       qp.PSN // next PSN to send
-	lastOp    uint8  // opcode of the last packet of the current message
-	inMsg     bool   // a multi-packet message is half sent
-	rdAtomic  int    // free initiator slots (max_rd_atomic)
-	needRetry bool   // go back to comp.psn
-	waitRNR   bool   // an RNR NAK holds the requester until its timer fires
-	sinceAck  int    // packets since the last AckReq
+	lkeyHint  *MR    // lockcheck:guarded q.dev.mu
+	peerHint  *QP    // lockcheck:guarded q.dev.mu
+	psn       qp.PSN // next PSN to send; lockcheck:guarded q.dev.mu
+	rdAtomic  int    // free initiator slots (max_rd_atomic); lockcheck:guarded q.dev.mu
+	needRetry bool   // go back to comp.psn; lockcheck:guarded q.dev.mu
+	waitRNR   bool   // an RNR NAK holds the requester until its timer fires; lockcheck:guarded q.dev.mu
+	sinceAck  int    // packets since the last AckReq; lockcheck:guarded q.dev.mu
 }
 
-// What the completer may do to the requester (run.go's pipeline): these
-// three, and nothing else of reqState.
+// initLocked sets the sending state a fresh or reset QP starts with (the
+// send queue's indices are reset by the QP's resetLocked).
+func (r *requester) initLocked() {
+	r.lkeyHint, r.peerHint = nil, nil
+	r.psn = r.q.attr.SQPSN
+	r.rdAtomic = int(r.q.attr.MaxRdAtomic)
+	r.needRetry, r.waitRNR = false, false
+	r.sinceAck = 0
+	r.ssn = 0
+}
+
+// emptyLocked empties the send queue without completions (a reset): the
+// ring's consumer index jumps to its producer's, every WQE fetched is
+// forgotten and the reserved ones are free.
+func (r *requester) emptyLocked() {
+	r.sqCons.Reset(r.q.sq.LoadProducer())
+	r.sqCons.Publish()
+	r.ringFetched = r.sqCons.Tail()
+	r.sqHead, r.sqFetched, r.reqIdx = 0, 0, 0
+	r.resv.used = 0
+	clear(r.swq)
+}
+
+// What the completer may do to the requester (run.go's pipeline): these,
+// and nothing else of the requester's.
 
 // goBack asks for a go-back-N retry from the first unacknowledged PSN at
 // the requester's next run (a timeout, a sequence NAK, the end of an RNR
 // wait).
-func (r *reqState) goBack() { r.needRetry = true }
+//
+// lockcheck:locked
+func (r *requester) goBack() { r.needRetry = true }
 
 // holdForRNR stops the requester until releaseRNR: an RNR NAK came, and
 // nothing is sent until its timer fires.
-func (r *reqState) holdForRNR() { r.waitRNR = true }
+//
+// lockcheck:locked
+func (r *requester) holdForRNR() { r.waitRNR = true }
 
 // releaseRNR ends the RNR wait and goes back to the NAKed PSN.
-func (r *reqState) releaseRNR() {
+//
+// lockcheck:locked
+func (r *requester) releaseRNR() {
 	r.waitRNR = false
 	r.goBack()
 }
 
 // returnSlot gives back the initiator slot (max_rd_atomic) of a retired
 // READ or atomic.
-func (r *reqState) returnSlot() { r.rdAtomic++ }
+//
+// lockcheck:locked
+func (r *requester) returnSlot() { r.rdAtomic++ }
 
 // Bounds of the requester, as rxe's: unacknowledged PSNs in flight, and
 // packets between requests for an acknowledgement.
@@ -105,20 +159,20 @@ func npkts(n uint64, mtu int) uint32 {
 // them; a bad one is marked done with its error status so that it completes
 // in order and then takes the QP to ERR. It returns false if the ring's
 // indices are corrupt (the QP has been moved to ERR).
-func (q *QP) fetchLocked() bool {
-	avail, err := q.sqCons.Pending()
+func (r *requester) fetchLocked() bool {
+	avail, err := r.sqCons.Pending()
 	if err != nil {
-		q.fatalLocked(qp.EventQPFatal)
+		r.q.fatalLocked(qp.EventQPFatal)
 		return false
 	}
-	end := q.sqCons.Tail() + avail
-	for ; q.ringFetched != end; q.ringFetched, q.sqFetched = q.ringFetched+1, q.sqFetched+1 {
-		w := &q.swq[q.sqFetched&q.sqMask()]
+	end := r.sqCons.Tail() + avail
+	for ; r.ringFetched != end; r.ringFetched, r.sqFetched = r.ringFetched+1, r.sqFetched+1 {
+		w := &r.swq[r.sqFetched&r.sqMask()]
 		sgl, inl := w.wr.SGL[:0], w.wr.InlineData[:0]
 		*w = sendWQE{}
 		w.wr.SGL, w.wr.InlineData = sgl, inl
-		q.Counters.SendWQEs++
-		slot := q.sqCons.Peek(q.ringFetched - q.sqCons.Tail())
+		r.q.Counters.SendWQEs++
+		slot := r.sqCons.Peek(r.ringFetched - r.sqCons.Tail())
 		if derr := ring.DecodeSendWQE(slot, &w.wr); derr != nil {
 			// The completion still names the WR: its wr_id and, when
 			// it is one, its opcode are where they always are.
@@ -130,7 +184,7 @@ func (q *QP) fetchLocked() bool {
 			w.reject(qp.WCLocQPOpErr)
 			continue
 		}
-		q.checkWQELocked(w)
+		r.checkWQELocked(w)
 	}
 	return true
 }
@@ -150,7 +204,8 @@ func (w *sendWQE) reject(s qp.WCStatus) {
 
 // checkWQELocked is the post-time validation again, on the engine side:
 // a client writing the ring directly may have skipped it (or lied).
-func (q *QP) checkWQELocked(w *sendWQE) {
+func (r *requester) checkWQELocked(w *sendWQE) {
+	q := r.q
 	d := q.dev
 	info, ok := w.wr.Opcode.Info()
 	w.info = info
@@ -174,7 +229,7 @@ func (q *QP) checkWQELocked(w *sendWQE) {
 		w.length = uint64(len(w.wr.InlineData))
 	} else {
 		w.length, _ = sglLength(w.wr.SGL)
-		if f := d.checkSGLLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, info.SGEAccess); f != faultNone {
+		if f := d.checkSGLLocked(q.pd, &r.lkeyHint, w.wr.SGL, info.SGEAccess); f != faultNone {
 			w.reject(qp.WCLocProtErr)
 			return
 		}
@@ -198,32 +253,33 @@ func (q *QP) checkWQELocked(w *sendWQE) {
 // requesterLocked sends packets for posted WQEs while the state, the PSN
 // window, fences and initiator slots allow. It reports whether it stopped
 // with work left that it could do right away (the budget ran out).
-func (q *QP) requesterLocked() bool {
+func (r *requester) requesterLocked() bool {
+	q := r.q
 	st := q.attr.QPState
-	if !st.ProcessSend() || q.req.waitRNR {
+	if !st.ProcessSend() || r.waitRNR {
 		return false
 	}
-	if q.req.needRetry {
-		q.rewindLocked()
+	if r.needRetry {
+		r.rewindLocked()
 	}
-	if !q.fetchLocked() {
+	if !r.fetchLocked() {
 		return false
 	}
 	mtu := q.mtu()
-	window := q.windowLocked()
+	window := r.windowLocked()
 	apart := q.apartPeerLocked()
 	direct := false
 	for budget := requestBudget; budget > 0; {
-		if q.reqIdx == q.sqFetched {
+		if r.reqIdx == r.sqFetched {
 			return false
 		}
-		w := &q.swq[q.reqIdx&q.sqMask()]
+		w := &r.swq[r.reqIdx&r.sqMask()]
 		if w.state == wqeDone {
 			if w.status == qp.WCSuccess {
 				// Finished already: a local operation (or UC/UD WQE)
 				// that a go-back-N retry of an earlier WQE walks over
 				// again. It is not executed twice.
-				q.reqIdx++
+				r.reqIdx++
 				continue
 			}
 			// Failed (validation, or a local operation): stop here; the
@@ -232,7 +288,7 @@ func (q *QP) requesterLocked() bool {
 			return false
 		}
 		if w.state == wqePosted {
-			if !st.ProcessNextSend() || !q.mayStartLocked(w) {
+			if !st.ProcessNextSend() || !r.mayStartLocked(w) {
 				// A WRITE executed here completed without the ACK whose
 				// arrival would run the QP again: a LOCAL_INV waiting
 				// for it to retire goes next turn.
@@ -245,8 +301,8 @@ func (q *QP) requesterLocked() bool {
 					// of Device.mu.
 					return true
 				}
-				q.localOpLocked(w)
-				q.reqIdx++
+				r.localOpLocked(w)
+				r.reqIdx++
 				if w.status != qp.WCSuccess {
 					return false
 				}
@@ -257,32 +313,32 @@ func (q *QP) requesterLocked() bool {
 				// WQE completes successfully (C10-93.1.1, as rxe does).
 				q.dev.Counters.UDOversizeDrops.Add(1)
 				w.state, w.status = wqeDone, qp.WCSuccess
-				q.reqIdx++
+				r.reqIdx++
 				continue
 			}
-			if q.Type.Reliable() && q.req.psn.Sub(q.comp.psn) >= window {
+			if q.Type.Reliable() && r.psn.Sub(q.comp.psn) >= window {
 				return false
 			}
-			w.firstPSN = q.req.psn
+			w.firstPSN = r.psn
 			w.lastPSN = w.firstPSN.Add(npkts(w.length, mtu) - 1)
 			if w.info.RdAtomic() {
 				w.rdAtomic = true
-				q.req.rdAtomic--
+				r.rdAtomic--
 			}
 			w.state = wqeSending
 			w.sent = 0
-			q.ssn++
-			if q.executeDirectLocked(w, mtu) {
+			r.ssn++
+			if r.executeDirectLocked(w, mtu) {
 				direct = true
 				budget--
 				continue
 			}
 		}
 		if w.state != wqeSending {
-			q.reqIdx++
+			r.reqIdx++
 			continue
 		}
-		if q.Type.Reliable() && q.req.psn.Sub(q.comp.psn) >= window {
+		if q.Type.Reliable() && r.psn.Sub(q.comp.psn) >= window {
 			return false
 		}
 		if apart != nil && apart.inboxLen() >= maxQueuedPackets/2 {
@@ -290,12 +346,12 @@ func (q *QP) requesterLocked() bool {
 			// than lose packets at its queue (UC would lose messages).
 			return true
 		}
-		if !q.sendPacketLocked(w, mtu, window) {
+		if !r.sendPacketLocked(w, mtu, window) {
 			return false
 		}
 		budget--
 		if w.state != wqeSending {
-			q.reqIdx++
+			r.reqIdx++
 		}
 	}
 	return true
@@ -318,14 +374,14 @@ func (q *QP) apartPeerLocked() *QP {
 // check_init_depth): LOCAL_INV waits for every earlier WQE; a fenced WQE
 // waits for earlier READs and atomics; READs, atomics and ATOMIC WRITEs
 // need a free slot.
-func (q *QP) mayStartLocked(w *sendWQE) bool {
-	if w.wr.Opcode == qp.WRLocalInv && q.sqHead != q.reqIdx {
+func (r *requester) mayStartLocked(w *sendWQE) bool {
+	if w.wr.Opcode == qp.WRLocalInv && r.sqHead != r.reqIdx {
 		return false
 	}
-	if w.wr.SendFlags&qp.SendFence != 0 && q.req.rdAtomic < int(q.attr.MaxRdAtomic) {
+	if w.wr.SendFlags&qp.SendFence != 0 && r.rdAtomic < int(r.q.attr.MaxRdAtomic) {
 		return false
 	}
-	if w.info.RdAtomic() && q.req.rdAtomic <= 0 {
+	if w.info.RdAtomic() && r.rdAtomic <= 0 {
 		return false
 	}
 	return true
@@ -333,12 +389,13 @@ func (q *QP) mayStartLocked(w *sendWQE) bool {
 
 // sendPacketLocked builds and transmits the next packet of w, within the
 // window of unacknowledged PSNs.
-func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
+func (r *requester) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
+	q := r.q
 	d := q.dev
 	p := q.eng().pool.get()
 	p.sgid = d.cfg.GID
 	p.srcQPN = q.QPN
-	p.setPSN(q.req.psn)
+	p.setPSN(r.psn)
 	if q.Type == qp.TypeUD {
 		p.dgid = w.dgid
 		p.DestQP = w.wr.RemoteQPN
@@ -356,7 +413,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 		p.Opcode = trans | roce.OpReadRequest
 		p.VA, p.RKey, p.DMALen = w.wr.RemoteAddr+w.sent, w.wr.RKey, uint32(w.length-w.sent)
 		p.AckReq = true
-		q.req.psn = q.req.psn.Add(npkts(w.length-w.sent, mtu))
+		r.psn = r.psn.Add(npkts(w.length-w.sent, mtu))
 		w.sent = w.length
 		w.state = wqePending
 	case w.info.Atomic:
@@ -369,7 +426,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 		}
 		p.VA, p.RKey = w.wr.RemoteAddr, w.wr.RKey
 		p.AckReq = true
-		q.req.psn = q.req.psn.Add(1)
+		r.psn = r.psn.Add(1)
 		w.state = wqePending
 	case w.info.AtomicWrite:
 		// RETH for the target and the 8 bytes as the payload, in the
@@ -379,11 +436,11 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 		p.buf = binary.LittleEndian.AppendUint64(p.buf[:0], w.wr.CompareAdd)
 		p.Payload = p.buf
 		p.AckReq = true
-		q.req.psn = q.req.psn.Add(1)
+		r.psn = r.psn.Add(1)
 		w.sent = w.length
 		w.state = wqePending
 	default: // SEND and WRITE families carry payload
-		n := q.segmentLocked(w, mtu, window)
+		n := r.segmentLocked(w, mtu, window)
 		span := npkts(uint64(n), mtu)
 		if span > 1 {
 			p.span = uint16(span)
@@ -401,7 +458,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 			if cap(p.buf) < min(n, mtu) {
 				p.buf = make([]byte, 0, mtu)
 			}
-			p.Payload, p.mr, fail = d.gatherLocked(q.pd, &q.req.lkeyHint, w.wr.SGL, w.sent, n, p.buf)
+			p.Payload, p.mr, fail = d.gatherLocked(q.pd, &r.lkeyHint, w.wr.SGL, w.sent, n, p.buf)
 			if fail != faultNone {
 				q.eng().pool.put(p)
 				w.fail(qp.WCLocProtErr)
@@ -429,12 +486,12 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 			}
 			p.SE = w.wr.SendFlags&qp.SendSolicited != 0 && (w.info.Send || w.info.Imm)
 		}
-		q.req.sinceAck += int(span)
-		p.AckReq = q.Type.Reliable() && (last || q.req.sinceAck >= maxPktsPerAck)
+		r.sinceAck += int(span)
+		p.AckReq = q.Type.Reliable() && (last || r.sinceAck >= maxPktsPerAck)
 		if p.AckReq {
-			q.req.sinceAck = 0
+			r.sinceAck = 0
 		}
-		q.req.psn = q.req.psn.Add(span)
+		r.psn = r.psn.Add(span)
 		w.sent += uint64(n)
 		if last {
 			if q.Type.Reliable() {
@@ -448,7 +505,7 @@ func (q *QP) sendPacketLocked(w *sendWQE, mtu int, window int32) bool {
 	q.Counters.PacketsSent += uint64(p.npsn())
 	q.Counters.BytesSent += uint64(len(p.Payload))
 	if q.Type.Reliable() {
-		q.armRetryLocked()
+		q.comp.armRetryLocked()
 	}
 	q.eng().xmitLocked(p)
 	return true
@@ -490,20 +547,47 @@ func dataOpcode(info qp.OpInfo, first, last bool) roce.Opcode {
 	return roce.OpSendMiddle
 }
 
+// releaseSlotLocked takes the WQE at the head of swq off the send queue:
+// a client's WQE gives its ring slot back (published by the caller), a
+// reserved one is unreserved (reserved.go), so that its slot is free
+// before its completion can be seen and the slot reused.
+func (r *requester) releaseSlotLocked(w *sendWQE) {
+	r.sqHead++
+	if w.reserved {
+		r.unreserveLocked(w, w.status)
+	} else {
+		r.sqCons.Advance(1)
+	}
+}
+
+// publishSlotsLocked gives the ring slots released since the last call
+// back to the client: one store of the consumer index for a run of them.
+func (r *requester) publishSlotsLocked() { r.sqCons.Publish() }
+
+// passRetiredLocked moves the requester past a failed WQE the completer
+// has just retired from the head of the queue, when the requester had
+// stopped at it: reqIdx never lies behind sqHead.
+func (r *requester) passRetiredLocked() {
+	if r.reqIdx == r.sqHead-1 {
+		r.reqIdx = r.sqHead
+	}
+}
+
 // rewindLocked is go-back-N: the requester restarts at the first
 // unacknowledged PSN, inside the WQE that holds it (rxe's req_retry).
-func (q *QP) rewindLocked() {
-	q.req.needRetry = false
-	q.req.sinceAck = 0
+func (r *requester) rewindLocked() {
+	q := r.q
+	r.needRetry = false
+	r.sinceAck = 0
 	mtu := q.mtu()
 	psn := q.comp.psn
-	q.req.psn = psn
-	for i := q.sqHead; i != q.reqIdx+1 && i != q.sqFetched; i++ {
-		w := &q.swq[i&q.sqMask()]
+	r.psn = psn
+	for i := r.sqHead; i != r.reqIdx+1 && i != r.sqFetched; i++ {
+		w := &r.swq[i&r.sqMask()]
 		if w.state == wqeDone || w.info.Local || w.state == wqePosted {
 			continue
 		}
-		q.reqIdx = i
+		r.reqIdx = i
 		off := uint64(0)
 		if d := psn.Sub(w.firstPSN); d > 0 {
 			off = uint64(d) * uint64(mtu)
@@ -514,8 +598,8 @@ func (q *QP) rewindLocked() {
 		w.sent = min(off, w.length)
 		w.state = wqeSending
 		// Later WQEs start again from the beginning when reached.
-		for j := i + 1; j != q.sqFetched; j++ {
-			x := &q.swq[j&q.sqMask()]
+		for j := i + 1; j != r.sqFetched; j++ {
+			x := &r.swq[j&r.sqMask()]
 			if x.state == wqeSending || x.state == wqePending {
 				x.state = wqeSending
 				x.sent = 0

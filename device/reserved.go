@@ -2,6 +2,7 @@ package device
 
 import (
 	"syscall"
+	"time"
 
 	"rdmafs/qp"
 )
@@ -42,29 +43,37 @@ func (q *QP) Probe() error {
 	if st := q.attr.QPState; st != qp.StateRTS {
 		return errf(op, syscall.EINVAL, "qp %d is in %v; a probe needs RTS", q.QPN, st)
 	}
-	if q.resv.used >= d.cfg.ReservedOps {
-		return errf(op, syscall.EBUSY, "qp %d has %d probes in flight, all its reserved operations", q.QPN, q.resv.used)
+	r := &q.req
+	if r.resv.used >= d.cfg.ReservedOps {
+		return errf(op, syscall.EBUSY, "qp %d has %d probes in flight, all its reserved operations", q.QPN, r.resv.used)
 	}
 	// What the client posted before the probe runs before it.
-	if !q.fetchLocked() {
+	if !r.fetchLocked() {
 		return errf(op, syscall.EIO, "qp %d: its send ring is corrupt", q.QPN)
 	}
-	w := &q.swq[q.sqFetched&q.sqMask()]
-	sgl, inl := w.wr.SGL[:0], w.wr.InlineData[:0]
-	*w = sendWQE{reserved: true, posted: d.nowLocked()}
-	w.wr.SGL, w.wr.InlineData = sgl, inl
-	w.wr.Opcode = qp.WRRDMAWrite
-	w.info, _ = w.wr.Opcode.Info()
-	q.sqFetched++
-	q.resv.used++
+	r.postReservedLocked(qp.WRRDMAWrite, d.nowLocked())
 	q.Counters.Probes++
 	q.eng().schedule(q)
 	return nil
 }
 
+// postReservedLocked puts a reserved WQE of opcode op, posted at now, at
+// the end of the send queue, behind every WQE fetched so far.
+func (r *requester) postReservedLocked(op qp.WROpcode, now time.Time) {
+	w := &r.swq[r.sqFetched&r.sqMask()]
+	sgl, inl := w.wr.SGL[:0], w.wr.InlineData[:0]
+	*w = sendWQE{reserved: true, posted: now}
+	w.wr.SGL, w.wr.InlineData = sgl, inl
+	w.wr.Opcode = op
+	w.info, _ = w.wr.Opcode.Info()
+	r.sqFetched++
+	r.resv.used++
+}
+
 // unreserveLocked accounts for a reserved WQE that retires with status.
-func (q *QP) unreserveLocked(w *sendWQE, status qp.WCStatus) {
-	q.resv.used--
+func (r *requester) unreserveLocked(w *sendWQE, status qp.WCStatus) {
+	q := r.q
+	r.resv.used--
 	if status != qp.WCSuccess {
 		q.Counters.ProbesFailed++
 		return

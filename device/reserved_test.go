@@ -120,7 +120,7 @@ func TestProbeFlushedSilently(t *testing.T) {
 	}
 	// Reset and reconnect: the reserved operations are all free again.
 	e.d.mu.Lock()
-	used := a.resv.used
+	used := a.req.resv.used
 	e.d.mu.Unlock()
 	if used != 0 {
 		t.Fatalf("%d reserved WQEs still counted after the flush", used)

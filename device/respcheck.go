@@ -44,39 +44,40 @@ func (e respErr) nak() (uint8, qp.WCStatus) {
 }
 
 // refuseLocked answers an RC request at psn that a check refused with e.
-func (q *QP) refuseLocked(psn qp.PSN, e respErr) {
+func (r *responder) refuseLocked(psn qp.PSN, e respErr) {
 	if e == respRNR {
-		q.rnrLocked(psn)
+		r.rnrLocked(psn)
 		return
 	}
 	syn, st := e.nak()
-	q.nakLocked(psn, syn, st)
+	r.nakLocked(psn, syn, st)
 }
 
 // allowsLocked reports whether q's access flags let remote requests of
 // kind acc in (checked for every packet: a modify may take it away
 // mid-message).
-func (q *QP) allowsLocked(acc qp.Access) bool { return q.attr.QPAccessFlags&acc == acc }
+func (r *responder) allowsLocked(acc qp.Access) bool { return r.q.attr.QPAccessFlags&acc == acc }
 
 // checkWriteLocked checks an RDMA WRITE message of n bytes at va through
 // rkey, as its first packet arrives: the QP's remote write access, the
 // message size, the rkey for the whole message. It returns the MR and the
 // offset of va in it (none for zero bytes).
-func (q *QP) checkWriteLocked(va uint64, rkey uint32, n uint64) (*MR, uint64, respErr) {
-	return q.checkRemoteLocked(va, rkey, n, qp.AccessRemoteWrite, false)
+func (r *responder) checkWriteLocked(va uint64, rkey uint32, n uint64) (*MR, uint64, respErr) {
+	return r.checkRemoteLocked(va, rkey, n, qp.AccessRemoteWrite, false)
 }
 
 // checkReadLocked checks an RDMA READ request of n bytes at va through
 // rkey as checkWriteLocked checks a WRITE, with remote read access and a
 // responder resource (max_dest_rd_atomic) on the QP.
-func (q *QP) checkReadLocked(va uint64, rkey uint32, n uint64) (*MR, uint64, respErr) {
-	return q.checkRemoteLocked(va, rkey, n, qp.AccessRemoteRead, true)
+func (r *responder) checkReadLocked(va uint64, rkey uint32, n uint64) (*MR, uint64, respErr) {
+	return r.checkRemoteLocked(va, rkey, n, qp.AccessRemoteRead, true)
 }
 
 // checkRemoteLocked is a WRITE's or READ's check: access acc (and a
 // responder resource if resource) on the QP, the message size, the rkey.
-func (q *QP) checkRemoteLocked(va uint64, rkey uint32, n uint64, acc qp.Access, resource bool) (*MR, uint64, respErr) {
-	if !q.allowsLocked(acc) || resource && q.attr.MaxDestRdAtomic == 0 || n > qp.MaxMsgSize {
+func (r *responder) checkRemoteLocked(va uint64, rkey uint32, n uint64, acc qp.Access, resource bool) (*MR, uint64, respErr) {
+	q := r.q
+	if !r.allowsLocked(acc) || resource && q.attr.MaxDestRdAtomic == 0 || n > qp.MaxMsgSize {
 		return nil, 0, respInvReq
 	}
 	if n == 0 {
@@ -95,8 +96,9 @@ func (q *QP) checkRemoteLocked(va uint64, rkey uint32, n uint64, acc qp.Access, 
 // address 8-aligned, the rkey, and the memory itself 8-aligned (an MR's
 // iova and its memory may disagree modulo 8; rxe checks the real address
 // too). It returns the word's bytes and their MR.
-func (q *QP) checkAtomicLocked(va uint64, rkey uint32, acc qp.Access) ([]byte, *MR, respErr) {
-	if !q.allowsLocked(acc) || q.attr.MaxDestRdAtomic == 0 || va&7 != 0 {
+func (r *responder) checkAtomicLocked(va uint64, rkey uint32, acc qp.Access) ([]byte, *MR, respErr) {
+	q := r.q
+	if !r.allowsLocked(acc) || q.attr.MaxDestRdAtomic == 0 || va&7 != 0 {
 		return nil, nil, respInvReq
 	}
 	b, mr, f := q.dev.rkeyMRLocked(q, rkey, va, 8, acc)
@@ -131,17 +133,17 @@ func applyAtomicLocked(b []byte, mr *MR, va uint64, cmpSwap bool, compare, swapA
 // are first..last: its responder resource (for duplicates, the caller
 // fills the rest), the MSN (C9-148: a READ counts when it is accepted) and
 // the expected PSN past it.
-func (q *QP) acceptRdAtomicLocked(first, last qp.PSN) *respResource {
-	r := q.saveResourceLocked(first, last)
-	q.resp.msn++
-	q.resp.psn = last.Add(1)
-	return r
+func (r *responder) acceptRdAtomicLocked(first, last qp.PSN) *respResource {
+	res := r.saveResourceLocked(first, last)
+	r.msn++
+	r.psn = last.Add(1)
+	return res
 }
 
 // checkRecvLocked peeks at the receive WQE a SEND or WRITE_WITH_IMM
-// would take (q's SRQ's lockTake held, if it has one) into q.resp.rwqe
+// would take (its SRQ's lockTake held, if it has one) into r.rwqe
 // and gives its verdict (recvVerdict).
-func (q *QP) checkRecvLocked() respErr { return recvVerdict(q.peekRecvLocked()) }
+func (r *responder) checkRecvLocked() respErr { return recvVerdict(r.peekRecvLocked()) }
 
 // recvVerdict is the verdict on what peekRecvLocked found: respRNR when
 // no receive WQE is posted, respRecvBad when it cannot be used.
@@ -158,16 +160,28 @@ func recvVerdict(present, malformed bool) respErr {
 // recvFitsLocked checks that n more bytes fit into the receive WQE at
 // offset off: a receive buffer too short is a local length error for the
 // receiver and an invalid request for the sender (the mlx5 / IBA pairing).
-func (q *QP) recvFitsLocked(off, n uint64) respErr {
-	if total, _ := sglLength(q.resp.rwqe.SGL); off+n > total {
+func (r *responder) recvFitsLocked(off, n uint64) respErr {
+	if total, _ := sglLength(r.rwqe.SGL); off+n > total {
 		return respRecvShort
 	}
 	return respOK
 }
 
+// receivedDirectLocked moves the responder as n request packets in
+// sequence, of bytes payload in all, would have (the direct path: the
+// peer's requester executed them against this QP): its receive counters,
+// comm_est and the expected PSN.
+func (r *responder) receivedDirectLocked(n uint32, bytes uint64) {
+	q := r.q
+	q.Counters.PacketsRecv += uint64(n)
+	q.Counters.BytesRecv += bytes
+	r.inSeqLocked()
+	r.psn = r.psn.Add(n)
+}
+
 // recvDoneLocked completes a SEND message of n bytes into the receive WQE
 // (its MSN counted), with its immediate data or the rkey it invalidated.
-func (q *QP) recvDoneLocked(n uint32, imm, inv bool, data uint32, se bool) {
+func (r *responder) recvDoneLocked(n uint32, imm, inv bool, data uint32, se bool) {
 	var wf qp.WCFlags
 	switch {
 	case imm:
@@ -175,7 +189,7 @@ func (q *QP) recvDoneLocked(n uint32, imm, inv bool, data uint32, se bool) {
 	case inv:
 		wf = qp.WCWithInv
 	}
-	q.completeRecvLocked(qp.WCSuccess, n, wf, data, se)
+	r.completeRecvLocked(qp.WCSuccess, n, wf, data, se)
 }
 
 // atomicArgs is what an atomic WR asks of the responder, as its packet

@@ -1,22 +1,35 @@
 package device
 
 // The pipeline of one QP's turn, and what each role may do to another.
-// The roles are rxe's: the requester turns send WQEs into request packets,
-// the responder executes requests against this QP's memory and answers
-// them, the completer takes the answers and retires WQEs. Each owns its
-// state (reqState, respState, compState on the QP); what crosses between
-// them is listed here and nowhere else.
+// The roles are rxe's, and each is a type over the state it owns, embedded
+// in the QP: the requester (QP.req, requester.go; loopback.go's direct
+// path) turns send WQEs into request packets, the responder (QP.resp,
+// responder.go, respcheck.go) executes requests against this QP's memory
+// and answers them, the completer (QP.comp, completer.go) takes the
+// answers and retires WQEs. Each reads the QP's identity and wiring
+// through its back pointer q (attributes, PD, CQs, counters, device,
+// engine); what crosses between them is listed here and nowhere else. The
+// *QP keeps what is the QP's as a whole: the verbs, state changes and
+// their side effects (applyLocked, enterErrLocked, fatalLocked,
+// resetLocked, stopTimersLocked), the flushes below and this pipeline.
 //
 //	timers ──(retryFired, rnrFired: a sequence number and a schedule)──▶ turn
-//	respIn ──▶ completer ──▶ retire ──▶ send CQ
-//	reqIn  ──▶ responder ──▶ ACK/NAK/READ responses ──▶ link ──▶ peer's respIn
-//	SQ ring ──▶ requester ──▶ requests ──▶ link ──▶ peer's reqIn
+//	comp.respIn ──▶ completer ──▶ retire ──▶ send CQ
+//	resp.reqIn  ──▶ responder ──▶ ACK/NAK/READ responses ──▶ link ──▶ peer's comp.respIn
+//	SQ ring ──▶ requester ──▶ requests ──▶ link ──▶ peer's resp.reqIn
 //
 //   - completer → requester: goBack (timeout, sequence NAK), holdForRNR and
 //     releaseRNR (an RNR NAK and its timer), returnSlot (a retired READ or
-//     atomic gives back its max_rd_atomic slot). Nothing else.
-//   - requester → completer: none; it reads comp.psn for its PSN window and
-//     arms the retransmit timer (armRetryLocked) when it sends.
+//     atomic gives back its max_rd_atomic slot), and retirement: the send
+//     queue (swq and its indices) is the requester's, the WQEs it has
+//     started ([sqHead, reqIdx)) are the completer's to finish (their
+//     state and status), and the completer takes finished ones off the
+//     head with releaseSlotLocked, publishSlotsLocked and
+//     passRetiredLocked. It also reads the requester's psn and uses its
+//     lkeyHint (a lookup's cache) to scatter READ and atomic responses.
+//     Nothing else.
+//   - requester → completer: none but reads of comp.psn for its PSN
+//     window; it arms the retransmit timer (armRetryLocked) when it sends.
 //   - responder ↔ the others: none on this QP; it talks to the peer's
 //     completer only through packets. The receive WQE it takes and the
 //     completions it writes are its own.
@@ -31,12 +44,13 @@ package device
 //   - requester → the peer's responder, and back to this completer: the
 //     one crossing the packets do not carry. Between two idle QPs of one
 //     engine the requester executes a WQE against the peer itself
-//     (executeDirectLocked, executeUCLocked): it runs the responder's
-//     checks, and only when all pass moves the peer's responder state
-//     (PSN, MSN, resources, the receive WQE, its completion) and this
-//     QP's completer state (ackThroughLocked) as the request and its
-//     acknowledgement would have. Anything the checks refuse goes as
-//     packets.
+//     (requester.executeDirectLocked, executeUCLocked): it runs the peer
+//     responder's checks (respcheck.go), and only when all pass moves the
+//     peer's responder (its applies: receivedDirectLocked,
+//     acceptRdAtomicLocked, takeRecvLocked, wroteLocked, recvDoneLocked,
+//     the MSN) and this QP's completer (ackThroughLocked, answeredLocked,
+//     armRetryLocked) as the request and its acknowledgement would have.
+//     Anything the checks refuse goes as packets.
 
 import (
 	"encoding/binary"
@@ -67,32 +81,32 @@ func (q *QP) runLocked() {
 		q.dropQueuedLocked()
 		return
 	}
-	q.timersFiredLocked()
+	q.comp.timersFiredLocked()
 	// Responses for the requester. Packets that arrive while we work
 	// (a QP connected to itself) are appended and wait for the next turn.
-	n := min(len(q.respIn), responseBudget)
+	n := min(len(q.comp.respIn), responseBudget)
 	for i := 0; i < n; i++ {
-		p := q.respIn[i]
-		q.respIn[i] = nil
-		q.completeResponseLocked(p)
+		p := q.comp.respIn[i]
+		q.comp.respIn[i] = nil
+		q.comp.completeResponseLocked(p)
 	}
-	q.respIn = shiftQueue(q.respIn, n)
-	more = more || len(q.respIn) > 0
-	more = q.responderTurnLocked() || more
-	q.flushAckLocked()
+	q.comp.respIn = shiftQueue(q.comp.respIn, n)
+	more = more || len(q.comp.respIn) > 0
+	more = q.resp.responderTurnLocked() || more
+	q.resp.flushAckLocked()
 	if q.comp.timeoutFired {
-		q.timeoutLocked()
+		q.comp.timeoutLocked()
 	}
-	q.retireLocked()
-	more = q.requesterLocked() || more
-	q.retireLocked()
+	q.comp.retireLocked()
+	more = q.req.requesterLocked() || more
+	q.comp.retireLocked()
 	if q.attr.QPState.FlushSend() {
 		q.flushSendLocked()
 	}
 	if q.attr.QPState.FlushRecv() {
 		q.flushRecvLocked()
 	}
-	if q.attr.QPState == qp.StateSQD && !q.drainSent && q.sqHead == q.reqIdx {
+	if q.attr.QPState == qp.StateSQD && !q.drainSent && q.req.sqHead == q.req.reqIdx {
 		q.drainSent = true
 		q.dev.raise(qp.EventSQDrained, "qp", q.QPN)
 	}
@@ -120,16 +134,16 @@ func (q *QP) dropQueuedLocked() {
 	q.inboxed.Store(false)
 	q.inMu.Unlock()
 	pool := q.dev.poolLocked(q.eng())
-	for _, in := range [][]*packet{q.reqIn, q.respIn, inbox} {
+	for _, in := range [][]*packet{q.resp.reqIn, q.comp.respIn, inbox} {
 		for _, p := range in {
 			if p != nil {
 				pool.put(p)
 			}
 		}
 	}
-	clear(q.reqIn)
-	clear(q.respIn)
-	q.reqIn, q.respIn = q.reqIn[:0], q.respIn[:0]
+	clear(q.resp.reqIn)
+	clear(q.comp.respIn)
+	q.resp.reqIn, q.comp.respIn = q.resp.reqIn[:0], q.comp.respIn[:0]
 }
 
 // flushSendLocked completes every outstanding send WQE, fetched or still in
@@ -137,17 +151,18 @@ func (q *QP) dropQueuedLocked() {
 // retired keeps its own status; one the engine rejected before it ran is
 // flushed like the rest.
 func (q *QP) flushSendLocked() {
-	q.fetchLocked()
-	for q.sqHead != q.sqFetched {
-		w := &q.swq[q.sqHead&q.sqMask()]
+	r := &q.req
+	r.fetchLocked()
+	for r.sqHead != r.sqFetched {
+		w := &r.swq[r.sqHead&r.sqMask()]
 		status := qp.WCWRFlushErr
 		if w.state == wqeDone && w.status != qp.WCSuccess && !w.rejected {
 			status = w.status
 		}
-		q.popLocked(w, status)
+		q.comp.popLocked(w, status)
 	}
-	q.reqIdx = q.sqFetched
-	q.sqCons.Publish()
+	r.reqIdx = r.sqFetched
+	r.publishSlotsLocked()
 }
 
 // flushRecvLocked completes the receive WQE in progress and every posted
@@ -155,7 +170,7 @@ func (q *QP) flushSendLocked() {
 // QPs and raises qp_last_wqe_reached instead.
 func (q *QP) flushRecvLocked() {
 	if q.resp.haveRWQE {
-		q.completeRecvLocked(qp.WCWRFlushErr, 0, 0, 0, false)
+		q.resp.completeRecvLocked(qp.WCWRFlushErr, 0, 0, 0, false)
 	}
 	if q.Type.XRC() {
 		return // no receive queue; an XRC SRQ's WQEs stay for the domain's other QPs
@@ -167,19 +182,19 @@ func (q *QP) flushRecvLocked() {
 		}
 		return
 	}
-	n, err := q.rqCons.Pending()
+	n, err := q.resp.rqCons.Pending()
 	if err != nil {
 		return
 	}
 	var wr qp.RecvWR
 	for i := uint32(0); i < n; i++ {
 		wr.WRID = 0
-		_ = decodeRecvWRID(q.rqCons.Peek(i), &wr)
+		_ = decodeRecvWRID(q.resp.rqCons.Peek(i), &wr)
 		wc := qp.WC{WRID: wr.WRID, Status: qp.WCWRFlushErr, Opcode: qp.WCRecv, QPNum: q.QPN}
 		q.recvCQ.postLocked(&wc, true, q.eng())
 	}
-	q.rqCons.Advance(n)
-	q.rqCons.Publish()
+	q.resp.rqCons.Advance(n)
+	q.resp.rqCons.Publish()
 }
 
 // decodeRecvWRID reads only the wr_id of a receive WQE (its first 8 bytes),

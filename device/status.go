@@ -41,15 +41,15 @@ func (q *QP) Queues() QueueStatus {
 	}
 	// The producer is the client's word: whatever it holds, report no
 	// more than the ring has slots.
-	s.SQPosted = min(q.sq.LoadProducer()-q.sqCons.Tail(), q.sq.SlotCount())
-	for i := q.sqHead; i != q.sqFetched; i++ {
-		w := &q.swq[i&q.sqMask()]
+	s.SQPosted = min(q.sq.LoadProducer()-q.req.sqCons.Tail(), q.sq.SlotCount())
+	for i := q.req.sqHead; i != q.req.sqFetched; i++ {
+		w := &q.req.swq[i&q.req.sqMask()]
 		if w.state != wqePosted && !w.rejected && !w.reserved {
 			s.SQInFlight++
 		}
 	}
 	if q.rq != nil {
-		s.RQPosted = min(q.rq.LoadProducer()-q.rqCons.Tail(), q.rq.SlotCount())
+		s.RQPosted = min(q.rq.LoadProducer()-q.resp.rqCons.Tail(), q.rq.SlotCount())
 	}
 	s.RNRWait = q.req.waitRNR
 	s.SendPSN, s.ExpectedPSN = q.req.psn, q.resp.psn

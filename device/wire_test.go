@@ -785,13 +785,13 @@ func (q *QP) debugState() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "qp %d %v req.psn %d comp.psn %d acked %d retryLeft %d rnrLeft %d timer %v fired %v idle %v progress %v needRetry %v waitRNR %v rnrTimer %v rdAtomic %d inMsg %v resp.psn %d queued in %d/%d reading %v queued %v\n",
-		q.QPN, q.attr.QPState, q.req.psn, q.comp.psn, q.comp.acked, q.comp.retryLeft, q.comp.rnrLeft, q.retryTimer != nil,
-		q.comp.timeoutFired, q.comp.idle, q.comp.progress, q.req.needRetry, q.req.waitRNR, q.rnrTimer != nil,
-		q.req.rdAtomic, q.req.inMsg, q.resp.psn, len(q.reqIn), len(q.respIn), q.resp.reading, q.queued.Load())
-	fmt.Fprintf(&b, "  sq head %d reqIdx %d fetched %d; engine idle %v\n", q.sqHead, q.reqIdx, q.sqFetched, d.enginesIdle())
-	for i := q.sqHead; i != q.sqFetched; i++ {
-		w := &q.swq[i&q.sqMask()]
+	fmt.Fprintf(&b, "qp %d %v req.psn %d comp.psn %d acked %d retryLeft %d rnrLeft %d timer %v fired %v idle %v progress %v needRetry %v waitRNR %v rnrTimer %v rdAtomic %d resp.psn %d queued in %d/%d reading %v queued %v\n",
+		q.QPN, q.attr.QPState, q.req.psn, q.comp.psn, q.comp.acked, q.comp.retryLeft, q.comp.rnrLeft, q.comp.retryTimer != nil,
+		q.comp.timeoutFired, q.comp.idle, q.comp.progress, q.req.needRetry, q.req.waitRNR, q.comp.rnrTimer != nil,
+		q.req.rdAtomic, q.resp.psn, len(q.resp.reqIn), len(q.comp.respIn), q.resp.reading, q.queued.Load())
+	fmt.Fprintf(&b, "  sq head %d reqIdx %d fetched %d; engine idle %v\n", q.req.sqHead, q.req.reqIdx, q.req.sqFetched, d.enginesIdle())
+	for i := q.req.sqHead; i != q.req.sqFetched; i++ {
+		w := &q.req.swq[i&q.req.sqMask()]
 		fmt.Fprintf(&b, "  wqe %d wr_id %d %v state %d psn %d..%d sent %d/%d\n", i, w.wr.WRID, w.wr.Opcode, w.state, w.firstPSN, w.lastPSN, w.sent, w.length)
 	}
 	return b.String()

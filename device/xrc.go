@@ -287,7 +287,7 @@ func (q *QP) xrcSelectLocked(p *packet) bool {
 		return true
 	}
 	if s == nil || inMsg && s != q.srq {
-		q.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
+		q.resp.nakLocked(p.psn(), aethNAKInvReq, qp.WCRemInvReqErr)
 		return false
 	}
 	q.useSRQLocked(s)

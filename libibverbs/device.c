@@ -541,20 +541,29 @@ static int rf_ring_bell_fd(struct rf_ring *r)
 	return write(r->fd, &b, 1) == 1 ? 0 : errno;
 }
 
+/* rf_or_bit sets bit m of the shared word w, or leaves it if it is set. */
+static void rf_or_bit(uint32_t *w, uint32_t m)
+{
+	if (!(__atomic_load_n(w, __ATOMIC_SEQ_CST) & m))
+		__atomic_fetch_or(w, m, __ATOMIC_SEQ_CST);
+}
+
 /* rf_ring_bell wakes the parked engine for QP qpn, whose send ring r asked
  * for a doorbell. The device doorbell first marks the QP in the page's
- * bitmap (bit qpn mod its size; ring/doc.go, Doorbell), so that the daemon
- * looks at this QP and not at every QP; a bit already set is left alone,
- * the daemon not having taken it yet. Then the futex word, as a CQ event. */
+ * bitmap (bit qpn mod its size; ring/doc.go, Doorbell), then the bitmap
+ * word's bit in the header's summary, so that the daemon reads that word
+ * and looks at this QP, not at every word or QP; a bit already set is left
+ * alone, the daemon not having taken it yet (each bit checked on its own,
+ * as ring.MarkBell does). Then the futex word, as a CQ event. */
 void rf_ring_bell(struct rf_context *ctx, struct rf_ring *r, uint32_t qpn)
 {
 	if (ctx->bell.base) {
 		struct rf_ring *b = &ctx->bell;
 		uint32_t bit = qpn & (b->slot_size * b->slot_count * 8 - 1);
-		uint32_t *w = (uint32_t *)b->data + bit / 32, m = 1u << (bit % 32);
+		uint32_t s = bit / 32 % RDMAFS_BELL_SUMMARY_BITS;
 
-		if (!(__atomic_load_n(w, __ATOMIC_SEQ_CST) & m))
-			__atomic_fetch_or(w, m, __ATOMIC_SEQ_CST);
+		rf_or_bit((uint32_t *)b->data + bit / 32, 1u << (bit % 32));
+		rf_or_bit((uint32_t *)(b->base + RDMAFS_OFF_BELL_SUMMARY) + s / 32, 1u << (s % 32));
 		__atomic_add_fetch(ctx->bell.event, 1, __ATOMIC_SEQ_CST);
 		syscall(SYS_futex, ctx->bell.event, 1 /* FUTEX_WAKE, shared */, INT32_MAX, NULL, NULL, 0);
 		return;

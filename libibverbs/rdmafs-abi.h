@@ -25,6 +25,12 @@
 #define RDMAFS_OFF_EVENT_SEQ   196 /* ring.OffEventSeq: futex word, bumped by the daemon */
 #define RDMAFS_OFF_ARMED       200 /* ring.OffArmed: set by the client, swapped to ArmNone by the daemon */
 
+/* OffBellSummary is the doorbell's summary (KindDoorbell only):
+ * BellSummaryWords u32s, bit j of word k for the bitmap's words
+ * 32k+j modulo BellSummaryBits, set by clients, swapped to zero by the
+ * daemon. */
+#define RDMAFS_OFF_BELL_SUMMARY 208 /* ring.OffBellSummary */
+
 /* Magic is stored little-endian: the bytes in memory are 44 52 4E 47,
  * which read "DRNG" in a hex dump. */
 #define RDMAFS_MAGIC   0x474E5244 /* ring.Magic */
@@ -40,9 +46,13 @@
 #define RDMAFS_FLAG_NEED_WAKEUP 1 /* ring.FlagNeedWakeup */
 
 /* The doorbell's geometry (KindDoorbell): BellSlots slots of MinSlotSize
- * bytes, whose BellBits bits are one per QP number modulo BellBits. */
-#define RDMAFS_BELL_SLOTS 8    /* ring.BellSlots */
-#define RDMAFS_BELL_BITS  4096 /* ring.BellBits */
+ * bytes, whose BellBits bits are one per QP number modulo BellBits, and
+ * the summary in the header at OffBellSummary: BellSummaryBits bits, one
+ * per word of the bitmap (word i has bit i modulo BellSummaryBits). */
+#define RDMAFS_BELL_SLOTS         8    /* ring.BellSlots */
+#define RDMAFS_BELL_BITS          4096 /* ring.BellBits */
+#define RDMAFS_BELL_SUMMARY_WORDS 4    /* ring.BellSummaryWords */
+#define RDMAFS_BELL_SUMMARY_BITS  128  /* ring.BellSummaryBits */
 
 /* Values of the word at OffArmed (ibv_req_notify_cq). */
 #define RDMAFS_ARM_NONE      0 /* ring.ArmNone */
@@ -57,11 +67,13 @@
 /* KindDoorbell is the device doorbell: a header whose event word
  * clients bump and wake (FUTEX_WAKE) to rouse a parked engine, and
  * whose slots are a bitmap in which each marks the QP it rang for
- * (the package doc, Doorbell). 5 was the doorbell without the bitmap,
- * which the daemon no longer serves: a client of that kind fails to
- * attach and wakes the engine with write() doorbells instead, which
- * every daemon takes, rather than ring a doorbell that names no QP. */
-#define RDMAFS_KIND_DOORBELL 6 /* ring.KindDoorbell */
+ * (the package doc, Doorbell), with a summary of the marked words in
+ * the header. 5 was the doorbell without the bitmap and 6 the bitmap
+ * without the summary, which the daemon no longer serves: a client of
+ * either fails to attach and wakes the engine with write() doorbells
+ * instead, which every daemon takes, rather than ring a doorbell whose
+ * marks the daemon would not look at. */
+#define RDMAFS_KIND_DOORBELL 7 /* ring.KindDoorbell */
 
 /* Scatter/gather element, as it follows a send or receive WQE header. */
 #define RDMAFS_SGE_SIZE       16 /* ring.SGESize */

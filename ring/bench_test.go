@@ -93,3 +93,34 @@ func BenchmarkEncodeDecodeSendWQE(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBell is a doorbell mark and the take that finds it, the ring's
+// share of a wake (device.BenchmarkBellWake adds the QP's look): a client
+// marks one QP (MarkBell), the daemon takes the marks (TakeBells), with the
+// rest of the bitmap empty, as it is between wakes.
+func BenchmarkBell(b *testing.B) {
+	reg := newTestRegion(b, Size(MinSlotSize, BellSlots))
+	r, err := Init(reg.Bytes(), KindDoorbell, MinSlotSize, BellSlots)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	fn := func(uint32) { n++ }
+	b.Run("mark", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			r.MarkBell(1234)
+		}
+		r.TakeBells(fn)
+	})
+	b.Run("mark+take", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			r.MarkBell(1234)
+			r.TakeBells(fn)
+		}
+	})
+	b.Run("take-empty", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			r.TakeBells(fn)
+		}
+	})
+}

@@ -22,7 +22,7 @@
 //	offset size field
 //	     0    4 magic        0x474E5244 (Magic; bytes 44 52 4E 47)
 //	     4    4 version      1 (Version)
-//	     8    4 kind         1 SQ, 2 RQ, 3 SRQ, 4 CQ, 6 doorbell (Kind)
+//	     8    4 kind         1 SQ, 2 RQ, 3 SRQ, 4 CQ, 7 doorbell (Kind)
 //	    12    4 slot_size    bytes per slot, a power of two ≥ 64
 //	    16    4 slot_count   slots, a power of two ≥ 1
 //	    20    4 data_offset  256, the offset of slot 0
@@ -32,7 +32,10 @@
 //	   192    4 flags        bit 0 NEED_WAKEUP (FlagNeedWakeup); others zero
 //	   196    4 event_seq    CQ event sequence, a futex word
 //	   200    4 armed        CQ notification: 0 none, 1 next, 2 solicited
-//	204-255  52 reserved     zero
+//	204-207   4 reserved     zero
+//	   208   16 bell_summary doorbell (kind 7): a bit per bitmap word;
+//	                         other kinds: reserved, zero
+//	224-255  32 reserved     zero
 //
 // The daemon writes the first 24 bytes once, with Init, before anyone else
 // can map the ring; they never change. A *Ring copies the geometry when it
@@ -55,7 +58,7 @@
 //	RQ, SRQ   client                       daemon
 //	CQ        daemon                       client
 //
-// A doorbell (kind 6) rouses the device's parked engine; its indices are
+// A doorbell (kind 7) rouses the device's parked engine; its indices are
 // unused. See Doorbell below.
 //
 // The owner keeps its index in private memory (Producer.head,
@@ -133,25 +136,35 @@
 //
 // # Doorbell
 //
-// The device doorbell (MOUNT/doorbell, kind 6, shared by every user of the
+// The device doorbell (MOUNT/doorbell, kind 7, shared by every user of the
 // device) is a header and BellSlots slots of MinSlotSize bytes: a bitmap of
-// BellBits bits, bit i in bit i%32 of the u32 at data_offset + 4*(i/32).
-// A client whose post found NEED_WAKEUP on a send ring rings it for that
-// QP (RingBell): it sets bit qpn % BellBits with an atomic OR (or leaves
-// it, if set), then increments event_seq and FUTEX_WAKEs it, all
+// BellBits bits, bit i in bit i%32 of the u32 at data_offset + 4*(i/32),
+// and a summary of BellSummaryBits bits in the header, bit j in bit j%32
+// of the u32 at OffBellSummary + 4*(j/32), one for each word of the bitmap
+// (word w has summary bit w % BellSummaryBits). A client whose post found
+// NEED_WAKEUP on a send ring rings it for that QP (RingBell): it sets bit
+// qpn % BellBits with an atomic OR, then the summary bit of that bit's
+// word with an atomic OR (either left alone if already set, each checked
+// on its own), then increments event_seq and FUTEX_WAKEs it, all
 // sequentially consistent and after the producer store. The daemon reads
-// event_seq, takes the bitmap (TakeBells: each non-zero word swapped to
-// zero), looks at the QPs whose numbers fall on the taken bits, and
-// futex-waits while event_seq is still what it read: a mark it missed was
-// followed by an increment, so it looks again. A wake thus costs the
-// daemon the bitmap's 128 words and the QPs of the marked bits, not a look
-// at every QP; a bit is shared by the QP numbers equal modulo BellBits,
-// and no mark is ever lost, so the bitmap cannot overflow. A bit set for a
-// QP that does not exist, or is not the setter's, costs the daemon a look
-// at that QP's ring indices and nothing else (the engine takes only what
-// the ring holds); a client setting every bit costs a look at every QP
-// that can send, which is what each wake cost before the bitmap. The
-// doorbell of kind 5 had no bitmap; see KindDoorbell.
+// event_seq, takes the summary (TakeBells: each non-zero summary word
+// swapped to zero), then takes each bitmap word a taken summary bit names
+// (swapped to zero), looks at the QPs whose numbers fall on the taken bits,
+// and futex-waits while event_seq is still what it read. A mark whose
+// summary bit it missed (set after its swap) was followed by an increment,
+// so it looks again and finds the summary bit; the bitmap bit was set
+// before that summary bit, so the word's swap after it finds it (or an
+// earlier swap took it). A wake thus costs the daemon the summary's 4
+// words, the marked bitmap words and the QPs of the marked bits, not a
+// look at every word or QP; a bit is shared by the QP numbers equal modulo
+// BellBits, and no mark is ever lost, so the bitmap cannot overflow. A bit
+// set for a QP that does not exist, or is not the setter's, costs the
+// daemon a look at that QP's ring indices and nothing else (the engine
+// takes only what the ring holds); a bitmap bit set without its summary
+// bit is not looked at until a mark sets the summary bit; a client setting
+// every bit of both costs a look at every word and every QP that can send,
+// which is what each wake cost before the bitmap. The doorbells of kind 5
+// (no bitmap) and 6 (no summary) are retired; see KindDoorbell.
 //
 // # Slots
 //

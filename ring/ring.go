@@ -26,6 +26,12 @@ const (
 	OffEventSeq   = 196 // futex word, bumped by the daemon
 	OffArmed      = 200 // set by the client, swapped to ArmNone by the daemon
 
+	// OffBellSummary is the doorbell's summary (KindDoorbell only):
+	// BellSummaryWords u32s, bit j of word k for the bitmap's words
+	// 32k+j modulo BellSummaryBits, set by clients, swapped to zero by the
+	// daemon.
+	OffBellSummary = 208
+
 	// Magic is stored little-endian: the bytes in memory are 44 52 4E 47,
 	// which read "DRNG" in a hex dump.
 	Magic   = 0x474E5244
@@ -44,10 +50,14 @@ const (
 )
 
 // The doorbell's geometry (KindDoorbell): BellSlots slots of MinSlotSize
-// bytes, whose BellBits bits are one per QP number modulo BellBits.
+// bytes, whose BellBits bits are one per QP number modulo BellBits, and
+// the summary in the header at OffBellSummary: BellSummaryBits bits, one
+// per word of the bitmap (word i has bit i modulo BellSummaryBits).
 const (
-	BellSlots = 8
-	BellBits  = BellSlots * MinSlotSize * 8
+	BellSlots        = 8
+	BellBits         = BellSlots * MinSlotSize * 8
+	BellSummaryWords = 4
+	BellSummaryBits  = BellSummaryWords * 32
 )
 
 // Values of the word at OffArmed (ibv_req_notify_cq).
@@ -94,17 +104,29 @@ const (
 	// KindDoorbell is the device doorbell: a header whose event word
 	// clients bump and wake (FUTEX_WAKE) to rouse a parked engine, and
 	// whose slots are a bitmap in which each marks the QP it rang for
-	// (the package doc, Doorbell). 5 was the doorbell without the bitmap,
-	// which the daemon no longer serves: a client of that kind fails to
-	// attach and wakes the engine with write() doorbells instead, which
-	// every daemon takes, rather than ring a doorbell that names no QP.
-	KindDoorbell Kind = 6
+	// (the package doc, Doorbell), with a summary of the marked words in
+	// the header. 5 was the doorbell without the bitmap and 6 the bitmap
+	// without the summary, which the daemon no longer serves: a client of
+	// either fails to attach and wakes the engine with write() doorbells
+	// instead, which every daemon takes, rather than ring a doorbell whose
+	// marks the daemon would not look at.
+	KindDoorbell Kind = 7
 )
 
-func (k Kind) valid() bool { return k >= KindSQ && k <= KindDoorbell && k != kindOldDoorbell }
+func (k Kind) valid() bool {
+	switch k {
+	case KindSQ, KindRQ, KindSRQ, KindCQ, KindDoorbell:
+		return true
+	}
+	return false
+}
 
-// kindOldDoorbell is the retired doorbell kind (see KindDoorbell).
-const kindOldDoorbell Kind = 5
+// The retired doorbell kinds (see KindDoorbell): without the bitmap, and
+// the bitmap without the summary.
+const (
+	kindOldDoorbell    Kind = 5
+	kindBitmapDoorbell Kind = 6
+)
 
 func (k Kind) String() string {
 	switch k {
@@ -171,6 +193,7 @@ type Ring struct {
 
 	// Pointers into the header, set once by newRing (ring_unsafe.go).
 	prod, cons, flags, event, armed *uint32
+	summary                         *[BellSummaryWords]uint32 // the doorbell's (OffBellSummary)
 }
 
 // Init writes a fresh header (zero indices and words) at the start of mem

@@ -98,7 +98,8 @@ func TestInitRejects(t *testing.T) {
 	}{
 		{"kind 0", good, 0, 64, 4},
 		{"kind 5 (the retired doorbell)", good, 5, 64, 4},
-		{"kind 7", good, 7, 64, 4},
+		{"kind 6 (the retired bitmap doorbell)", good, 6, 64, 4},
+		{"kind 8", good, 8, 64, 4},
 		{"slot size 32", good, KindSQ, 32, 4},
 		{"slot size 100", good, KindSQ, 100, 4},
 		{"slot count 0", good, KindSQ, 64, 0},
@@ -533,7 +534,7 @@ func TestArmNames(t *testing.T) {
 }
 
 func TestKindString(t *testing.T) {
-	for k, want := range map[Kind]string{KindSQ: "sq", KindRQ: "rq", KindSRQ: "srq", KindCQ: "cq", 7: "Kind(7)"} {
+	for k, want := range map[Kind]string{KindSQ: "sq", KindRQ: "rq", KindSRQ: "srq", KindCQ: "cq", KindDoorbell: "doorbell", 6: "Kind(6)", 8: "Kind(8)"} {
 		if got := k.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", uint32(k), got, want)
 		}

@@ -47,6 +47,7 @@ func newRing(mem []byte, kind Kind, slotSize, slotCount uint32) *Ring {
 		flags:     word(mem, OffFlags),
 		event:     word(mem, OffEventSeq),
 		armed:     word(mem, OffArmed),
+		summary:   (*[BellSummaryWords]uint32)(unsafe.Pointer(&mem[OffBellSummary])),
 	}
 }
 

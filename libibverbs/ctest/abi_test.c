@@ -30,9 +30,14 @@ _Static_assert(RDMAFS_OFF_FLAGS / 64 != RDMAFS_OFF_PRODUCER / 64 &&
 	       RDMAFS_OFF_FLAGS / 64 != RDMAFS_OFF_CONSUMER / 64,
 	       "flags away from both indices");
 _Static_assert(RDMAFS_OFF_ARMED + 4 <= RDMAFS_HEADER_SIZE, "header words fit");
-_Static_assert(RDMAFS_KIND_SQ != RDMAFS_KIND_CQ && RDMAFS_KIND_DOORBELL == 6, "kinds");
+_Static_assert(RDMAFS_KIND_SQ != RDMAFS_KIND_CQ && RDMAFS_KIND_DOORBELL == 7, "kinds");
 _Static_assert(IS_POW2(RDMAFS_BELL_BITS) && RDMAFS_BELL_BITS == RDMAFS_BELL_SLOTS * RDMAFS_MIN_SLOT_SIZE * 8,
 	       "the doorbell's bitmap is its slots, a power of two of bits (rf_ring_bell masks with it)");
+_Static_assert(RDMAFS_OFF_BELL_SUMMARY % 16 == 0 && RDMAFS_OFF_BELL_SUMMARY >= RDMAFS_OFF_ARMED + 4 &&
+		       RDMAFS_OFF_BELL_SUMMARY + 4 * RDMAFS_BELL_SUMMARY_WORDS <= RDMAFS_HEADER_SIZE &&
+		       RDMAFS_BELL_SUMMARY_BITS == 32 * RDMAFS_BELL_SUMMARY_WORDS &&
+		       RDMAFS_BELL_SUMMARY_BITS * 32 == RDMAFS_BELL_BITS,
+	       "the doorbell's summary: after the header's words, in the header, a bit per bitmap word");
 _Static_assert(RDMAFS_ARM_NONE == 0 && RDMAFS_ARM_NEXT != RDMAFS_ARM_SOLICITED, "arm values");
 
 /* The header as a C struct with natural alignment: the offsets need no
