@@ -80,7 +80,7 @@ func (a args) addr(k string) (netip.Addr, bool, error) {
 
 // private reads private_data=HEX of at most max bytes.
 func (a args) private(max int) ([]byte, error) {
-	v, ok := a.m["private_data"]
+	v, ok := a.m[KeyPrivateData]
 	if !ok {
 		return nil, nil
 	}
@@ -162,21 +162,21 @@ const privilegedPorts = 1024
 
 func (id *ID) bindCmd(rest string, caps Caps) error {
 	const op = "bind_addr"
-	ar, err := parseArgs(op, rest, "addr", "port")
+	ar, err := parseArgs(op, rest, qp.KeyAddr, qp.KeyPort)
 	if err != nil {
 		return err
 	}
 	if id.state != StateIdle {
 		return id.wrongState(op, syscall.EINVAL, "idle")
 	}
-	x, ok, err := ar.addr("addr")
+	x, ok, err := ar.addr(qp.KeyAddr)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return opError(op, syscall.EINVAL, "addr=A is required")
 	}
-	port, err := ar.num("port", 65535, 0)
+	port, err := ar.num(qp.KeyPort, 65535, 0)
 	if err != nil {
 		return err
 	}
@@ -192,28 +192,28 @@ func (id *ID) bindCmd(rest string, caps Caps) error {
 
 func (id *ID) resolveAddrCmd(rest string) error {
 	const op = "resolve_addr"
-	ar, err := parseArgs(op, rest, "dst", "port", "src", "timeout_ms")
+	ar, err := parseArgs(op, rest, KeyDst, qp.KeyPort, KeySrc, KeyTimeoutMS)
 	if err != nil {
 		return err
 	}
 	if id.state != StateIdle && id.state != StateAddrBound && id.state != StateAddrResolved {
 		return id.wrongState(op, syscall.EINVAL, "idle, addr_bound or addr_resolved")
 	}
-	dst, ok, err := ar.addr("dst")
+	dst, ok, err := ar.addr(KeyDst)
 	if err != nil {
 		return err
 	}
 	if !ok || dst.IsUnspecified() {
 		return opError(op, syscall.EINVAL, "dst=A (an address) is required")
 	}
-	port, err := ar.num("port", 65535, 0)
+	port, err := ar.num(qp.KeyPort, 65535, 0)
 	if err != nil {
 		return err
 	}
-	if _, err := ar.num("timeout_ms", 1<<31-1, 0); err != nil {
+	if _, err := ar.num(KeyTimeoutMS, 1<<31-1, 0); err != nil {
 		return err
 	}
-	src, hasSrc, err := ar.addr("src")
+	src, hasSrc, err := ar.addr(KeySrc)
 	if err != nil {
 		return err
 	}
@@ -260,21 +260,21 @@ func (id *ID) resolveAddrCmd(rest string) error {
 }
 
 func (id *ID) addrKV(e *Event) {
-	e.add("src_addr", id.src.Addr())
-	e.add("src_port", id.src.Port())
+	e.add(KeySrcAddr, id.src.Addr())
+	e.add(KeySrcPort, id.src.Port())
 	if id.dst.Addr().IsValid() {
-		e.add("dst_addr", id.dst.Addr())
-		e.add("dst_port", id.dst.Port())
+		e.add(KeyDstAddr, id.dst.Addr())
+		e.add(KeyDstPort, id.dst.Port())
 	}
 }
 
 func (id *ID) resolveRouteCmd(rest string) error {
 	const op = "resolve_route"
-	ar, err := parseArgs(op, rest, "timeout_ms")
+	ar, err := parseArgs(op, rest, KeyTimeoutMS)
 	if err != nil {
 		return err
 	}
-	if _, err := ar.num("timeout_ms", 1<<31-1, 0); err != nil {
+	if _, err := ar.num(KeyTimeoutMS, 1<<31-1, 0); err != nil {
 		return err
 	}
 	if id.state != StateAddrResolved && id.state != StateRouteResolved {
@@ -318,11 +318,11 @@ func RoCEFlowLabel(sport, dport uint16) uint32 {
 
 func (id *ID) listenCmd(rest string) error {
 	const op = "listen"
-	ar, err := parseArgs(op, rest, "backlog")
+	ar, err := parseArgs(op, rest, KeyBacklog)
 	if err != nil {
 		return err
 	}
-	n, err := ar.num("backlog", 1<<31-1, defaultBacklog)
+	n, err := ar.num(KeyBacklog, 1<<31-1, defaultBacklog)
 	if err != nil {
 		return err
 	}
@@ -381,21 +381,21 @@ func (id *ID) parseConn(op, rest string, maxPrivate int, keys ...string) (connPa
 		n, err = ar.num(k, max, def)
 		return n
 	}
-	p.hasQPNum = ar.has("qp_num")
-	p.qpNum = uint32(get("qp_num", 1<<24-1, 0))
-	p.psn = uint32(get("psn", 1<<24-1, 0))
-	p.rr = uint8(get("responder_resources", 255, 0))
-	p.depth = uint8(get("initiator_depth", 255, 0))
-	p.retry = uint8(get("retry_count", 7, 7))
-	p.rnr = uint8(get("rnr_retry_count", 7, 7))
-	p.qkey = uint32(get("qkey", 1<<32-1, udpQKey))
+	p.hasQPNum = ar.has(qp.KeyQPNum)
+	p.qpNum = uint32(get(qp.KeyQPNum, 1<<24-1, 0))
+	p.psn = uint32(get(KeyPSN, 1<<24-1, 0))
+	p.rr = uint8(get(KeyResponderResources, 255, 0))
+	p.depth = uint8(get(KeyInitiatorDepth, 255, 0))
+	p.retry = uint8(get(KeyRetryCount, 7, 7))
+	p.rnr = uint8(get(KeyRNRRetryCount, 7, 7))
+	p.qkey = uint32(get(qp.KeyQKey, 1<<32-1, udpQKey))
 	if err != nil {
 		return p, err
 	}
-	if p.flow, err = ar.flag("flow_control", true); err != nil {
+	if p.flow, err = ar.flag(KeyFlowControl, true); err != nil {
 		return p, err
 	}
-	if p.srq, err = ar.flag("srq", false); err != nil {
+	if p.srq, err = ar.flag(qp.KeySRQ, false); err != nil {
 		return p, err
 	}
 	p.private, err = ar.private(maxPrivate)
@@ -409,8 +409,8 @@ func (id *ID) connectCmd(rest string) error {
 	if id.qpType == qp.TypeUD {
 		maxPriv = SIDRReqPrivateLen - CMAHdrLen
 	}
-	p, err := id.parseConn(op, rest, maxPriv, "qp_num", "psn", "private_data", "responder_resources",
-		"initiator_depth", "flow_control", "retry_count", "rnr_retry_count", "srq")
+	p, err := id.parseConn(op, rest, maxPriv, qp.KeyQPNum, KeyPSN, KeyPrivateData, KeyResponderResources,
+		KeyInitiatorDepth, KeyFlowControl, KeyRetryCount, KeyRNRRetryCount, qp.KeySRQ)
 	if err != nil {
 		return err
 	}
@@ -500,8 +500,8 @@ func (id *ID) acceptCmd(rest string) error {
 	if id.qpType == qp.TypeUD {
 		maxPriv = SIDRRepPrivateLen
 	}
-	p, err := id.parseConn(op, rest, maxPriv, "qp_num", "psn", "private_data", "responder_resources",
-		"initiator_depth", "flow_control", "rnr_retry_count", "srq", "qkey")
+	p, err := id.parseConn(op, rest, maxPriv, qp.KeyQPNum, KeyPSN, KeyPrivateData, KeyResponderResources,
+		KeyInitiatorDepth, KeyFlowControl, KeyRNRRetryCount, qp.KeySRQ, qp.KeyQKey)
 	if err != nil {
 		return err
 	}
@@ -540,7 +540,7 @@ func (id *ID) acceptCmd(rest string) error {
 
 func (id *ID) rejectCmd(rest string) error {
 	const op = "reject"
-	ar, err := parseArgs(op, rest, "private_data")
+	ar, err := parseArgs(op, rest, KeyPrivateData)
 	if err != nil {
 		return err
 	}
@@ -629,34 +629,34 @@ func (id *ID) notifyCmd(rest string) error {
 
 func (id *ID) setOptionCmd(rest string) error {
 	const op = "set_option"
-	ar, err := parseArgs(op, rest, "tos", "ack_timeout", "reuseaddr", "afonly")
+	ar, err := parseArgs(op, rest, KeyTOS, KeyAckTimeout, KeyReuseaddr, KeyAfonly)
 	if err != nil {
 		return err
 	}
 	if len(ar.m) == 0 {
 		return opError(op, syscall.EINVAL, "want tos=N, ack_timeout=N, reuseaddr=0|1 or afonly=0|1")
 	}
-	tos, err := ar.num("tos", 255, uint64(id.tos))
+	tos, err := ar.num(KeyTOS, 255, uint64(id.tos))
 	if err != nil {
 		return err
 	}
-	ack, err := ar.num("ack_timeout", 31, uint64(id.ackTimeout))
+	ack, err := ar.num(KeyAckTimeout, 31, uint64(id.ackTimeout))
 	if err != nil {
 		return err
 	}
-	reuse, err := ar.flag("reuseaddr", id.reuseaddr)
+	reuse, err := ar.flag(KeyReuseaddr, id.reuseaddr)
 	if err != nil {
 		return err
 	}
-	afonly, err := ar.flag("afonly", id.afonly)
+	afonly, err := ar.flag(KeyAfonly, id.afonly)
 	if err != nil {
 		return err
 	}
-	if ar.has("reuseaddr") && id.bound {
+	if ar.has(KeyReuseaddr) && id.bound {
 		return opError(op, syscall.EINVAL, "reuseaddr must be set before bind")
 	}
-	id.tos, id.tosSet = uint8(tos), id.tosSet || ar.has("tos")
-	if ar.has("ack_timeout") {
+	id.tos, id.tosSet = uint8(tos), id.tosSet || ar.has(KeyTOS)
+	if ar.has(KeyAckTimeout) {
 		id.ackTimeout, id.ackTimeoutOK = uint8(ack), true
 	}
 	id.reuseaddr, id.afonly = reuse, afonly
@@ -665,16 +665,16 @@ func (id *ID) setOptionCmd(rest string) error {
 
 func (id *ID) migrateCmd(rest string) error {
 	const op = "migrate_id"
-	ar, err := parseArgs(op, rest, "channel")
+	ar, err := parseArgs(op, rest, KeyChannel)
 	if err != nil {
 		return err
 	}
-	n, err := ar.num("channel", 1<<32-1, 0)
+	n, err := ar.num(KeyChannel, 1<<32-1, 0)
 	if err != nil {
 		return err
 	}
 	c := id.a.channels[uint32(n)]
-	if !ar.has("channel") || c == nil {
+	if !ar.has(KeyChannel) || c == nil {
 		return opError(op, syscall.ENOENT, "no channel %d", n)
 	}
 	if c.Owner != id.Owner && id.Owner != 0 {
@@ -690,11 +690,11 @@ func (id *ID) migrateCmd(rest string) error {
 // ParseNew reads a cm/new request: ps=... [qp_type=rc|ud] channel=C.
 func ParseNew(text string) (ps PortSpace, t qp.Type, channel uint32, err error) {
 	const op = "create_id"
-	ar, err := parseArgs(op, text, "ps", "qp_type", "channel")
+	ar, err := parseArgs(op, text, KeyPs, qp.KeyQPType, KeyChannel)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	v, ok := ar.m["ps"]
+	v, ok := ar.m[KeyPs]
 	if !ok {
 		return 0, 0, 0, opError(op, syscall.EINVAL, "ps=tcp|udp|ib|ipoib is required")
 	}
@@ -707,14 +707,14 @@ func ParseNew(text string) (ps PortSpace, t qp.Type, channel uint32, err error) 
 	}
 	// The CM connects RC and sets up UD; the other types' names are
 	// qp's, so one spelling holds across the tree.
-	if v, ok := ar.m["qp_type"]; ok && v != "" {
+	if v, ok := ar.m[qp.KeyQPType]; ok && v != "" {
 		if t, ok = qp.ParseType(v); !ok || (t != qp.TypeRC && t != qp.TypeUD) {
 			return 0, 0, 0, opError(op, syscall.EINVAL, "qp_type=%q: want rc or ud", clip(v))
 		}
 	}
-	if !ar.has("channel") {
+	if !ar.has(KeyChannel) {
 		return 0, 0, 0, opError(op, syscall.EINVAL, "channel=C is required (make one with cm/channel/new)")
 	}
-	n, err := ar.num("channel", 1<<32-1, 0)
+	n, err := ar.num(KeyChannel, 1<<32-1, 0)
 	return ps, t, uint32(n), err
 }

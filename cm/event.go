@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"rdmafs/qp"
 )
 
 // RecordSize is one event on a channel FIFO: a text line padded with
@@ -70,7 +72,7 @@ func (e *Event) add(k string, v any) { e.KV = append(e.KV, fmt.Sprintf("%s=%v", 
 // Line is the event's text without padding.
 func (e Event) Line() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "event=%s id=%d status=%d", e.Name, e.ID, e.Status)
+	fmt.Fprintf(&b, "%s=%s %s=%d %s=%d", qp.KeyEvent, e.Name, KeyID, e.ID, KeyStatus, e.Status)
 	for _, kv := range e.KV {
 		b.WriteByte(' ')
 		b.WriteString(kv)
@@ -91,21 +93,23 @@ func (e Event) Record() [RecordSize]byte {
 	return r
 }
 
+// RecordKeys are the keys of an event record: the event's name, id and
+// status, then those an event adds (Event.add), as librdmacm reads them.
+var RecordKeys = []string{qp.KeyEvent, KeyID, KeyStatus, KeySrcAddr, KeySrcPort, KeyDstAddr, KeyDstPort,
+	KeyListenID, KeyPrivateData, KeyResponderResources, KeyInitiatorDepth, KeyFlowControl, KeyRetryCount,
+	KeyRNRRetryCount, qp.KeySRQ, qp.KeyQPNum, qp.KeyQKey}
+
 // ParseRecord reads a record back into its name, id, status and keys (for
-// tests and tools).
+// tests and tools); a key not of RecordKeys is an error.
 func ParseRecord(rec []byte) (map[string]string, error) {
 	if len(rec) != RecordSize || rec[RecordSize-1] != '\n' {
 		return nil, fmt.Errorf("cm: a record is %d bytes ending in a newline", RecordSize)
 	}
-	m := map[string]string{}
-	for _, f := range strings.Fields(string(rec)) {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			return nil, fmt.Errorf("cm: record token %q is not key=value", f)
-		}
-		m[k] = v
+	m, err := keyValues(strings.Fields(string(rec)), RecordKeys, "record")
+	if err != nil {
+		return nil, err
 	}
-	if m["event"] == "" {
+	if m[qp.KeyEvent] == "" {
 		return nil, fmt.Errorf("cm: record has no event")
 	}
 	return m, nil

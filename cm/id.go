@@ -432,73 +432,73 @@ func (id *ID) Attr() string {
 	defer a.mu.Unlock()
 	var b strings.Builder
 	kv := func(k string, v any) { fmt.Fprintf(&b, "%s=%v\n", k, v) }
-	kv("state", id.state)
-	kv("ps", id.ps)
-	kv("qp_type", id.qpType)
-	kv("channel", id.ch.Num)
-	kv("events_queued", id.queued)
-	kv("migrated_after", id.migratedAt)
+	kv(qp.KeyState, id.state)
+	kv(KeyPs, id.ps)
+	kv(qp.KeyQPType, id.qpType)
+	kv(KeyChannel, id.ch.Num)
+	kv(KeyEventsQueued, id.queued)
+	kv(KeyMigratedAfter, id.migratedAt)
 	if id.bound || id.src.Addr().IsValid() {
-		kv("src_addr", id.src.Addr())
-		kv("src_port", id.src.Port())
+		kv(KeySrcAddr, id.src.Addr())
+		kv(KeySrcPort, id.src.Port())
 	}
 	if id.dst.Addr().IsValid() {
-		kv("dst_addr", id.dst.Addr())
-		kv("dst_port", id.dst.Port())
+		kv(KeyDstAddr, id.dst.Addr())
+		kv(KeyDstPort, id.dst.Port())
 	}
 	if id.ListenID != 0 {
-		kv("listen_id", id.ListenID)
+		kv(KeyListenID, id.ListenID)
 	}
 	if id.state == StateListen {
-		kv("backlog", id.backlog)
-		kv("pending", id.pending)
+		kv(KeyBacklog, id.backlog)
+		kv(qp.KeyPending, id.pending)
 	}
 	if id.routeOK {
 		r := &id.route
-		kv("sgid", qp.FormatGID(r.SGID))
-		kv("dgid", qp.FormatGID(r.DGID))
-		kv("slid", r.SLID)
-		kv("dlid", r.DLID)
-		kv("hop_limit", r.HopLimit)
-		kv("traffic_class", r.TrafficClass)
-		kv("flow_label", r.FlowLabel)
-		kv("path_mtu", r.PathMTU.Bytes())
-		kv("packet_life_time", r.PacketLifeTime)
-		kv("pkey", fmt.Sprintf("0x%04x", r.PKey))
-		kv("sl", r.SL)
+		kv(KeySGID, qp.FormatGID(r.SGID))
+		kv(qp.KeyDGID, qp.FormatGID(r.DGID))
+		kv(KeySLID, r.SLID)
+		kv(qp.KeyDLID, r.DLID)
+		kv(qp.KeyHopLimit, r.HopLimit)
+		kv(qp.KeyTrafficClass, r.TrafficClass)
+		kv(qp.KeyFlowLabel, r.FlowLabel)
+		kv(qp.KeyPathMTU, r.PathMTU.Bytes())
+		kv(KeyPacketLifeTime, r.PacketLifeTime)
+		kv(KeyPKey, fmt.Sprintf("0x%04x", r.PKey))
+		kv(qp.KeySL, r.SL)
 	}
-	kv("tos", id.tos)
+	kv(KeyTOS, id.tos)
 	if id.ackTimeoutOK {
-		kv("ack_timeout", id.ackTimeout)
+		kv(KeyAckTimeout, id.ackTimeout)
 	}
 	if id.localComm != 0 {
-		kv("local_comm_id", id.localComm)
+		kv(KeyLocalCommID, id.localComm)
 	}
 	if id.remoteComm != 0 {
-		kv("remote_comm_id", id.remoteComm)
+		kv(KeyRemoteCommID, id.remoteComm)
 	}
 	if id.serviceID != 0 {
-		kv("service_id", fmt.Sprintf("0x%016x", id.serviceID))
+		kv(KeyServiceID, fmt.Sprintf("0x%016x", id.serviceID))
 	}
 	if id.state >= StateReqSent && id.state != StateListen {
 		if id.qpNum != 0 {
-			kv("qp_num", id.qpNum)
-			kv("psn", id.psn)
+			kv(qp.KeyQPNum, id.qpNum)
+			kv(KeyPSN, id.psn)
 		}
 		if id.remoteQPN != 0 {
-			kv("remote_qp_num", id.remoteQPN)
-			kv("remote_psn", id.remotePSN)
+			kv(KeyRemoteQPNum, id.remoteQPN)
+			kv(KeyRemotePSN, id.remotePSN)
 		}
 		if id.remoteQKey != 0 {
-			kv("remote_qkey", id.remoteQKey)
+			kv(KeyRemoteQKey, id.remoteQKey)
 		}
-		kv("responder_resources", id.responderResources)
-		kv("initiator_depth", id.initiatorDepth)
-		kv("flow_control", boolNum(id.flowControl))
-		kv("retry_count", id.retryCount)
-		kv("rnr_retry_count", id.rnrRetryCount)
-		kv("srq", boolNum(id.srq))
-		kv("local_ack_timeout", id.localAckTimeout)
+		kv(KeyResponderResources, id.responderResources)
+		kv(KeyInitiatorDepth, id.initiatorDepth)
+		kv(KeyFlowControl, boolNum(id.flowControl))
+		kv(KeyRetryCount, id.retryCount)
+		kv(KeyRNRRetryCount, id.rnrRetryCount)
+		kv(qp.KeySRQ, boolNum(id.srq))
+		kv(KeyLocalAckTimeout, id.localAckTimeout)
 	}
 	return b.String()
 }

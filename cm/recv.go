@@ -129,10 +129,10 @@ func (a *Agent) onREQ(sgid [16]byte, tid uint64, m *REQ) {
 	// of this REQ, which finds the id still in req_rcvd above, gets one,
 	// so a prompt accept costs three MADs, not four.
 	e := id.event(EvConnectRequest, 0)
-	e.add("listen_id", l.Num)
+	e.add(KeyListenID, l.Num)
 	id.connKV(&e, m.LocalQPN)
 	id.addrKV(&e)
-	e.add("private_data", hexPrivate(m.PrivateData[CMAHdrLen:]))
+	e.add(KeyPrivateData, hexPrivate(m.PrivateData[CMAHdrLen:]))
 	id.emitLocked(e)
 }
 
@@ -208,13 +208,13 @@ func (a *Agent) requestListener(sid uint64, private []byte) (ps PortSpace, port 
 }
 
 func (id *ID) connKV(e *Event, qpn uint32) {
-	e.add("responder_resources", id.responderResources)
-	e.add("initiator_depth", id.initiatorDepth)
-	e.add("flow_control", boolNum(id.flowControl))
-	e.add("retry_count", id.retryCount)
-	e.add("rnr_retry_count", id.rnrRetryCount)
-	e.add("srq", boolNum(id.srq))
-	e.add("qp_num", qpn)
+	e.add(KeyResponderResources, id.responderResources)
+	e.add(KeyInitiatorDepth, id.initiatorDepth)
+	e.add(KeyFlowControl, boolNum(id.flowControl))
+	e.add(KeyRetryCount, id.retryCount)
+	e.add(KeyRNRRetryCount, id.rnrRetryCount)
+	e.add(qp.KeySRQ, boolNum(id.srq))
+	e.add(qp.KeyQPNum, qpn)
 }
 
 func (a *Agent) onMRA(m *MRA) {
@@ -268,7 +268,7 @@ func (a *Agent) onREJ(m *REJ) {
 	}
 	id.closeLocked()
 	e := id.event(EvRejected, int(m.Reason))
-	e.add("private_data", hexPrivate(m.PrivateData[:]))
+	e.add(KeyPrivateData, hexPrivate(m.PrivateData[:]))
 	id.emitLocked(e)
 }
 
@@ -311,7 +311,7 @@ func (a *Agent) onREP(m *REP) {
 	id.state = StateRepRcvd
 	e := id.event(EvConnectResponse, 0)
 	id.connKV(&e, m.LocalQPN)
-	e.add("private_data", hexPrivate(m.PrivateData[:]))
+	e.add(KeyPrivateData, hexPrivate(m.PrivateData[:]))
 	id.emitLocked(e)
 }
 
@@ -416,9 +416,9 @@ func (a *Agent) onSIDRReq(sgid [16]byte, tid uint64, m *SIDRReq) {
 		a.cfg.NewID(id)
 	}
 	e := id.event(EvConnectRequest, 0)
-	e.add("listen_id", l.Num)
+	e.add(KeyListenID, l.Num)
 	id.addrKV(&e)
-	e.add("private_data", hexPrivate(m.PrivateData[CMAHdrLen:]))
+	e.add(KeyPrivateData, hexPrivate(m.PrivateData[CMAHdrLen:]))
 	id.emitLocked(e)
 }
 
@@ -437,7 +437,7 @@ func (a *Agent) onSIDRRep(m *SIDRRep) {
 		id.closeLocked()
 		// As the kernel: a refused SIDR is "unreachable" with the status.
 		e := id.event(EvUnreachable, int(m.Status))
-		e.add("private_data", hexPrivate(m.PrivateData[:]))
+		e.add(KeyPrivateData, hexPrivate(m.PrivateData[:]))
 		id.emitLocked(e)
 		return
 	}
@@ -445,9 +445,9 @@ func (a *Agent) onSIDRRep(m *SIDRRep) {
 	id.state = StateEstablished
 	a.forgetCommLocked(id) // SIDR is one exchange; later SIDR_REPs are strays
 	e := id.event(EvEstablished, 0)
-	e.add("qp_num", m.QPN)
-	e.add("qkey", m.QKey)
+	e.add(qp.KeyQPNum, m.QPN)
+	e.add(qp.KeyQKey, m.QKey)
 	id.addrKV(&e)
-	e.add("private_data", hexPrivate(m.PrivateData[:]))
+	e.add(KeyPrivateData, hexPrivate(m.PrivateData[:]))
 	id.emitLocked(e)
 }

@@ -221,19 +221,19 @@ func parseMcast(cmd, rest string) (gid [16]byte, lid uint16, err error) {
 		switch {
 		case !ok:
 			return gid, 0, &qp.Error{Key: clip(f), Msg: "not a key=value token (" + cmd + " gid=G lid=N)"}
-		case k == "gid":
+		case k == qp.KeyGID:
 			if gid, err = qp.ParseGID(v); err != nil {
-				return gid, 0, &qp.Error{Key: "gid", Msg: fmt.Sprintf("not a GID: %q", clip(v))}
+				return gid, 0, &qp.Error{Key: qp.KeyGID, Msg: fmt.Sprintf("not a GID: %q", clip(v))}
 			}
 			haveGID = true
-		case k == "lid":
+		case k == qp.KeyLID:
 			digits, base := v, 10
 			if len(v) > 2 && (v[:2] == "0x" || v[:2] == "0X") {
 				digits, base = v[2:], 16
 			}
 			n, perr := strconv.ParseUint(digits, base, 16)
 			if perr != nil {
-				return gid, 0, &qp.Error{Key: "lid", Msg: fmt.Sprintf("not a 16-bit number: %q", clip(v))}
+				return gid, 0, &qp.Error{Key: qp.KeyLID, Msg: fmt.Sprintf("not a 16-bit number: %q", clip(v))}
 			}
 			lid = uint16(n)
 		default:
@@ -241,7 +241,7 @@ func parseMcast(cmd, rest string) (gid [16]byte, lid uint16, err error) {
 		}
 	}
 	if !haveGID {
-		return gid, 0, &qp.Error{Key: "gid", Msg: "missing (" + cmd + " gid=G lid=N)"}
+		return gid, 0, &qp.Error{Key: qp.KeyGID, Msg: "missing (" + cmd + " gid=G lid=N)"}
 	}
 	return gid, lid, nil
 }

@@ -59,18 +59,7 @@ func errnoOf(err error) syscall.Errno {
 // tryCreate runs one transaction on KIND/new: write the line, read the
 // answer.
 func (m *mnt) tryCreate(kind, line string) (string, error) {
-	f, err := os.OpenFile(m.path(kind, "new"), os.O_RDWR, 0)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	_, werr := f.Write([]byte(line + "\n"))
-	buf := make([]byte, 4096)
-	n, rerr := f.Read(buf)
-	if rerr != nil && werr == nil {
-		return "", rerr
-	}
-	return strings.TrimSuffix(string(buf[:n]), "\n"), werr
+	return testmount.Create(m.path(kind, "new"), line)
 }
 
 func (m *mnt) create(kind, line string) string {
@@ -92,17 +81,7 @@ func (m *mnt) read(parts ...string) string {
 }
 
 // write writes s to a file of the tree in one write.
-func (m *mnt) write(s string, parts ...string) error {
-	f, err := os.OpenFile(m.path(parts...), os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write([]byte(s))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (m *mnt) write(s string, parts ...string) error { return testmount.Write(m.path(parts...), s) }
 
 func (m *mnt) mustWrite(s string, parts ...string) {
 	m.t.Helper()

@@ -644,7 +644,7 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 		cq.Destroy()
 		return "", &device.Error{Op: "create_cq", Errno: syscall.ENOMEM, Err: err}
 	}
-	line := []byte(fmt.Sprintf("event cq=%d\n", cq.Handle))
+	line := []byte(fmt.Sprintf("event %s=%d\n", qp.KeyCQ, cq.Handle))
 	cq.SetEventHook(func() { ch.signal(line) })
 	// ringMu serialises resizes, which replace the ring file, with each
 	// other and with the destroy; ringNode is the current ring file.
@@ -666,7 +666,7 @@ func (t *tree) createCQ(ctx context.Context, text string) (string, error) {
 		if cmd != "resize" {
 			return invalid("resize_cq", "unknown command %q (want: resize cqe=N)", clip(cmd))
 		}
-		n, err := oneNumber(rest, "cqe")
+		n, err := oneNumber(rest, qp.KeyCQE)
 		if err != nil {
 			return err
 		}

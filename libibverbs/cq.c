@@ -72,7 +72,7 @@ static size_t event_line_len(uint32_t handle)
 {
 	char b[32];
 
-	return snprintf(b, sizeof(b), "event cq=%u\n", handle);
+	return snprintf(b, sizeof(b), "event " RDMAFS_KEQ(CQ) "%u\n", handle);
 }
 
 static int attach_channel(struct rf_context *ctx, struct rf_cq *cq, struct ibv_comp_channel *channel)
@@ -122,12 +122,13 @@ static struct rf_cq *cq_new(struct ibv_context *context, int cqe, void *cq_conte
 		return NULL;
 	}
 	cq->fifo_fd = -1;
-	int n = snprintf(req, sizeof(req), "cqe=%d", cqe);
+	int n = snprintf(req, sizeof(req), RDMAFS_KEQ(CQE) "%d", cqe);
 	if (wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) {
 		const char *ts = (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ? "completion_timestamp" : "";
 		const char *wall = (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 					   ? "completion_timestamp_wallclock" : "";
-		snprintf(req + n, sizeof(req) - n, " wc_flags=%s%s%s", ts, *ts && *wall ? "," : "", wall);
+		snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEQ(WC_FLAGS) "%s%s%s", ts,
+			 *ts && *wall ? "," : "", wall);
 	}
 	if ((err = rf_transact(ctx, "cq", req, &cq->handle)))
 		goto fail_free;
@@ -196,7 +197,7 @@ int ibv_resize_cq(struct ibv_cq *icq, int cqe)
 	if (cqe <= 0 || cqe > ctx->attr.max_cqe)
 		return EINVAL;
 	snprintf(path, sizeof(path), "cq/%u/ctl", cq->handle);
-	snprintf(cmd, sizeof(cmd), "resize cqe=%d", cqe);
+	snprintf(cmd, sizeof(cmd), "resize " RDMAFS_KEQ(CQE) "%d", cqe);
 	settle_senders(ctx, icq);
 	pthread_spin_lock(&cq->lock);
 	if ((err = rf_command(ctx, path, cmd))) {

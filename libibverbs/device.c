@@ -76,7 +76,7 @@ static uint64_t parse_guid(const char *devtext)
 {
 	uint64_t g = 0;
 
-	rf_kv_u64(devtext, "node_guid", &g);
+	rf_kv_u64(devtext, RDMAFS_KEY_NODE_GUID, &g);
 	return htobe64(g);
 }
 
@@ -258,69 +258,69 @@ static int load_attrs(struct rf_context *ctx)
 	if ((err = rf_read_file(ctx, "device", text, sizeof(text))))
 		return err;
 	memset(a, 0, sizeof(*a));
-	s = rf_kv(text, "fw_ver");
+	s = rf_kv(text, RDMAFS_KEY_FW_VER);
 	if (s) {
 		size_t n = strcspn(s, "\n");
 		if (n >= sizeof(a->fw_ver))
 			n = sizeof(a->fw_ver) - 1;
 		memcpy(a->fw_ver, s, n);
 	}
-	a->node_guid = htobe64(kv(text, "node_guid"));
-	a->sys_image_guid = htobe64(kv(text, "sys_image_guid"));
-	a->max_mr_size = kv(text, "max_mr_size");
-	a->page_size_cap = kv(text, "page_size_cap");
-	a->vendor_id = kv(text, "vendor_id");
-	a->vendor_part_id = kv(text, "vendor_part_id");
-	a->hw_ver = kv(text, "hw_ver");
-	a->max_qp = kv(text, "max_qp");
-	a->max_qp_wr = kv(text, "max_qp_wr");
+	a->node_guid = htobe64(kv(text, RDMAFS_KEY_NODE_GUID));
+	a->sys_image_guid = htobe64(kv(text, RDMAFS_KEY_SYS_IMAGE_GUID));
+	a->max_mr_size = kv(text, RDMAFS_KEY_MAX_MR_SIZE);
+	a->page_size_cap = kv(text, RDMAFS_KEY_PAGE_SIZE_CAP);
+	a->vendor_id = kv(text, RDMAFS_KEY_VENDOR_ID);
+	a->vendor_part_id = kv(text, RDMAFS_KEY_VENDOR_PART_ID);
+	a->hw_ver = kv(text, RDMAFS_KEY_HW_VER);
+	a->max_qp = kv(text, RDMAFS_KEY_MAX_QP);
+	a->max_qp_wr = kv(text, RDMAFS_KEY_MAX_QP_WR);
 	/* SRQ_RESIZE among them: ibv_modify_srq with IBV_SRQ_MAX_WR moves
 	 * the SRQ to a new ring (srq.c). */
-	a->device_cap_flags = kv(text, "device_cap_flags");
+	a->device_cap_flags = kv(text, RDMAFS_KEY_DEVICE_CAP_FLAGS);
 	/* The bits past 31 are the kernel's IB_UVERBS_DEVICE_* (ATOMIC_WRITE
 	 * is 1 << 40), which libibverbs passes through as they are. */
-	ctx->cap_flags_ex = kv(text, "device_cap_flags_ex") | a->device_cap_flags;
+	ctx->cap_flags_ex = kv(text, RDMAFS_KEY_DEVICE_CAP_FLAGS_EX) | a->device_cap_flags;
 	/* The device clock of completion timestamps and of
 	 * ibv_query_rt_values_ex, in kHz. */
-	ctx->hca_core_clock = kv(text, "hca_core_clock");
-	ctx->ts_mask = kv(text, "completion_timestamp_mask");
-	a->max_sge = kv(text, "max_sge");
-	a->max_sge_rd = kv(text, "max_sge_rd");
-	a->max_cq = kv(text, "max_cq");
-	a->max_cqe = kv(text, "max_cqe");
-	a->max_mr = kv(text, "max_mr");
-	a->max_pd = kv(text, "max_pd");
-	a->max_qp_rd_atom = kv(text, "max_qp_rd_atom");
+	ctx->hca_core_clock = kv(text, RDMAFS_KEY_HCA_CORE_CLOCK);
+	ctx->ts_mask = kv(text, RDMAFS_KEY_COMPLETION_TIMESTAMP_MASK);
+	a->max_sge = kv(text, RDMAFS_KEY_MAX_SGE);
+	a->max_sge_rd = kv(text, RDMAFS_KEY_MAX_SGE_RD);
+	a->max_cq = kv(text, RDMAFS_KEY_MAX_CQ);
+	a->max_cqe = kv(text, RDMAFS_KEY_MAX_CQE);
+	a->max_mr = kv(text, RDMAFS_KEY_MAX_MR);
+	a->max_pd = kv(text, RDMAFS_KEY_MAX_PD);
+	a->max_qp_rd_atom = kv(text, RDMAFS_KEY_MAX_QP_RD_ATOM);
 	a->max_ee_rd_atom = 0;
-	a->max_res_rd_atom = kv(text, "max_res_rd_atom");
-	a->max_qp_init_rd_atom = kv(text, "max_qp_init_rd_atom");
+	a->max_res_rd_atom = kv(text, RDMAFS_KEY_MAX_RES_RD_ATOM);
+	a->max_qp_init_rd_atom = kv(text, RDMAFS_KEY_MAX_QP_INIT_RD_ATOM);
 	a->max_ee_init_rd_atom = 0;
-	s = rf_kv(text, "atomic_cap");
+	s = rf_kv(text, RDMAFS_KEY_ATOMIC_CAP);
 	a->atomic_cap = s && !strncmp(s, "hca", 3) && s[3] != '_' ? IBV_ATOMIC_HCA :
 			s && !strncmp(s, "glob", 4) ? IBV_ATOMIC_GLOB : IBV_ATOMIC_NONE;
-	a->max_mw = kv(text, "max_mw");
-	a->max_ah = kv(text, "max_ah");
-	a->max_srq = kv(text, "max_srq");
-	a->max_srq_wr = kv(text, "max_srq_wr");
-	a->max_srq_sge = kv(text, "max_srq_sge");
-	a->max_pkeys = kv(text, "max_pkeys");
-	a->local_ca_ack_delay = kv(text, "local_ca_ack_delay");
-	a->phys_port_cnt = kv(text, "phys_port_cnt");
-	a->max_mcast_grp = kv(text, "max_mcast_grp");
-	a->max_mcast_qp_attach = kv(text, "max_mcast_qp_attach");
-	a->max_total_mcast_qp_attach = kv(text, "max_total_mcast_qp_attach");
-	ctx->max_inline = kv(text, "max_inline_data");
+	a->max_mw = kv(text, RDMAFS_KEY_MAX_MW);
+	a->max_ah = kv(text, RDMAFS_KEY_MAX_AH);
+	a->max_srq = kv(text, RDMAFS_KEY_MAX_SRQ);
+	a->max_srq_wr = kv(text, RDMAFS_KEY_MAX_SRQ_WR);
+	a->max_srq_sge = kv(text, RDMAFS_KEY_MAX_SRQ_SGE);
+	a->max_pkeys = kv(text, RDMAFS_KEY_MAX_PKEYS);
+	a->local_ca_ack_delay = kv(text, RDMAFS_KEY_LOCAL_CA_ACK_DELAY);
+	a->phys_port_cnt = kv(text, RDMAFS_KEY_PHYS_PORT_CNT);
+	a->max_mcast_grp = kv(text, RDMAFS_KEY_MAX_MCAST_GRP);
+	a->max_mcast_qp_attach = kv(text, RDMAFS_KEY_MAX_MCAST_QP_ATTACH);
+	a->max_total_mcast_qp_attach = kv(text, RDMAFS_KEY_MAX_TOTAL_MCAST_QP_ATTACH);
+	ctx->max_inline = kv(text, RDMAFS_KEY_MAX_INLINE_DATA);
 
 	if ((err = rf_read_file(ctx, "port", text, sizeof(text))))
 		return err;
 	struct rf_port *p = &ctx->port;
 	memset(p, 0, sizeof(*p));
-	s = rf_kv(text, "state");
+	s = rf_kv(text, RDMAFS_KEY_STATE);
 	p->state = s && !strncmp(s, "ACTIVE", 6) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
-	p->max_mtu = mtu_enum(kv(text, "max_mtu"));
-	p->active_mtu = mtu_enum(kv(text, "active_mtu"));
-	p->max_msg_sz = kv(text, "max_msg_sz");
-	s = rf_kv(text, "gid");
+	p->max_mtu = mtu_enum(kv(text, RDMAFS_KEY_MAX_MTU));
+	p->active_mtu = mtu_enum(kv(text, RDMAFS_KEY_ACTIVE_MTU));
+	p->max_msg_sz = kv(text, RDMAFS_KEY_MAX_MSG_SZ);
+	s = rf_kv(text, RDMAFS_KEY_GID);
 	if (!s || rf_parse_gid(s, &p->gid))
 		memset(&p->gid, 0, sizeof(p->gid));
 	/* On the wire the GID is IPv4-mapped (::ffff:a.b.c.d). */
@@ -398,7 +398,7 @@ static int rf_query_rt_values(struct ibv_context *c, struct ibv_values_ex *value
 		return 0;
 	if ((err = rf_read_file(to_rctx(c), "clock", text, sizeof(text))))
 		return err;
-	if (rf_kv_u64(text, "raw_clock", &raw)) {
+	if (rf_kv_u64(text, RDMAFS_KEY_RAW_CLOCK, &raw)) {
 		rf_log("query_rt_values: the daemon's clock file has no raw_clock: %s", text);
 		return EIO;
 	}

@@ -72,7 +72,8 @@ struct ibv_dm *rf_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr
 	uint32_t pd = rf_backing_pd(ctx, &err);
 	if (!pd)
 		goto fail;
-	snprintf(req, sizeof(req), "pd=%u length=%zu iova=0 access=local_write", pd, dm->maplen);
+	snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(LENGTH) "%zu " RDMAFS_KEQ(IOVA) "0 "
+		 RDMAFS_KEQ(ACCESS) "local_write", pd, dm->maplen);
 	if ((err = rf_transact(ctx, "mr", req, &dm->mr)))
 		goto fail;
 	snprintf(path, sizeof(path), "mr/%u/mem", dm->mr);
@@ -145,20 +146,21 @@ struct ibv_mr *rf_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *d, uint64_t offset
 		errno = ENOMEM;
 		return NULL;
 	}
-	snprintf(req, sizeof(req), "pd=%u length=%zu iova=0 access=%u share=%u offset=%llu", to_rpd(pd)->handle,
+	snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(LENGTH) "%zu " RDMAFS_KEQ(IOVA) "0 "
+		 RDMAFS_KEQ(ACCESS) "%u " RDMAFS_KEQ(SHARE) "%u " RDMAFS_KEQ(OFFSET) "%llu", to_rpd(pd)->handle,
 		 length, access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 				   IBV_ACCESS_REMOTE_ATOMIC),
 		 dm->mr, (unsigned long long)offset);
 	if ((err = rf_transact(ctx, "mr", req, &m->handle)))
 		goto fail;
 	snprintf(path, sizeof(path), "mr/%u/attr", m->handle);
-	if ((err = rf_read_file(ctx, path, text, sizeof(text))) || rf_kv_u64(text, "lkey", &v)) {
+	if ((err = rf_read_file(ctx, path, text, sizeof(text))) || rf_kv_u64(text, RDMAFS_KEY_LKEY, &v)) {
 		rf_destroy(ctx, "mr", m->handle);
 		err = err ? err : EIO;
 		goto fail;
 	}
 	m->mr.lkey = v;
-	m->mr.rkey = rf_kv_u64(text, "rkey", &v) ? 0 : v;
+	m->mr.rkey = rf_kv_u64(text, RDMAFS_KEY_RKEY, &v) ? 0 : v;
 	m->mr.context = pd->context;
 	m->mr.pd = pd;
 	m->mr.addr = (void *)(uintptr_t)offset;
@@ -189,7 +191,7 @@ struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
 	snprintf(path, sizeof(path), "mr/%u/attr", dm_handle);
 	if ((err = rf_read_file(ctx, path, text, sizeof(text))))
 		goto fail;
-	if (rf_kv_u64(text, "length", &len) || !len || len > RF_MAX_DM_SIZE) {
+	if (rf_kv_u64(text, RDMAFS_KEY_LENGTH, &len) || !len || len > RF_MAX_DM_SIZE) {
 		err = EINVAL;
 		goto fail;
 	}

@@ -101,7 +101,7 @@ static bool queue_line(struct rf_context *ctx, const char *line)
 	unsigned int h;
 	int type = -1;
 
-	if (sscanf(line, "event=%31s %7[a-z]=%u", name, kind, &h) != 3)
+	if (sscanf(line, RDMAFS_KEQ(EVENT) "%31s %7[a-z]=%u", name, kind, &h) != 3)
 		return false;
 	for (size_t i = 0; i < sizeof(rdmafs_event_names) / sizeof(rdmafs_event_names[0]); i++)
 		if (rdmafs_event_names[i] && !strcmp(rdmafs_event_names[i], name))
@@ -109,17 +109,17 @@ static bool queue_line(struct rf_context *ctx, const char *line)
 	if (type < 0)
 		return false;
 	struct ibv_async_event ev = {.event_type = type};
-	if (!strcmp(kind, "qp")) {
+	if (!strcmp(kind, RDMAFS_KEY_QP)) {
 		struct rf_qp *q = find(ctx, RF_QP, h);
 		if (!q)
 			return false;
 		ev.element.qp = &q->qpx.qp_base;
-	} else if (!strcmp(kind, "cq")) {
+	} else if (!strcmp(kind, RDMAFS_KEY_CQ)) {
 		struct rf_cq *c = find(ctx, RF_CQ, h);
 		if (!c)
 			return false;
 		ev.element.cq = ibv_cq_ex_to_cq(&c->cq);
-	} else if (!strcmp(kind, "srq")) {
+	} else if (!strcmp(kind, RDMAFS_KEY_SRQ)) {
 		struct rf_srq *s = find(ctx, RF_SRQ, h);
 		if (!s)
 			return false;
@@ -189,7 +189,7 @@ static void *async_main(void *arg)
 	pthread_cleanup_pop(1);
 	if (!ctx->closing) {
 		/* The daemon is gone: the device is dead. */
-		char line[] = "event=device_fatal port=1";
+		char line[] = RDMAFS_KEQ(EVENT) "device_fatal " RDMAFS_KEQ(PORT) "1";
 		deliver(ctx, line);
 	}
 	return NULL;

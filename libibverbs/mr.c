@@ -77,14 +77,16 @@ static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void 
 	if (implicit(addr, length)) {
 		if (!(access & IBV_ACCESS_ON_DEMAND))
 			return EINVAL;
-		snprintf(req, sizeof(req), "pd=%u implicit=1 access=%u", to_rpd(pd)->handle, access_word(access));
+		snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(IMPLICIT) "1 "
+			 RDMAFS_KEQ(ACCESS) "%u", to_rpd(pd)->handle, access_word(access));
 	} else {
 		if (!addr || !length || a + length < a)
 			return EINVAL;
 		if (!(access & IBV_ACCESS_ON_DEMAND) && (err = rf_mem_pin(a, length, writable(access), &m->pin)))
 			return err;
-		snprintf(req, sizeof(req), "pd=%u addr=%lu length=%zu iova=%llu access=%u", to_rpd(pd)->handle,
-			 (unsigned long)a, length, (unsigned long long)iova, access_word(access));
+		snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(ADDR) "%lu "
+			 RDMAFS_KEQ(LENGTH) "%zu " RDMAFS_KEQ(IOVA) "%llu " RDMAFS_KEQ(ACCESS) "%u",
+			 to_rpd(pd)->handle, (unsigned long)a, length, (unsigned long long)iova, access_word(access));
 	}
 	if ((err = rf_transact(ctx, "mr", req, &m->handle))) {
 		rf_mem_unpin(&m->pin);
@@ -93,8 +95,8 @@ static int reg(struct rf_context *ctx, struct rf_mr *m, struct ibv_pd *pd, void 
 	char path[64], text[512];
 	snprintf(path, sizeof(path), "mr/%u/attr", m->handle);
 	if ((err = rf_read_file(ctx, path, text, sizeof(text))) == 0) {
-		m->mr.lkey = rf_kv_u64(text, "lkey", &v) ? 0 : (uint32_t)v;
-		m->mr.rkey = rf_kv_u64(text, "rkey", &v) ? 0 : (uint32_t)v;
+		m->mr.lkey = rf_kv_u64(text, RDMAFS_KEY_LKEY, &v) ? 0 : (uint32_t)v;
+		m->mr.rkey = rf_kv_u64(text, RDMAFS_KEY_RKEY, &v) ? 0 : (uint32_t)v;
 	}
 	if (err || !m->mr.lkey) {
 		rf_destroy(ctx, "mr", m->handle);
@@ -187,7 +189,7 @@ static unsigned int access_of(const char *text)
 		{"mw_bind", IBV_ACCESS_MW_BIND},           {"on_demand", IBV_ACCESS_ON_DEMAND},
 		{"zero_based", IBV_ACCESS_ZERO_BASED},
 	};
-	const char *s = rf_kv(text, "access");
+	const char *s = rf_kv(text, RDMAFS_KEY_ACCESS);
 	unsigned int a = 0;
 
 	while (s && *s && *s != '\n') {
@@ -222,13 +224,13 @@ struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
 		errno = err;
 		return NULL;
 	}
-	if (rf_kv_u64(text, "lkey", &lkey)) {
+	if (rf_kv_u64(text, RDMAFS_KEY_LKEY, &lkey)) {
 		errno = EIO;
 		return NULL;
 	}
-	rf_kv_u64(text, "rkey", &rkey);
-	rf_kv_u64(text, "length", &len);
-	rf_kv_u64(text, "iova", &iova);
+	rf_kv_u64(text, RDMAFS_KEY_RKEY, &rkey);
+	rf_kv_u64(text, RDMAFS_KEY_LENGTH, &len);
+	rf_kv_u64(text, RDMAFS_KEY_IOVA, &iova);
 	if (!(m = calloc(1, sizeof(*m)))) {
 		errno = ENOMEM;
 		return NULL;
@@ -281,9 +283,9 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	}
 	n = snprintf(cmd, sizeof(cmd), "rereg");
 	if (flags & IBV_REREG_MR_CHANGE_PD)
-		n += snprintf(cmd + n, sizeof(cmd) - n, " pd=%u", to_rpd(pd)->handle);
+		n += snprintf(cmd + n, sizeof(cmd) - n, " " RDMAFS_KEQ(PD) "%u", to_rpd(pd)->handle);
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
-		n += snprintf(cmd + n, sizeof(cmd) - n, " access=%u", access_word(acc));
+		n += snprintf(cmd + n, sizeof(cmd) - n, " " RDMAFS_KEQ(ACCESS) "%u", access_word(acc));
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		uintptr_t a = (uintptr_t)addr;
 		if (a + length < a) {
@@ -294,7 +296,8 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 			errno = err;
 			return IBV_REREG_MR_ERR_CMD;
 		}
-		snprintf(cmd + n, sizeof(cmd) - n, " addr=%lu length=%zu iova=%lu", (unsigned long)a, length,
+		snprintf(cmd + n, sizeof(cmd) - n, " " RDMAFS_KEQ(ADDR) "%lu " RDMAFS_KEQ(LENGTH) "%zu "
+			 RDMAFS_KEQ(IOVA) "%lu", (unsigned long)a, length,
 			 (unsigned long)a);
 	} else if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && writable(acc) && !writable(m->access) && m->pin.n &&
 		   !m->dm) {
@@ -304,7 +307,8 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 			errno = err;
 			return IBV_REREG_MR_ERR_CMD;
 		}
-		snprintf(cmd + n, sizeof(cmd) - n, " addr=%lu length=%zu iova=%llu", (unsigned long)mr->addr,
+		snprintf(cmd + n, sizeof(cmd) - n, " " RDMAFS_KEQ(ADDR) "%lu " RDMAFS_KEQ(LENGTH) "%zu "
+			 RDMAFS_KEQ(IOVA) "%llu", (unsigned long)mr->addr,
 			 mr->length, (unsigned long long)m->iova);
 	}
 	snprintf(path, sizeof(path), "mr/%u/ctl", m->handle);

@@ -24,14 +24,14 @@ struct ibv_mw *rf_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 		errno = ENOMEM;
 		return NULL;
 	}
-	snprintf(req, sizeof(req), "pd=%u type=%d", to_rpd(pd)->handle, type);
+	snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(TYPE) "%d", to_rpd(pd)->handle, type);
 	if ((err = rf_transact(ctx, "mw", req, &mw->handle))) {
 		free(mw);
 		errno = err;
 		return NULL;
 	}
 	snprintf(path, sizeof(path), "mw/%u/attr", mw->handle);
-	if ((err = rf_read_file(ctx, path, text, sizeof(text))) || rf_kv_u64(text, "rkey", &rkey)) {
+	if ((err = rf_read_file(ctx, path, text, sizeof(text))) || rf_kv_u64(text, RDMAFS_KEY_RKEY, &rkey)) {
 		rf_destroy(ctx, "mw", mw->handle);
 		free(mw);
 		errno = err ? err : EIO;

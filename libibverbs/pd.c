@@ -158,10 +158,12 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 		return NULL;
 	}
 	rf_dest_gid(ctx, attr, gid, sizeof(gid));
-	snprintf(req, sizeof(req), "pd=%u dgid=%s sl=%u", to_rpd(pd)->handle, gid, attr->sl);
+	snprintf(req, sizeof(req), RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(DGID) "%s " RDMAFS_KEQ(SL) "%u",
+		 to_rpd(pd)->handle, gid, attr->sl);
 	if (attr->is_global)
 		snprintf(req + strlen(req), sizeof(req) - strlen(req),
-			 " hop_limit=%u traffic_class=%u flow_label=%u sgid_index=%u", attr->grh.hop_limit,
+			 " " RDMAFS_KEQ(HOP_LIMIT) "%u " RDMAFS_KEQ(TRAFFIC_CLASS) "%u " RDMAFS_KEQ(FLOW_LABEL) "%u "
+			 RDMAFS_KEQ(SGID_INDEX) "%u", attr->grh.hop_limit,
 			 attr->grh.traffic_class, rf_flow_label(attr->grh.flow_label), attr->grh.sgid_index);
 	if (rf_transact(ctx, "ah", req, &ah->handle)) {
 		int err = errno;

@@ -103,7 +103,8 @@ static struct ibv_qp *create_xrc_recv(struct ibv_context *context, struct ibv_qp
 		errno = EINVAL;
 		return NULL;
 	}
-	snprintf(req, sizeof(req), RDMAFS_KEY_QP_TYPE "=xrc_recv xrcd=%u", to_rxrcd(init->xrcd)->handle);
+	snprintf(req, sizeof(req), RDMAFS_KEQ(QP_TYPE) "xrc_recv " RDMAFS_KEQ(XRCD) "%u",
+		 to_rxrcd(init->xrcd)->handle);
 	q = rf_xrc_recv_qp(to_rctx(context), req, init->qp_context);
 	if (q)
 		memset(&init->cap, 0, sizeof(init->cap));
@@ -733,7 +734,7 @@ static int mcast_command(struct ibv_qp *qp, const char *cmd, const union ibv_gid
 		return EINVAL;
 	if (!inet_ntop(AF_INET6, gid->raw, g, sizeof(g)))
 		return EINVAL;
-	snprintf(text, sizeof(text), "%s gid=%s lid=%u", cmd, g, lid);
+	snprintf(text, sizeof(text), "%s " RDMAFS_KEQ(GID) "%s " RDMAFS_KEQ(LID) "%u", cmd, g, lid);
 	snprintf(path, sizeof(path), "qp/%u/ctl", to_rqp(qp)->qpn);
 	return rf_command(to_rctx(qp->context), path, text);
 }

@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rdmafs-text.h" /* the words of the daemon's text, generated from qp/ and cm/ */
 #include "ring.h"
 
 #define rf_container_of(ptr, type, member) \

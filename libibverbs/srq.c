@@ -41,18 +41,19 @@ static struct ibv_srq *srq_new(struct ibv_pd *pd, void *srq_context, struct ibv_
 		errno = ENOMEM;
 		return NULL;
 	}
-	int n = snprintf(req, sizeof(req), "pd=%u max_wr=%u max_sge=%u srq_limit=%u", to_rpd(pd)->handle,
-			 attr->max_wr, attr->max_sge, attr->srq_limit);
+	int n = snprintf(req, sizeof(req),
+			 RDMAFS_KEQ(PD) "%u " RDMAFS_KEQ(MAX_WR) "%u " RDMAFS_KEQ(MAX_SGE) "%u " RDMAFS_KEQ(SRQ_LIMIT) "%u",
+			 to_rpd(pd)->handle, attr->max_wr, attr->max_sge, attr->srq_limit);
 	if (xrcd)
-		snprintf(req + n, sizeof(req) - n, " srq_type=xrc xrcd=%u cq=%u", to_rxrcd(xrcd)->handle,
-			 to_rcq(cq)->handle);
+		snprintf(req + n, sizeof(req) - n, " " RDMAFS_KEQ(SRQ_TYPE) "xrc " RDMAFS_KEQ(XRCD) "%u " RDMAFS_KEQ(CQ) "%u",
+			 to_rxrcd(xrcd)->handle, to_rcq(cq)->handle);
 	if ((err = rf_transact(ctx, "srq", req, &s->handle)))
 		goto fail_free;
 	if ((err = srq_query_text(ctx, s->handle, text, sizeof(text))))
 		goto fail_destroy;
-	s->max_wr = u32kv(text, "max_wr");
-	s->max_sge = u32kv(text, "max_sge");
-	s->srq_num = u32kv(text, "srq_num");
+	s->max_wr = u32kv(text, RDMAFS_KEY_MAX_WR);
+	s->max_sge = u32kv(text, RDMAFS_KEY_MAX_SGE);
+	s->srq_num = u32kv(text, RDMAFS_KEY_SRQ_NUM);
 	snprintf(path, sizeof(path), "srq/%u/ring", s->handle);
 	if ((err = rf_ring_map(ctx->mount_fd, path, RDMAFS_KIND_SRQ, &s->ring)))
 		goto fail_destroy;
@@ -129,9 +130,9 @@ int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 	snprintf(path, sizeof(path), "srq/%u/ctl", s->handle);
 	n = snprintf(cmd, sizeof(cmd), "modify");
 	if (mask & IBV_SRQ_MAX_WR)
-		n += snprintf(cmd + n, sizeof(cmd) - n, " max_wr=%u", attr->max_wr);
+		n += snprintf(cmd + n, sizeof(cmd) - n, " " RDMAFS_KEQ(MAX_WR) "%u", attr->max_wr);
 	if (mask & IBV_SRQ_LIMIT)
-		snprintf(cmd + n, sizeof(cmd) - n, " srq_limit=%u", attr->srq_limit);
+		snprintf(cmd + n, sizeof(cmd) - n, " " RDMAFS_KEQ(SRQ_LIMIT) "%u", attr->srq_limit);
 	if (!(mask & IBV_SRQ_MAX_WR))
 		return rf_command(ctx, path, cmd);
 
@@ -164,9 +165,9 @@ int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
 
 	if ((err = srq_query_text(to_rctx(srq->context), s->handle, text, sizeof(text))))
 		return err;
-	attr->max_wr = u32kv(text, "max_wr");
-	attr->max_sge = u32kv(text, "max_sge");
-	attr->srq_limit = u32kv(text, "srq_limit");
+	attr->max_wr = u32kv(text, RDMAFS_KEY_MAX_WR);
+	attr->max_sge = u32kv(text, RDMAFS_KEY_MAX_SGE);
+	attr->srq_limit = u32kv(text, RDMAFS_KEY_SRQ_LIMIT);
 	return 0;
 }
 

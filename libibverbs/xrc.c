@@ -31,8 +31,9 @@ struct ibv_xrcd *rf_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_
 		return NULL;
 	}
 	if (fd >= 0)
-		snprintf(req, sizeof(req), "fd=%d%s%s", fd, (oflags & O_CREAT) ? " create=1" : "",
-			 (oflags & O_EXCL) ? " excl=1" : "");
+		snprintf(req, sizeof(req), RDMAFS_KEQ(FD) "%d%s%s", fd,
+			 (oflags & O_CREAT) ? " " RDMAFS_KEQ(CREATE) "1" : "",
+			 (oflags & O_EXCL) ? " " RDMAFS_KEQ(EXCL) "1" : "");
 	else if (fd != -1) {
 		errno = EBADF;
 		return NULL;
@@ -91,7 +92,8 @@ struct ibv_qp *rf_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *
 		errno = EINVAL;
 		return NULL;
 	}
-	snprintf(req, sizeof(req), "qp_type=xrc_recv xrcd=%u open=%u", to_rxrcd(attr->xrcd)->handle, attr->qp_num);
+	snprintf(req, sizeof(req), RDMAFS_KEQ(QP_TYPE) "xrc_recv " RDMAFS_KEQ(XRCD) "%u "
+		 RDMAFS_KEQ(OPEN) "%u", to_rxrcd(attr->xrcd)->handle, attr->qp_num);
 	return rf_xrc_recv_qp(to_rctx(context), req,
 			      (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : NULL);
 }

@@ -195,7 +195,7 @@ static int private_words(const void *pd, uint8_t len, size_t max, char *out, siz
 	}
 	if (len > max || outlen < 2 * (size_t)len + 16)
 		return EINVAL;
-	strcpy(out, " private_data=");
+	strcpy(out, " " RDMAFS_KEQ(PRIVATE_DATA));
 	rc_hex(pd, len, out + strlen(out));
 	return 0;
 }
@@ -251,14 +251,16 @@ int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 		return fail(err);
 	depths(id, p, &s->dev->attr, false);
 	if (ud) {
-		err = rc_ctl(s->dev, s->handle, "connect qp_num=%u psn=%u%s",
+		err = rc_ctl(s->dev, s->handle, "connect " RDMAFS_KEQ(QP_NUM) "%u " RDMAFS_KEQ(PSN) "%u%s",
 			     cid->qp ? cid->qp->qp_num : (p ? p->qp_num : 0), id->psn, pdw);
 	} else {
 		uint32_t qpn = cid->qp ? cid->qp->qp_num : p->qp_num;
 		int srq = cid->qp ? cid->qp->srq != NULL : (p ? p->srq : 0);
 		err = rc_ctl(s->dev, s->handle,
-			     "connect qp_num=%u psn=%u%s responder_resources=%u initiator_depth=%u "
-			     "flow_control=%u retry_count=%u rnr_retry_count=%u srq=%d",
+			     "connect " RDMAFS_KEQ(QP_NUM) "%u " RDMAFS_KEQ(PSN) "%u%s "
+			     RDMAFS_KEQ(RESPONDER_RESOURCES) "%u " RDMAFS_KEQ(INITIATOR_DEPTH) "%u "
+			     RDMAFS_KEQ(FLOW_CONTROL) "%u " RDMAFS_KEQ(RETRY_COUNT) "%u "
+			     RDMAFS_KEQ(RNR_RETRY_COUNT) "%u " RDMAFS_KEQ(SRQ) "%d",
 			     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth,
 			     p ? !!p->flow_control : 0, p ? (p->retry_count > 7 ? 7 : p->retry_count) : 7,
 			     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
@@ -288,8 +290,9 @@ int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	depths(id, p, &s->dev->attr, true);
 	if (ud) {
 		uint32_t qpn = cid->qp ? cid->qp->qp_num : (p ? p->qp_num : 0);
-		err = rc_ctl(s->dev, s->handle, "accept qp_num=%u psn=%u%s qkey=%u", qpn, id->psn, pdw,
-			     RDMA_UDP_QKEY);
+		err = rc_ctl(s->dev, s->handle,
+			     "accept " RDMAFS_KEQ(QP_NUM) "%u " RDMAFS_KEQ(PSN) "%u%s " RDMAFS_KEQ(QKEY) "%u", qpn,
+			     id->psn, pdw, RDMA_UDP_QKEY);
 		return err ? fail(err) : 0;
 	}
 	if (cid->qp) {
@@ -302,8 +305,9 @@ int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	uint32_t qpn = cid->qp ? cid->qp->qp_num : p->qp_num;
 	int srq = cid->qp ? cid->qp->srq != NULL : (p ? p->srq : 0);
 	err = rc_ctl(s->dev, s->handle,
-		     "accept qp_num=%u psn=%u%s responder_resources=%u initiator_depth=%u flow_control=%u "
-		     "rnr_retry_count=%u srq=%d",
+		     "accept " RDMAFS_KEQ(QP_NUM) "%u " RDMAFS_KEQ(PSN) "%u%s "
+		     RDMAFS_KEQ(RESPONDER_RESOURCES) "%u " RDMAFS_KEQ(INITIATOR_DEPTH) "%u "
+		     RDMAFS_KEQ(FLOW_CONTROL) "%u " RDMAFS_KEQ(RNR_RETRY_COUNT) "%u " RDMAFS_KEQ(SRQ) "%d",
 		     qpn, id->psn, pdw, id->responder_resources, id->initiator_depth, p ? !!p->flow_control : 0,
 		     p ? (p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count) : 7, srq);
 	if (err) {

@@ -112,13 +112,13 @@ static int replay_options(struct rc_id *id, struct rc_sub *s)
 	int err = 0;
 
 	if (id->tos >= 0)
-		err = rc_ctl(s->dev, s->handle, "set_option tos=%d", id->tos);
+		err = rc_ctl(s->dev, s->handle, "set_option " RDMAFS_KEQ(TOS) "%d", id->tos);
 	if (!err && id->ack_timeout >= 0)
-		err = rc_ctl(s->dev, s->handle, "set_option ack_timeout=%d", id->ack_timeout);
+		err = rc_ctl(s->dev, s->handle, "set_option " RDMAFS_KEQ(ACK_TIMEOUT) "%d", id->ack_timeout);
 	if (!err && id->reuseaddr >= 0)
-		err = rc_ctl(s->dev, s->handle, "set_option reuseaddr=%d", id->reuseaddr);
+		err = rc_ctl(s->dev, s->handle, "set_option " RDMAFS_KEQ(REUSEADDR) "%d", id->reuseaddr);
 	if (!err && id->afonly >= 0)
-		err = rc_ctl(s->dev, s->handle, "set_option afonly=%d", id->afonly);
+		err = rc_ctl(s->dev, s->handle, "set_option " RDMAFS_KEQ(AFONLY) "%d", id->afonly);
 	return err;
 }
 
@@ -139,7 +139,7 @@ static int add_sub(struct rc_id *id, struct rc_device *d, struct rc_sub **out)
 	if ((err = rc_channel_on(id->chan, d, &ch)))
 		return err;
 	const char *ps = rc_ps_name(id->id.ps);
-	snprintf(req, sizeof(req), "ps=%s qp_type=%s channel=%u", ps,
+	snprintf(req, sizeof(req), RDMAFS_KEQ(PS) "%s " RDMAFS_KEQ(QP_TYPE) "%s " RDMAFS_KEQ(CHANNEL) "%u", ps,
 		 id->id.qp_type == IBV_QPT_UD ? "ud" : "rc", ch);
 	if ((err = rc_transact(d, "cm/new", req, &h, "cm")))
 		return err;
@@ -331,7 +331,7 @@ static int bind_sub(struct rc_sub *s, const struct sockaddr *addr, int port)
 
 	if (rc_addr_text(addr, text, sizeof(text)))
 		return errno = EINVAL;
-	return rc_ctl(s->dev, s->handle, "bind addr=%s port=%d", text, port);
+	return rc_ctl(s->dev, s->handle, "bind " RDMAFS_KEQ(ADDR) "%s " RDMAFS_KEQ(PORT) "%d", text, port);
 }
 
 /* destroys the id's subs from the first-th on */
@@ -508,12 +508,13 @@ int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src_addr, struct 
 	if (id->bound && !rc_addr_any((struct sockaddr *)&id->bind_addr)) {
 		char t[INET6_ADDRSTRLEN];
 		if (!rc_addr_text((struct sockaddr *)&id->bind_addr, t, sizeof(t)))
-			snprintf(src, sizeof(src), " src=%s", t);
+			snprintf(src, sizeof(src), " " RDMAFS_KEQ(SRC) "%s", t);
 	}
 	if (rc_addr_text(dst_addr, dst, sizeof(dst)))
 		return fail(EINVAL);
 	memcpy(&cid->route.addr.dst_storage, dst_addr, rc_sockaddr_len(dst_addr));
-	if ((err = rc_ctl(s->dev, s->handle, "resolve_addr dst=%s port=%d%s timeout_ms=%d", dst,
+	if ((err = rc_ctl(s->dev, s->handle,
+			  "resolve_addr " RDMAFS_KEQ(DST) "%s " RDMAFS_KEQ(PORT) "%d%s " RDMAFS_KEQ(TIMEOUT_MS) "%d", dst,
 			  rc_port_of(dst_addr), src, timeout_ms > 0 ? timeout_ms : 2000)))
 		return fail(err);
 	if ((err = rc_id_complete(id, RDMA_CM_EVENT_ADDR_RESOLVED)))
@@ -529,7 +530,8 @@ int rdma_resolve_route(struct rdma_cm_id *cid, int timeout_ms)
 
 	if ((err = rc_id_sub(id, &s)))
 		return fail(err);
-	if ((err = rc_ctl(s->dev, s->handle, "resolve_route timeout_ms=%d", timeout_ms > 0 ? timeout_ms : 2000)))
+	if ((err = rc_ctl(s->dev, s->handle, "resolve_route " RDMAFS_KEQ(TIMEOUT_MS) "%d",
+		timeout_ms > 0 ? timeout_ms : 2000)))
 		return fail(err);
 	if ((err = rc_id_complete(id, RDMA_CM_EVENT_ROUTE_RESOLVED)))
 		return fail(err);
@@ -539,7 +541,7 @@ int rdma_resolve_route(struct rdma_cm_id *cid, int timeout_ms)
 static int listen_sub(struct rc_sub *s, int backlog)
 {
 	if (backlog > 0)
-		return rc_ctl(s->dev, s->handle, "listen backlog=%d", backlog);
+		return rc_ctl(s->dev, s->handle, "listen " RDMAFS_KEQ(BACKLOG) "%d", backlog);
 	return rc_ctl(s->dev, s->handle, "listen");
 }
 
@@ -642,22 +644,22 @@ int rdma_set_option(struct rdma_cm_id *cid, int level, int optname, void *optval
 		case RDMA_OPTION_ID_TOS:
 			if (optlen != sizeof(uint8_t))
 				return fail(EINVAL);
-			err = set_id_option(id, "tos", *(uint8_t *)optval, &id->tos);
+			err = set_id_option(id, RDMAFS_KEY_TOS, *(uint8_t *)optval, &id->tos);
 			break;
 		case RDMA_OPTION_ID_ACK_TIMEOUT:
 			if (optlen != sizeof(uint8_t))
 				return fail(EINVAL);
-			err = set_id_option(id, "ack_timeout", *(uint8_t *)optval, &id->ack_timeout);
+			err = set_id_option(id, RDMAFS_KEY_ACK_TIMEOUT, *(uint8_t *)optval, &id->ack_timeout);
 			break;
 		case RDMA_OPTION_ID_REUSEADDR:
 			if (optlen != sizeof(int))
 				return fail(EINVAL);
-			err = set_id_option(id, "reuseaddr", !!*(int *)optval, &id->reuseaddr);
+			err = set_id_option(id, RDMAFS_KEY_REUSEADDR, !!*(int *)optval, &id->reuseaddr);
 			break;
 		case RDMA_OPTION_ID_AFONLY:
 			if (optlen != sizeof(int))
 				return fail(EINVAL);
-			err = set_id_option(id, "afonly", !!*(int *)optval, &id->afonly);
+			err = set_id_option(id, RDMAFS_KEY_AFONLY, !!*(int *)optval, &id->afonly);
 			break;
 		default:
 			return fail(ENOSYS); /* the kernel's answer to an option it lacks */
@@ -688,7 +690,8 @@ int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *channel)
 	nc = to_rchan(channel);
 	for (int i = 0; i < id->nsubs; i++) {
 		struct rc_sub *s = &id->subs[i];
-		if ((err = rc_channel_on(nc, s->dev, &h)) || (err = rc_ctl(s->dev, s->handle, "migrate channel=%u", h))) {
+		if ((err = rc_channel_on(nc, s->dev, &h)) ||
+		    (err = rc_ctl(s->dev, s->handle, "migrate " RDMAFS_KEQ(CHANNEL) "%u", h))) {
 			if (own)
 				rdma_destroy_event_channel(own);
 			return fail(err);

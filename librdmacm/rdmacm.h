@@ -48,6 +48,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "rdmafs-text.h" /* the words of the daemon's text, generated (libibverbs/) */
+
 #define rc_container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 

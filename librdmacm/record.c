@@ -146,51 +146,51 @@ int rc_parse_record(const char *buf, size_t len, struct rc_record *r)
 		long long n = 0;
 		bool num = number(v, vl, &n);
 
-		if (is_key(tok, kl, "event")) {
+		if (is_key(tok, kl, RDMAFS_KEY_EVENT)) {
 			int t = rc_event_type(v, vl);
 			if (t < 0)
 				return EINVAL;
 			r->type = t;
 			have_event = true;
-		} else if (is_key(tok, kl, "id")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_ID)) {
 			if (!num || n <= 0 || n > UINT32_MAX)
 				return EINVAL;
 			r->id = (uint32_t)n;
 			have_id = true;
-		} else if (is_key(tok, kl, "private_data")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_PRIVATE_DATA)) {
 			int got = rc_unhex(v, vl, r->private_data, sizeof(r->private_data));
 			if (got < 0)
 				return EINVAL;
 			r->private_data_len = got;
-		} else if (is_key(tok, kl, "src_addr")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_SRC_ADDR)) {
 			copy_text(r->src_addr, sizeof(r->src_addr), v, vl);
-		} else if (is_key(tok, kl, "dst_addr")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_DST_ADDR)) {
 			copy_text(r->dst_addr, sizeof(r->dst_addr), v, vl);
 		} else if (!num) {
 			continue; /* a key we do not know, with a word for a value */
-		} else if (is_key(tok, kl, "status")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_STATUS)) {
 			r->status = (int)n;
-		} else if (is_key(tok, kl, "listen_id")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_LISTEN_ID)) {
 			r->listen_id = (long)n;
-		} else if (is_key(tok, kl, "responder_resources")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_RESPONDER_RESOURCES)) {
 			r->responder_resources = (int)n;
-		} else if (is_key(tok, kl, "initiator_depth")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_INITIATOR_DEPTH)) {
 			r->initiator_depth = (int)n;
-		} else if (is_key(tok, kl, "flow_control")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_FLOW_CONTROL)) {
 			r->flow_control = (int)n;
-		} else if (is_key(tok, kl, "retry_count")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_RETRY_COUNT)) {
 			r->retry_count = (int)n;
-		} else if (is_key(tok, kl, "rnr_retry_count")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_RNR_RETRY_COUNT)) {
 			r->rnr_retry_count = (int)n;
-		} else if (is_key(tok, kl, "srq")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_SRQ)) {
 			r->srq = (int)n;
-		} else if (is_key(tok, kl, "qp_num")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_QP_NUM)) {
 			r->qp_num = n;
-		} else if (is_key(tok, kl, "qkey")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_QKEY)) {
 			r->qkey = n;
-		} else if (is_key(tok, kl, "src_port")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_SRC_PORT)) {
 			r->src_port = (int)n;
-		} else if (is_key(tok, kl, "dst_port")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_DST_PORT)) {
 			r->dst_port = (int)n;
 		}
 	}
@@ -316,15 +316,22 @@ int rc_parse_attr(const char *text, struct rc_attr *a)
 			 &a->tos, &a->ack_timeout, &a->responder_resources, &a->initiator_depth,
 			 &a->flow_control, &a->retry_count, &a->rnr_retry_count, &a->srq,
 			 &a->local_ack_timeout};
-	static const char *const long_keys[] = {"listen_id", "slid", "dlid", "hop_limit", "traffic_class",
-						"flow_label", "path_mtu", "packet_life_time", "pkey", "sl",
-						"tos", "ack_timeout", "responder_resources", "initiator_depth",
-						"flow_control", "retry_count", "rnr_retry_count", "srq",
-						"local_ack_timeout"};
+	static const char *const long_keys[] = {RDMAFS_KEY_LISTEN_ID, RDMAFS_KEY_SLID, RDMAFS_KEY_DLID,
+		RDMAFS_KEY_HOP_LIMIT, RDMAFS_KEY_TRAFFIC_CLASS,
+						RDMAFS_KEY_FLOW_LABEL, RDMAFS_KEY_PATH_MTU,
+							RDMAFS_KEY_PACKET_LIFE_TIME, RDMAFS_KEY_PKEY,
+							RDMAFS_KEY_SL,
+						RDMAFS_KEY_TOS, RDMAFS_KEY_ACK_TIMEOUT,
+							RDMAFS_KEY_RESPONDER_RESOURCES,
+							RDMAFS_KEY_INITIATOR_DEPTH,
+						RDMAFS_KEY_FLOW_CONTROL, RDMAFS_KEY_RETRY_COUNT,
+							RDMAFS_KEY_RNR_RETRY_COUNT, RDMAFS_KEY_SRQ,
+						RDMAFS_KEY_LOCAL_ACK_TIMEOUT};
 	long long *lls[] = {&a->qp_num, &a->psn, &a->remote_qp_num, &a->remote_psn, &a->remote_qkey,
 			    &a->migrated_after};
-	static const char *const ll_keys[] = {"qp_num", "psn", "remote_qp_num", "remote_psn", "remote_qkey",
-					      "migrated_after"};
+	static const char *const ll_keys[] = {RDMAFS_KEY_QP_NUM, RDMAFS_KEY_PSN, RDMAFS_KEY_REMOTE_QP_NUM,
+		RDMAFS_KEY_REMOTE_PSN, RDMAFS_KEY_REMOTE_QKEY,
+					      RDMAFS_KEY_MIGRATED_AFTER};
 	for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)
 		*longs[i] = -1;
 	for (size_t i = 0; i < sizeof(lls) / sizeof(lls[0]); i++)
@@ -342,19 +349,19 @@ int rc_parse_attr(const char *text, struct rc_attr *a)
 		char word[64];
 
 		copy_text(word, sizeof(word), v, vl);
-		if (is_key(tok, kl, "state")) {
+		if (is_key(tok, kl, RDMAFS_KEY_STATE)) {
 			copy_text(a->state, sizeof(a->state), v, vl);
-		} else if (is_key(tok, kl, "src_addr")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_SRC_ADDR)) {
 			copy_text(src, sizeof(src), v, vl);
-		} else if (is_key(tok, kl, "dst_addr")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_DST_ADDR)) {
 			copy_text(dst, sizeof(dst), v, vl);
-		} else if (is_key(tok, kl, "src_port") && num) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_SRC_PORT) && num) {
 			sport = n;
-		} else if (is_key(tok, kl, "dst_port") && num) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_DST_PORT) && num) {
 			dport = n;
-		} else if (is_key(tok, kl, "sgid")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_SGID)) {
 			sg = inet_pton(AF_INET6, word, a->sgid.raw) == 1;
-		} else if (is_key(tok, kl, "dgid")) {
+		} else if (is_key(tok, kl, RDMAFS_KEY_DGID)) {
 			dg = inet_pton(AF_INET6, word, a->dgid.raw) == 1;
 		} else if (num) {
 			for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)

@@ -4,6 +4,7 @@ package qp
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -63,20 +64,24 @@ func ParseEventType(name string) (EventType, bool) {
 	return 0, false
 }
 
+// EventKinds are the keys of the objects an event line names (its second
+// token): a QP by number, a CQ or SRQ by handle, the port by number.
+var EventKinds = []string{KeyQP, KeyCQ, KeySRQ, KeyPort}
+
 // FormatEvent is the events file's line for an event of type t about the
-// object kind names ("qp", "cq", "srq" or "port") with handle or QPN h:
+// object kind names (one of EventKinds) with handle or QPN h:
 // "event=comm_est qp=17", without the newline.
 func FormatEvent(t EventType, kind string, h uint32) string {
-	return "event=" + t.String() + " " + kind + "=" + strconv.FormatUint(uint64(h), 10)
+	return KeyEvent + "=" + t.String() + " " + kind + "=" + strconv.FormatUint(uint64(h), 10)
 }
 
 // ParseEvent is the inverse of FormatEvent, for the known events.
 func ParseEvent(line string) (t EventType, kind string, h uint32, err error) {
 	f := strings.Fields(line)
-	if len(f) != 2 || !strings.HasPrefix(f[0], "event=") {
+	if len(f) != 2 || !strings.HasPrefix(f[0], KeyEvent+"=") {
 		return 0, "", 0, fmt.Errorf("malformed event line %q", line)
 	}
-	name := strings.TrimPrefix(f[0], "event=")
+	name := strings.TrimPrefix(f[0], KeyEvent+"=")
 	t, ok := ParseEventType(name)
 	if !ok {
 		return 0, "", 0, fmt.Errorf("unknown event %q", name)
@@ -85,6 +90,9 @@ func ParseEvent(line string) (t EventType, kind string, h uint32, err error) {
 	n, perr := strconv.ParseUint(v, 10, 32)
 	if !ok || perr != nil {
 		return 0, "", 0, fmt.Errorf("malformed object %q in event line %q", f[1], line)
+	}
+	if !slices.Contains(EventKinds, kind) {
+		return 0, "", 0, fmt.Errorf("unknown key %q in event line %q (want qp, cq, srq or port)", kind, line)
 	}
 	return t, kind, uint32(n), nil
 }

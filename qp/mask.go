@@ -12,27 +12,27 @@ var maskNames = []struct {
 	bit  AttrMask
 	name string
 }{
-	{MaskState, "qp_state"},
-	{MaskCurState, "cur_qp_state"},
-	{MaskEnSQDAsyncNotify, "en_sqd_async_notify"},
-	{MaskAccessFlags, "qp_access_flags"},
-	{MaskPKeyIndex, "pkey_index"},
-	{MaskPort, "port_num"},
-	{MaskQKey, "qkey"},
+	{MaskState, KeyQPState},
+	{MaskCurState, KeyCurQPState},
+	{MaskEnSQDAsyncNotify, KeyEnSQDAsyncNotify},
+	{MaskAccessFlags, KeyQPAccessFlags},
+	{MaskPKeyIndex, KeyPKeyIndex},
+	{MaskPort, KeyPortNum},
+	{MaskQKey, KeyQKey},
 	{MaskAV, "av"},
-	{MaskPathMTU, "path_mtu"},
-	{MaskTimeout, "timeout"},
-	{MaskRetryCnt, "retry_cnt"},
-	{MaskRNRRetry, "rnr_retry"},
-	{MaskRQPSN, "rq_psn"},
-	{MaskMaxQPRdAtomic, "max_rd_atomic"},
+	{MaskPathMTU, KeyPathMTU},
+	{MaskTimeout, KeyTimeout},
+	{MaskRetryCnt, KeyRetryCnt},
+	{MaskRNRRetry, KeyRNRRetry},
+	{MaskRQPSN, KeyRQPSN},
+	{MaskMaxQPRdAtomic, KeyMaxRdAtomic},
 	{MaskAltPath, "alt_path"},
-	{MaskMinRNRTimer, "min_rnr_timer"},
-	{MaskSQPSN, "sq_psn"},
-	{MaskMaxDestRdAtomic, "max_dest_rd_atomic"},
-	{MaskPathMigState, "path_mig_state"},
+	{MaskMinRNRTimer, KeyMinRNRTimer},
+	{MaskSQPSN, KeySQPSN},
+	{MaskMaxDestRdAtomic, KeyMaxDestRdAtomic},
+	{MaskPathMigState, KeyPathMigState},
 	{MaskCap, "cap"},
-	{MaskDestQPN, "dest_qp_num"},
+	{MaskDestQPN, KeyDestQPNum},
 	{MaskRateLimit, "rate_limit"},
 }
 
@@ -55,10 +55,10 @@ func (m AttrMask) String() string {
 }
 
 // AVKeys are the text keys that together make the address vector (MaskAV).
-var AVKeys = []string{"dgid", "sgid_index", "hop_limit", "traffic_class", "flow_label", "sl", "dlid", "static_rate"}
+var AVKeys = []string{KeyDGID, KeySGIDIndex, KeyHopLimit, KeyTrafficClass, KeyFlowLabel, KeySL, KeyDLID, KeyStaticRate}
 
 // CapKeys are the text keys of ibv_qp_cap (MaskCap).
-var CapKeys = []string{"max_send_wr", "max_recv_wr", "max_send_sge", "max_recv_sge", "max_inline_data"}
+var CapKeys = []string{KeyMaxSendWR, KeyMaxRecvWR, KeyMaxSendSGE, KeyMaxRecvSGE, KeyMaxInlineData}
 
 // MaskUnsupported are the named bits rdmafs leaves out (alternate paths,
 // rate limits): a modify naming them is refused with ErrUnsupported.

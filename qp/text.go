@@ -205,10 +205,10 @@ func textAccess(key, v string) (Access, error) {
 func ParseGID(s string) ([16]byte, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return [16]byte{}, textErr("dgid", "not an IPv6 or IPv4 address: "+textQuote(s))
+		return [16]byte{}, textErr(KeyDGID, "not an IPv6 or IPv4 address: "+textQuote(s))
 	}
 	if a.Zone() != "" {
-		return [16]byte{}, textErr("dgid", "a GID has no zone: "+textQuote(s))
+		return [16]byte{}, textErr(KeyDGID, "a GID has no zone: "+textQuote(s))
 	}
 	return a.As16(), nil
 }
@@ -229,28 +229,28 @@ func textGID(key, v string) ([16]byte, error) {
 // textAVKeys sets the address-vector fields named by AVKeys; shared by
 // ParseModify (MaskAV) and ParseCreateAH.
 var textAVKeys = map[string]func(ah *AH, k, v string) error{
-	"dgid": func(ah *AH, k, v string) (err error) { ah.DGID, err = textGID(k, v); return },
-	"sgid_index": func(ah *AH, k, v string) (err error) {
+	KeyDGID: func(ah *AH, k, v string) (err error) { ah.DGID, err = textGID(k, v); return },
+	KeySGIDIndex: func(ah *AH, k, v string) (err error) {
 		ah.SGIDIndex, err = textFull[uint8](k, v)
 		return
 	},
-	"hop_limit": func(ah *AH, k, v string) (err error) {
+	KeyHopLimit: func(ah *AH, k, v string) (err error) {
 		ah.HopLimit, err = textFull[uint8](k, v)
 		return
 	},
-	"traffic_class": func(ah *AH, k, v string) (err error) {
+	KeyTrafficClass: func(ah *AH, k, v string) (err error) {
 		ah.TrafficClass, err = textFull[uint8](k, v)
 		return
 	},
 	// The IPv6 flow label is 20 bits wide.
-	"flow_label": func(ah *AH, k, v string) (err error) {
+	KeyFlowLabel: func(ah *AH, k, v string) (err error) {
 		ah.FlowLabel, err = textUint[uint32](k, v, 1<<20-1)
 		return
 	},
 	// The service level is 4 bits wide (IBA LRH.SL).
-	"sl":   func(ah *AH, k, v string) (err error) { ah.SL, err = textUint[uint8](k, v, 15); return },
-	"dlid": func(ah *AH, k, v string) (err error) { ah.DLID, err = textFull[uint16](k, v); return },
-	"static_rate": func(ah *AH, k, v string) (err error) {
+	KeySL:   func(ah *AH, k, v string) (err error) { ah.SL, err = textUint[uint8](k, v, 15); return },
+	KeyDLID: func(ah *AH, k, v string) (err error) { ah.DLID, err = textFull[uint16](k, v); return },
+	KeyStaticRate: func(ah *AH, k, v string) (err error) {
 		ah.StaticRate, err = textFull[uint8](k, v)
 		return
 	},
@@ -260,24 +260,24 @@ var textAVKeys = map[string]func(ah *AH, k, v string) error{
 // port_num, which a modify carries apart); shared by FormatModify and
 // FormatCreateAH.
 func textFormatAV(l *textLine, ah *AH) {
-	l.str("dgid", FormatGID(ah.DGID))
-	l.num("sgid_index", uint64(ah.SGIDIndex))
-	l.num("hop_limit", uint64(ah.HopLimit))
-	l.num("traffic_class", uint64(ah.TrafficClass))
-	l.num("flow_label", uint64(ah.FlowLabel))
-	l.num("sl", uint64(ah.SL))
-	l.num("dlid", uint64(ah.DLID))
-	l.num("static_rate", uint64(ah.StaticRate))
+	l.str(KeyDGID, FormatGID(ah.DGID))
+	l.num(KeySGIDIndex, uint64(ah.SGIDIndex))
+	l.num(KeyHopLimit, uint64(ah.HopLimit))
+	l.num(KeyTrafficClass, uint64(ah.TrafficClass))
+	l.num(KeyFlowLabel, uint64(ah.FlowLabel))
+	l.num(KeySL, uint64(ah.SL))
+	l.num(KeyDLID, uint64(ah.DLID))
+	l.num(KeyStaticRate, uint64(ah.StaticRate))
 }
 
 // textCapKeys sets the ibv_qp_cap fields named by CapKeys; shared by
 // ParseModify (MaskCap) and ParseCreateQP.
 var textCapKeys = map[string]func(c *Cap, k, v string) error{
-	"max_send_wr":     func(c *Cap, k, v string) (err error) { c.MaxSendWR, err = textFull[uint32](k, v); return },
-	"max_recv_wr":     func(c *Cap, k, v string) (err error) { c.MaxRecvWR, err = textFull[uint32](k, v); return },
-	"max_send_sge":    func(c *Cap, k, v string) (err error) { c.MaxSendSGE, err = textFull[uint32](k, v); return },
-	"max_recv_sge":    func(c *Cap, k, v string) (err error) { c.MaxRecvSGE, err = textFull[uint32](k, v); return },
-	"max_inline_data": func(c *Cap, k, v string) (err error) { c.MaxInlineData, err = textFull[uint32](k, v); return },
+	KeyMaxSendWR:     func(c *Cap, k, v string) (err error) { c.MaxSendWR, err = textFull[uint32](k, v); return },
+	KeyMaxRecvWR:     func(c *Cap, k, v string) (err error) { c.MaxRecvWR, err = textFull[uint32](k, v); return },
+	KeyMaxSendSGE:    func(c *Cap, k, v string) (err error) { c.MaxSendSGE, err = textFull[uint32](k, v); return },
+	KeyMaxRecvSGE:    func(c *Cap, k, v string) (err error) { c.MaxRecvSGE, err = textFull[uint32](k, v); return },
+	KeyMaxInlineData: func(c *Cap, k, v string) (err error) { c.MaxInlineData, err = textFull[uint32](k, v); return },
 }
 
 // textLine accumulates one output line of key=value tokens.

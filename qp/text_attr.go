@@ -15,43 +15,43 @@ type textAttrKey struct {
 }
 
 var textAttrKeys = map[string]textAttrKey{
-	"qp_state":     {MaskState, func(a *Attr, k, v string) (err error) { a.QPState, err = textState(k, v); return }},
-	"cur_qp_state": {MaskCurState, func(a *Attr, k, v string) (err error) { a.CurQPState, err = textState(k, v); return }},
-	"en_sqd_async_notify": {MaskEnSQDAsyncNotify, func(a *Attr, k, v string) (err error) {
+	KeyQPState:    {MaskState, func(a *Attr, k, v string) (err error) { a.QPState, err = textState(k, v); return }},
+	KeyCurQPState: {MaskCurState, func(a *Attr, k, v string) (err error) { a.CurQPState, err = textState(k, v); return }},
+	KeyEnSQDAsyncNotify: {MaskEnSQDAsyncNotify, func(a *Attr, k, v string) (err error) {
 		a.EnSQDAsyncNotify, err = textBool(k, v)
 		return
 	}},
-	"qp_access_flags": {MaskAccessFlags, func(a *Attr, k, v string) (err error) {
+	KeyQPAccessFlags: {MaskAccessFlags, func(a *Attr, k, v string) (err error) {
 		a.QPAccessFlags, err = textAccess(k, v)
 		return
 	}},
-	"pkey_index": {MaskPKeyIndex, func(a *Attr, k, v string) (err error) { a.PKeyIndex, err = textFull[uint16](k, v); return }},
-	"port_num":   {MaskPort, func(a *Attr, k, v string) (err error) { a.PortNum, err = textFull[uint8](k, v); return }},
-	"qkey":       {MaskQKey, func(a *Attr, k, v string) (err error) { a.QKey, err = textFull[uint32](k, v); return }},
-	"path_mtu":   {MaskPathMTU, func(a *Attr, k, v string) (err error) { a.PathMTU, err = textMTU(k, v); return }},
-	"timeout":    {MaskTimeout, func(a *Attr, k, v string) (err error) { a.Timeout, err = textFull[uint8](k, v); return }},
-	"retry_cnt":  {MaskRetryCnt, func(a *Attr, k, v string) (err error) { a.RetryCnt, err = textFull[uint8](k, v); return }},
-	"rnr_retry":  {MaskRNRRetry, func(a *Attr, k, v string) (err error) { a.RNRRetry, err = textFull[uint8](k, v); return }},
-	"rq_psn":     {MaskRQPSN, func(a *Attr, k, v string) (err error) { a.RQPSN, err = textUint[PSN](k, v, PSNMask); return }},
-	"sq_psn":     {MaskSQPSN, func(a *Attr, k, v string) (err error) { a.SQPSN, err = textUint[PSN](k, v, PSNMask); return }},
-	"max_rd_atomic": {MaskMaxQPRdAtomic, func(a *Attr, k, v string) (err error) {
+	KeyPKeyIndex: {MaskPKeyIndex, func(a *Attr, k, v string) (err error) { a.PKeyIndex, err = textFull[uint16](k, v); return }},
+	KeyPortNum:   {MaskPort, func(a *Attr, k, v string) (err error) { a.PortNum, err = textFull[uint8](k, v); return }},
+	KeyQKey:      {MaskQKey, func(a *Attr, k, v string) (err error) { a.QKey, err = textFull[uint32](k, v); return }},
+	KeyPathMTU:   {MaskPathMTU, func(a *Attr, k, v string) (err error) { a.PathMTU, err = textMTU(k, v); return }},
+	KeyTimeout:   {MaskTimeout, func(a *Attr, k, v string) (err error) { a.Timeout, err = textFull[uint8](k, v); return }},
+	KeyRetryCnt:  {MaskRetryCnt, func(a *Attr, k, v string) (err error) { a.RetryCnt, err = textFull[uint8](k, v); return }},
+	KeyRNRRetry:  {MaskRNRRetry, func(a *Attr, k, v string) (err error) { a.RNRRetry, err = textFull[uint8](k, v); return }},
+	KeyRQPSN:     {MaskRQPSN, func(a *Attr, k, v string) (err error) { a.RQPSN, err = textUint[PSN](k, v, PSNMask); return }},
+	KeySQPSN:     {MaskSQPSN, func(a *Attr, k, v string) (err error) { a.SQPSN, err = textUint[PSN](k, v, PSNMask); return }},
+	KeyMaxRdAtomic: {MaskMaxQPRdAtomic, func(a *Attr, k, v string) (err error) {
 		a.MaxRdAtomic, err = textFull[uint8](k, v)
 		return
 	}},
-	"max_dest_rd_atomic": {MaskMaxDestRdAtomic, func(a *Attr, k, v string) (err error) {
+	KeyMaxDestRdAtomic: {MaskMaxDestRdAtomic, func(a *Attr, k, v string) (err error) {
 		a.MaxDestRdAtomic, err = textFull[uint8](k, v)
 		return
 	}},
-	"min_rnr_timer": {MaskMinRNRTimer, func(a *Attr, k, v string) (err error) {
+	KeyMinRNRTimer: {MaskMinRNRTimer, func(a *Attr, k, v string) (err error) {
 		a.MinRNRTimer, err = textFull[uint8](k, v)
 		return
 	}},
-	"path_mig_state": {MaskPathMigState, func(a *Attr, k, v string) (err error) {
+	KeyPathMigState: {MaskPathMigState, func(a *Attr, k, v string) (err error) {
 		a.PathMigState, err = textMigState(k, v)
 		return
 	}},
 	// A QPN is 24 bits wide (BTH.DestQP).
-	"dest_qp_num": {MaskDestQPN, func(a *Attr, k, v string) (err error) {
+	KeyDestQPNum: {MaskDestQPN, func(a *Attr, k, v string) (err error) {
 		a.DestQPNum, err = textUint[uint32](k, v, PSNMask)
 		return
 	}},
@@ -168,50 +168,50 @@ func FormatAttr(a *Attr, t Type) string {
 	}
 	num := func(k string, v uint64) { line(k, strconv.FormatUint(v, 10)) }
 
-	line("qp_state", a.QPState.String())
+	line(KeyQPState, a.QPState.String())
 	if a.PathMTU.Valid() {
-		num("path_mtu", uint64(a.PathMTU.Bytes()))
+		num(KeyPathMTU, uint64(a.PathMTU.Bytes()))
 	}
-	line("qp_access_flags", a.QPAccessFlags.String())
-	num("pkey_index", uint64(a.PKeyIndex))
-	num("port_num", uint64(a.PortNum))
+	line(KeyQPAccessFlags, a.QPAccessFlags.String())
+	num(KeyPKeyIndex, uint64(a.PKeyIndex))
+	num(KeyPortNum, uint64(a.PortNum))
 	switch t {
 	case TypeUD:
-		num("qkey", uint64(a.QKey))
-		num("sq_psn", uint64(a.SQPSN))
+		num(KeyQKey, uint64(a.QKey))
+		num(KeySQPSN, uint64(a.SQPSN))
 	case TypeRC, TypeUC, TypeXRCSend, TypeXRCRecv:
-		num("dest_qp_num", uint64(a.DestQPNum))
-		num("rq_psn", uint64(a.RQPSN))
-		num("sq_psn", uint64(a.SQPSN))
-		line("dgid", FormatGID(a.AH.DGID))
-		num("sl", uint64(a.AH.SL))
-		num("hop_limit", uint64(a.AH.HopLimit))
-		num("traffic_class", uint64(a.AH.TrafficClass))
-		num("flow_label", uint64(a.AH.FlowLabel))
-		num("sgid_index", uint64(a.AH.SGIDIndex))
+		num(KeyDestQPNum, uint64(a.DestQPNum))
+		num(KeyRQPSN, uint64(a.RQPSN))
+		num(KeySQPSN, uint64(a.SQPSN))
+		line(KeyDGID, FormatGID(a.AH.DGID))
+		num(KeySL, uint64(a.AH.SL))
+		num(KeyHopLimit, uint64(a.AH.HopLimit))
+		num(KeyTrafficClass, uint64(a.AH.TrafficClass))
+		num(KeyFlowLabel, uint64(a.AH.FlowLabel))
+		num(KeySGIDIndex, uint64(a.AH.SGIDIndex))
 		if t.Reliable() {
-			num("timeout", uint64(a.Timeout))
-			num("retry_cnt", uint64(a.RetryCnt))
-			num("rnr_retry", uint64(a.RNRRetry))
-			num("min_rnr_timer", uint64(a.MinRNRTimer))
-			num("max_rd_atomic", uint64(a.MaxRdAtomic))
-			num("max_dest_rd_atomic", uint64(a.MaxDestRdAtomic))
+			num(KeyTimeout, uint64(a.Timeout))
+			num(KeyRetryCnt, uint64(a.RetryCnt))
+			num(KeyRNRRetry, uint64(a.RNRRetry))
+			num(KeyMinRNRTimer, uint64(a.MinRNRTimer))
+			num(KeyMaxRdAtomic, uint64(a.MaxRdAtomic))
+			num(KeyMaxDestRdAtomic, uint64(a.MaxDestRdAtomic))
 		}
 	}
 	if int(a.PathMigState) < len(textMigNames) {
-		line("path_mig_state", textMigNames[a.PathMigState])
+		line(KeyPathMigState, textMigNames[a.PathMigState])
 	} else {
-		num("path_mig_state", uint64(a.PathMigState))
+		num(KeyPathMigState, uint64(a.PathMigState))
 	}
 	if a.EnSQDAsyncNotify {
-		num("en_sqd_async_notify", 1)
+		num(KeyEnSQDAsyncNotify, 1)
 	} else {
-		num("en_sqd_async_notify", 0)
+		num(KeyEnSQDAsyncNotify, 0)
 	}
-	num("max_send_wr", uint64(a.Cap.MaxSendWR))
-	num("max_recv_wr", uint64(a.Cap.MaxRecvWR))
-	num("max_send_sge", uint64(a.Cap.MaxSendSGE))
-	num("max_recv_sge", uint64(a.Cap.MaxRecvSGE))
-	num("max_inline_data", uint64(a.Cap.MaxInlineData))
+	num(KeyMaxSendWR, uint64(a.Cap.MaxSendWR))
+	num(KeyMaxRecvWR, uint64(a.Cap.MaxRecvWR))
+	num(KeyMaxSendSGE, uint64(a.Cap.MaxSendSGE))
+	num(KeyMaxRecvSGE, uint64(a.Cap.MaxRecvSGE))
+	num(KeyMaxInlineData, uint64(a.Cap.MaxInlineData))
 	return b.String()
 }

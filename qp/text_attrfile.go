@@ -24,7 +24,7 @@ type AttrFile struct {
 }
 
 // AttrFileKeys are the keys of attr's identity lines, after FormatAttr's.
-var AttrFileKeys = []string{"qp_num", "qp_type", "pd", "send_cq", "recv_cq", "srq", "sq_sig_all", "mcast_groups"}
+var AttrFileKeys = []string{KeyQPNum, KeyQPType, KeyPD, KeySendCQ, KeyRecvCQ, KeySRQ, KeySQSigAll, KeyMcastGroups}
 
 // FormatAttrFile prints f as qp/N/attr shows it, one key=value a line.
 func FormatAttrFile(f *AttrFile) string {
@@ -36,25 +36,25 @@ func FormatAttrFile(f *AttrFile) string {
 		b.WriteByte('\n')
 		l = textLine{}
 	}
-	l.num("qp_num", uint64(f.QPN))
+	l.num(KeyQPNum, uint64(f.QPN))
 	line()
-	l.str("qp_type", f.Type.String())
+	l.str(KeyQPType, f.Type.String())
 	line()
 	for _, h := range []struct {
 		k string
 		v uint32
-	}{{"pd", f.PD}, {"send_cq", f.SendCQ}, {"recv_cq", f.RecvCQ}, {"srq", f.SRQ}} {
+	}{{KeyPD, f.PD}, {KeySendCQ, f.SendCQ}, {KeyRecvCQ, f.RecvCQ}, {KeySRQ, f.SRQ}} {
 		l.num(h.k, uint64(h.v))
 		line()
 	}
 	if f.SQSigAll {
-		l.num("sq_sig_all", 1)
+		l.num(KeySQSigAll, 1)
 	} else {
-		l.num("sq_sig_all", 0)
+		l.num(KeySQSigAll, 0)
 	}
 	line()
 	if len(f.McastGroups) > 0 {
-		l.str("mcast_groups", strings.Join(f.McastGroups, ","))
+		l.str(KeyMcastGroups, strings.Join(f.McastGroups, ","))
 		line()
 	}
 	return b.String()
@@ -71,14 +71,14 @@ func ParseAttrFile(s string) (AttrFile, AttrMask, error) {
 	// (0), so the handle grammar (at least 1) is not the one here; the
 	// others' are checked below.
 	ident := map[string]func(v string) error{
-		"qp_num":       textInto("qp_num", &f.QPN, func(k, v string) (uint32, error) { return textUint[uint32](k, v, PSNMask) }),
-		"qp_type":      textInto("qp_type", &f.Type, textQPType),
-		"pd":           textInto("pd", &f.PD, textFull[uint32]),
-		"send_cq":      textInto("send_cq", &f.SendCQ, textFull[uint32]),
-		"recv_cq":      textInto("recv_cq", &f.RecvCQ, textFull[uint32]),
-		"srq":          textInto("srq", &f.SRQ, textFull[uint32]),
-		"sq_sig_all":   textInto("sq_sig_all", &f.SQSigAll, textBool),
-		"mcast_groups": textInto("mcast_groups", &f.McastGroups, textGIDList),
+		KeyQPNum:       textInto(KeyQPNum, &f.QPN, func(k, v string) (uint32, error) { return textUint[uint32](k, v, PSNMask) }),
+		KeyQPType:      textInto(KeyQPType, &f.Type, textQPType),
+		KeyPD:          textInto(KeyPD, &f.PD, textFull[uint32]),
+		KeySendCQ:      textInto(KeySendCQ, &f.SendCQ, textFull[uint32]),
+		KeyRecvCQ:      textInto(KeyRecvCQ, &f.RecvCQ, textFull[uint32]),
+		KeySRQ:         textInto(KeySRQ, &f.SRQ, textFull[uint32]),
+		KeySQSigAll:    textInto(KeySQSigAll, &f.SQSigAll, textBool),
+		KeyMcastGroups: textInto(KeyMcastGroups, &f.McastGroups, textGIDList),
 	}
 	toks, err := textSplit(s)
 	if err != nil {
@@ -104,14 +104,14 @@ func ParseAttrFile(s string) (AttrFile, AttrMask, error) {
 		}
 		mask |= ak.mask
 	}
-	if err := seen.require("qp_num", "qp_type", "pd", "send_cq", "recv_cq"); err != nil {
+	if err := seen.require(KeyQPNum, KeyQPType, KeyPD, KeySendCQ, KeyRecvCQ); err != nil {
 		return AttrFile{}, 0, err
 	}
 	if f.Type != TypeXRCRecv {
 		for _, h := range []struct {
 			k string
 			v uint32
-		}{{"pd", f.PD}, {"send_cq", f.SendCQ}, {"recv_cq", f.RecvCQ}} {
+		}{{KeyPD, f.PD}, {KeySendCQ, f.SendCQ}, {KeyRecvCQ, f.RecvCQ}} {
 			if h.v == 0 {
 				return AttrFile{}, 0, textErr(h.k, "out of range: 0 < 1")
 			}

@@ -99,22 +99,22 @@ func ParseReregMR(s string) (ReregMR, error) {
 		return func(v string) (err error) { *dst, err = textFull[uint64](key, v); n++; return }
 	}
 	err := textKeys(s, map[string]func(string) error{
-		"pd": textInto("pd", &r.PD, textHandle),
-		"access": func(v string) (err error) {
-			r.Access, err = textAccess("access", v)
+		KeyPD: textInto(KeyPD, &r.PD, textHandle),
+		KeyAccess: func(v string) (err error) {
+			r.Access, err = textAccess(KeyAccess, v)
 			r.HasAccess = true
 			return
 		},
-		"share": func(v string) (err error) {
-			r.Share, err = textHandle("share", v)
+		KeyShare: func(v string) (err error) {
+			r.Share, err = textHandle(KeyShare, v)
 			n++
 			return
 		},
-		"offset": num("offset", &r.Offset),
-		"length": num("length", &r.Length),
-		"iova":   num("iova", &r.IOVA),
-		"addr": func(v string) (err error) {
-			r.Addr, err = textFull[uint64]("addr", v)
+		KeyOffset: num(KeyOffset, &r.Offset),
+		KeyLength: num(KeyLength, &r.Length),
+		KeyIOVA:   num(KeyIOVA, &r.IOVA),
+		KeyAddr: func(v string) (err error) {
+			r.Addr, err = textFull[uint64](KeyAddr, v)
 			r.HasAddr = true
 			return
 		},
@@ -126,18 +126,18 @@ func ParseReregMR(s string) (ReregMR, error) {
 		// addr length iova: the caller's own memory.
 		switch {
 		case r.Share != 0 || n != 2:
-			return ReregMR{}, textErr("addr", "a translation of the caller's memory is addr, length and iova (no share or offset)")
+			return ReregMR{}, textErr(KeyAddr, "a translation of the caller's memory is addr, length and iova (no share or offset)")
 		case r.Length == 0:
-			return ReregMR{}, textErr("length", "out of range: 0 < 1")
+			return ReregMR{}, textErr(KeyLength, "out of range: 0 < 1")
 		}
 		r.HasTranslation = true
 		return r, nil
 	}
 	switch {
 	case n != 0 && n != 4:
-		return ReregMR{}, textErr("share", "a new translation needs share, offset, length and iova together")
+		return ReregMR{}, textErr(KeyShare, "a new translation needs share, offset, length and iova together")
 	case n == 4 && r.Length == 0:
-		return ReregMR{}, textErr("length", "out of range: 0 < 1")
+		return ReregMR{}, textErr(KeyLength, "out of range: 0 < 1")
 	case n == 0 && r.PD == 0 && !r.HasAccess:
 		return ReregMR{}, textErr("rereg", "nothing to change (want pd=, access= or a translation)")
 	}
@@ -150,52 +150,52 @@ func ParseCreateMR(s string) (CreateMR, error) {
 	var c CreateMR
 	hasLength := false
 	err := textKeys(s, map[string]func(string) error{
-		"pd": textInto("pd", &c.PD, textHandle),
-		"length": func(v string) (err error) {
-			c.Length, err = textFull[uint64]("length", v)
+		KeyPD: textInto(KeyPD, &c.PD, textHandle),
+		KeyLength: func(v string) (err error) {
+			c.Length, err = textFull[uint64](KeyLength, v)
 			hasLength = true
 			return
 		},
-		"implicit": func(v string) (err error) {
+		KeyImplicit: func(v string) (err error) {
 			var one uint8
-			one, err = textFull[uint8]("implicit", v)
+			one, err = textFull[uint8](KeyImplicit, v)
 			if err == nil && one != 1 {
-				err = textErr("implicit", "want 1, got "+textShow(v))
+				err = textErr(KeyImplicit, "want 1, got "+textShow(v))
 			}
 			c.Implicit = true
 			return
 		},
-		"iova": func(v string) (err error) {
-			c.IOVA, err = textFull[uint64]("iova", v)
+		KeyIOVA: func(v string) (err error) {
+			c.IOVA, err = textFull[uint64](KeyIOVA, v)
 			c.HasIOVA = true
 			return
 		},
-		"access": textInto("access", &c.Access, textAccess),
-		"share":  textInto("share", &c.Share, textHandle),
-		"offset": func(v string) (err error) { c.Offset, err = textFull[uint64]("offset", v); return },
-		"addr": func(v string) (err error) {
-			c.Addr, err = textFull[uint64]("addr", v)
+		KeyAccess: textInto(KeyAccess, &c.Access, textAccess),
+		KeyShare:  textInto(KeyShare, &c.Share, textHandle),
+		KeyOffset: func(v string) (err error) { c.Offset, err = textFull[uint64](KeyOffset, v); return },
+		KeyAddr: func(v string) (err error) {
+			c.Addr, err = textFull[uint64](KeyAddr, v)
 			c.HasAddr = true
 			return
 		},
-	}, "pd")
+	}, KeyPD)
 	switch {
 	case err != nil:
 	case c.Implicit && (hasLength || c.HasAddr || c.Share != 0 || c.HasIOVA || c.Access&AccessOnDemand == 0):
-		err = textErr("implicit", "the implicit MR takes access with on_demand and no length, addr, iova or share")
+		err = textErr(KeyImplicit, "the implicit MR takes access with on_demand and no length, addr, iova or share")
 	case c.Implicit:
 		return c, nil
 	case !hasLength:
-		err = textErr("length", "missing required key")
+		err = textErr(KeyLength, "missing required key")
 	case c.HasAddr && c.Share != 0:
-		err = textErr("addr", "not with share: addr is the caller's own memory")
+		err = textErr(KeyAddr, "not with share: addr is the caller's own memory")
 	case c.Access&AccessOnDemand != 0 && !c.HasAddr:
-		err = textErr("access", "on_demand needs addr=A (the caller's memory) or implicit=1")
+		err = textErr(KeyAccess, "on_demand needs addr=A (the caller's memory) or implicit=1")
 	}
 	if err == nil && c.Length == 0 && c.Share == 0 {
 		// A zero-length MR is only a window on memory that exists (share=H),
 		// as a zero-length registration on device memory is.
-		err = textErr("length", "out of range: 0 < 1 (0 only with share=H)")
+		err = textErr(KeyLength, "out of range: 0 < 1 (0 only with share=H)")
 	}
 	if err != nil {
 		return CreateMR{}, err
@@ -213,15 +213,15 @@ type CreateMW struct {
 func ParseCreateMW(s string) (CreateMW, error) {
 	c := CreateMW{Type: 1}
 	err := textKeys(s, map[string]func(string) error{
-		"pd": textInto("pd", &c.PD, textHandle),
-		"type": func(v string) (err error) {
-			c.Type, err = textFull[uint8]("type", v)
+		KeyPD: textInto(KeyPD, &c.PD, textHandle),
+		KeyType: func(v string) (err error) {
+			c.Type, err = textFull[uint8](KeyType, v)
 			if err == nil && c.Type != 1 && c.Type != 2 {
-				err = textErr("type", "want 1 or 2, got "+textShow(v))
+				err = textErr(KeyType, "want 1 or 2, got "+textShow(v))
 			}
 			return
 		},
-	}, "pd")
+	}, KeyPD)
 	if err != nil {
 		return CreateMW{}, err
 	}
@@ -296,16 +296,16 @@ func parseCQWCFlags(key, v string) (CQWCFlags, error) {
 func ParseCreateCQ(s string) (CreateCQ, error) {
 	var c CreateCQ
 	err := textKeys(s, map[string]func(string) error{
-		"cqe": func(v string) (err error) {
-			c.CQE, err = textFull[uint32]("cqe", v)
+		KeyCQE: func(v string) (err error) {
+			c.CQE, err = textFull[uint32](KeyCQE, v)
 			if err == nil && c.CQE == 0 {
-				err = textErr("cqe", "out of range: 0 < 1")
+				err = textErr(KeyCQE, "out of range: 0 < 1")
 			}
 			return
 		},
-		"comp_vector": textInto("comp_vector", &c.CompVector, textFull[uint32]),
-		"wc_flags":    textInto("wc_flags", &c.WCFlags, parseCQWCFlags),
-	}, "cqe")
+		KeyCompVector: textInto(KeyCompVector, &c.CompVector, textFull[uint32]),
+		KeyWcFlags:    textInto(KeyWcFlags, &c.WCFlags, parseCQWCFlags),
+	}, KeyCQE)
 	if err != nil {
 		return CreateCQ{}, err
 	}
@@ -328,36 +328,36 @@ type CreateSRQ struct {
 func ParseCreateSRQ(s string) (CreateSRQ, error) {
 	var c CreateSRQ
 	err := textKeys(s, map[string]func(string) error{
-		"pd":        textInto("pd", &c.PD, textHandle),
-		"max_wr":    textInto("max_wr", &c.MaxWR, textFull[uint32]),
-		"max_sge":   textInto("max_sge", &c.MaxSGE, textFull[uint32]),
-		"srq_limit": textInto("srq_limit", &c.SRQLimit, textFull[uint32]),
-		"srq_type": func(v string) error {
+		KeyPD:       textInto(KeyPD, &c.PD, textHandle),
+		KeyMaxWR:    textInto(KeyMaxWR, &c.MaxWR, textFull[uint32]),
+		KeyMaxSGE:   textInto(KeyMaxSGE, &c.MaxSGE, textFull[uint32]),
+		KeySRQLimit: textInto(KeySRQLimit, &c.SRQLimit, textFull[uint32]),
+		KeySRQType: func(v string) error {
 			switch strings.ToLower(v) {
 			case "basic":
 			case "xrc":
 				c.XRC = true
 			case "tm":
-				return &Error{Key: "srq_type", Msg: "tag matching SRQs are not supported", Err: ErrUnsupported}
+				return &Error{Key: KeySRQType, Msg: "tag matching SRQs are not supported", Err: ErrUnsupported}
 			default:
-				return textErr("srq_type", "unknown SRQ type "+textQuote(v)+" (want basic or xrc)")
+				return textErr(KeySRQType, "unknown SRQ type "+textQuote(v)+" (want basic or xrc)")
 			}
 			return nil
 		},
-		"xrcd": textInto("xrcd", &c.XRCD, textHandle),
-		"cq":   textInto("cq", &c.CQ, textHandle),
-	}, "pd", "max_wr", "max_sge")
+		KeyXRCD: textInto(KeyXRCD, &c.XRCD, textHandle),
+		KeyCQ:   textInto(KeyCQ, &c.CQ, textHandle),
+	}, KeyPD, KeyMaxWR, KeyMaxSGE)
 	switch {
 	case err != nil:
 		return CreateSRQ{}, err
 	case c.XRC && c.XRCD == 0:
-		return CreateSRQ{}, textErr("xrcd", "required with srq_type=xrc")
+		return CreateSRQ{}, textErr(KeyXRCD, "required with srq_type=xrc")
 	case c.XRC && c.CQ == 0:
-		return CreateSRQ{}, textErr("cq", "required with srq_type=xrc")
+		return CreateSRQ{}, textErr(KeyCQ, "required with srq_type=xrc")
 	case !c.XRC && c.XRCD != 0:
-		return CreateSRQ{}, textErr("xrcd", "only with srq_type=xrc")
+		return CreateSRQ{}, textErr(KeyXRCD, "only with srq_type=xrc")
 	case !c.XRC && c.CQ != 0:
-		return CreateSRQ{}, textErr("cq", "only with srq_type=xrc")
+		return CreateSRQ{}, textErr(KeyCQ, "only with srq_type=xrc")
 	}
 	return c, nil
 }
@@ -377,22 +377,22 @@ type OpenXRCD struct {
 func ParseOpenXRCD(s string) (OpenXRCD, error) {
 	var c OpenXRCD
 	err := textKeys(s, map[string]func(string) error{
-		"fd": func(v string) error {
-			n, err := textFull[uint32]("fd", v)
+		KeyFD: func(v string) error {
+			n, err := textFull[uint32](KeyFD, v)
 			if err == nil && n > 1<<30 {
-				err = textErr("fd", "out of range")
+				err = textErr(KeyFD, "out of range")
 			}
 			c.FD, c.HasFD = int32(n), true
 			return err
 		},
-		"create": textInto("create", &c.Create, textBool),
-		"excl":   textInto("excl", &c.Excl, textBool),
+		KeyCreate: textInto(KeyCreate, &c.Create, textBool),
+		KeyExcl:   textInto(KeyExcl, &c.Excl, textBool),
 	})
 	if err != nil {
 		return OpenXRCD{}, err
 	}
 	if !c.HasFD && (c.Create || c.Excl) {
-		return OpenXRCD{}, textErr("create", "create and excl need fd=N")
+		return OpenXRCD{}, textErr(KeyCreate, "create and excl need fd=N")
 	}
 	return c, nil
 }
@@ -418,17 +418,17 @@ const (
 func ParseModifySRQ(s string) (ModifySRQ, error) {
 	var m ModifySRQ
 	err := textKeys(s, map[string]func(string) error{
-		"max_wr": func(v string) (err error) {
+		KeyMaxWR: func(v string) (err error) {
 			m.Mask |= SRQMaxWR
-			m.MaxWR, err = textFull[uint32]("max_wr", v)
+			m.MaxWR, err = textFull[uint32](KeyMaxWR, v)
 			if err == nil && m.MaxWR == 0 {
-				err = textErr("max_wr", "out of range: 0 < 1")
+				err = textErr(KeyMaxWR, "out of range: 0 < 1")
 			}
 			return
 		},
-		"srq_limit": func(v string) (err error) {
+		KeySRQLimit: func(v string) (err error) {
 			m.Mask |= SRQLimit
-			m.SRQLimit, err = textFull[uint32]("srq_limit", v)
+			m.SRQLimit, err = textFull[uint32](KeySRQLimit, v)
 			return
 		},
 	})
@@ -445,10 +445,10 @@ func ParseModifySRQ(s string) (ModifySRQ, error) {
 func FormatModifySRQ(m *ModifySRQ) string {
 	l := textLine{b: []byte("modify")}
 	if m.Mask&SRQMaxWR != 0 {
-		l.num("max_wr", uint64(m.MaxWR))
+		l.num(KeyMaxWR, uint64(m.MaxWR))
 	}
 	if m.Mask&SRQLimit != 0 {
-		l.num("srq_limit", uint64(m.SRQLimit))
+		l.num(KeySRQLimit, uint64(m.SRQLimit))
 	}
 	return l.String()
 }
@@ -463,13 +463,13 @@ type CreateAH struct {
 func ParseCreateAH(s string) (CreateAH, error) {
 	var c CreateAH
 	keys := map[string]func(string) error{
-		"pd":       textInto("pd", &c.PD, textHandle),
-		"port_num": textInto("port_num", &c.AH.PortNum, textFull[uint8]),
+		KeyPD:      textInto(KeyPD, &c.PD, textHandle),
+		KeyPortNum: textInto(KeyPortNum, &c.AH.PortNum, textFull[uint8]),
 	}
 	for k, set := range textAVKeys {
 		keys[k] = func(v string) error { return set(&c.AH, k, v) }
 	}
-	if err := textKeys(s, keys, "pd", "dgid"); err != nil {
+	if err := textKeys(s, keys, KeyPD, KeyDGID); err != nil {
 		return CreateAH{}, err
 	}
 	return c, nil
@@ -501,19 +501,19 @@ type CreateQP struct {
 func ParseCreateQP(s string) (CreateQP, error) {
 	var c CreateQP
 	keys := map[string]func(string) error{
-		"pd":         textInto("pd", &c.PD, textHandle),
-		"qp_type":    textInto("qp_type", &c.Type, textQPType),
-		"send_cq":    textInto("send_cq", &c.SendCQ, textHandle),
-		"recv_cq":    textInto("recv_cq", &c.RecvCQ, textHandle),
-		"srq":        textInto("srq", &c.SRQ, textHandle),
-		"xrcd":       textInto("xrcd", &c.XRCD, textHandle),
-		"open":       textInto("open", &c.Open, textHandle),
-		"sq_sig_all": textInto("sq_sig_all", &c.SQSigAll, textBool),
+		KeyPD:       textInto(KeyPD, &c.PD, textHandle),
+		KeyQPType:   textInto(KeyQPType, &c.Type, textQPType),
+		KeySendCQ:   textInto(KeySendCQ, &c.SendCQ, textHandle),
+		KeyRecvCQ:   textInto(KeyRecvCQ, &c.RecvCQ, textHandle),
+		KeySRQ:      textInto(KeySRQ, &c.SRQ, textHandle),
+		KeyXRCD:     textInto(KeyXRCD, &c.XRCD, textHandle),
+		KeyOpen:     textInto(KeyOpen, &c.Open, textHandle),
+		KeySQSigAll: textInto(KeySQSigAll, &c.SQSigAll, textBool),
 	}
 	for k, set := range textCapKeys {
 		keys[k] = func(v string) error { return set(&c.Cap, k, v) }
 	}
-	if err := textKeys(s, keys, "qp_type"); err != nil {
+	if err := textKeys(s, keys, KeyQPType); err != nil {
 		return CreateQP{}, err
 	}
 	if err := c.checkKeys(); err != nil {
@@ -527,27 +527,27 @@ func (c *CreateQP) checkKeys() error {
 	if c.Type == TypeXRCRecv {
 		switch {
 		case c.XRCD == 0:
-			return textErr("xrcd", "required for qp_type=xrc_recv")
+			return textErr(KeyXRCD, "required for qp_type=xrc_recv")
 		case c.PD != 0 || c.SendCQ != 0 || c.RecvCQ != 0 || c.SRQ != 0:
-			return textErr("xrcd", "an xrc_recv qp takes only xrcd= (and open=): no pd, cqs or srq")
+			return textErr(KeyXRCD, "an xrc_recv qp takes only xrcd= (and open=): no pd, cqs or srq")
 		case c.Cap != Cap{} || c.SQSigAll:
-			return textErr("xrcd", "an xrc_recv qp has no queues of its own to size")
+			return textErr(KeyXRCD, "an xrc_recv qp has no queues of its own to size")
 		}
 		return nil
 	}
 	switch {
 	case c.XRCD != 0:
-		return textErr("xrcd", "only for qp_type=xrc_recv")
+		return textErr(KeyXRCD, "only for qp_type=xrc_recv")
 	case c.Open != 0:
-		return textErr("open", "only for qp_type=xrc_recv")
+		return textErr(KeyOpen, "only for qp_type=xrc_recv")
 	case c.PD == 0:
-		return textErr("pd", "missing required key")
+		return textErr(KeyPD, "missing required key")
 	case c.SendCQ == 0:
-		return textErr("send_cq", "missing required key")
+		return textErr(KeySendCQ, "missing required key")
 	case c.Type == TypeXRCSend && c.SRQ != 0:
-		return textErr("srq", "an xrc_send qp receives nothing")
+		return textErr(KeySRQ, "an xrc_send qp receives nothing")
 	case c.RecvCQ == 0 && c.Type != TypeXRCSend:
-		return textErr("recv_cq", "missing required key")
+		return textErr(KeyRecvCQ, "missing required key")
 	}
 	return nil
 }
@@ -573,25 +573,25 @@ func textQPType(k, v string) (Type, error) {
 // FormatCreateMR is the mr/new line of c.
 func FormatCreateMR(c *CreateMR) string {
 	var l textLine
-	l.num("pd", uint64(c.PD))
+	l.num(KeyPD, uint64(c.PD))
 	if !c.Implicit {
-		l.num("length", c.Length)
+		l.num(KeyLength, c.Length)
 	}
 	if c.HasIOVA {
-		l.num("iova", c.IOVA)
+		l.num(KeyIOVA, c.IOVA)
 	}
 	if c.Access != 0 {
-		l.str("access", c.Access.String())
+		l.str(KeyAccess, c.Access.String())
 	}
 	if c.Share != 0 {
-		l.num("share", uint64(c.Share))
-		l.num("offset", c.Offset)
+		l.num(KeyShare, uint64(c.Share))
+		l.num(KeyOffset, c.Offset)
 	}
 	if c.HasAddr {
-		l.num("addr", c.Addr)
+		l.num(KeyAddr, c.Addr)
 	}
 	if c.Implicit {
-		l.num("implicit", 1)
+		l.num(KeyImplicit, 1)
 	}
 	return l.String()
 }
@@ -599,12 +599,12 @@ func FormatCreateMR(c *CreateMR) string {
 // FormatCreateCQ is the cq/new line of c.
 func FormatCreateCQ(c *CreateCQ) string {
 	var l textLine
-	l.num("cqe", uint64(c.CQE))
+	l.num(KeyCQE, uint64(c.CQE))
 	if c.CompVector != 0 {
-		l.num("comp_vector", uint64(c.CompVector))
+		l.num(KeyCompVector, uint64(c.CompVector))
 	}
 	if c.WCFlags != 0 {
-		l.str("wc_flags", c.WCFlags.String())
+		l.str(KeyWcFlags, c.WCFlags.String())
 	}
 	return l.String()
 }
@@ -612,16 +612,16 @@ func FormatCreateCQ(c *CreateCQ) string {
 // FormatCreateSRQ is the srq/new line of c.
 func FormatCreateSRQ(c *CreateSRQ) string {
 	var l textLine
-	l.num("pd", uint64(c.PD))
-	l.num("max_wr", uint64(c.MaxWR))
-	l.num("max_sge", uint64(c.MaxSGE))
+	l.num(KeyPD, uint64(c.PD))
+	l.num(KeyMaxWR, uint64(c.MaxWR))
+	l.num(KeyMaxSGE, uint64(c.MaxSGE))
 	if c.SRQLimit != 0 {
-		l.num("srq_limit", uint64(c.SRQLimit))
+		l.num(KeySRQLimit, uint64(c.SRQLimit))
 	}
 	if c.XRC {
-		l.str("srq_type", "xrc")
-		l.num("xrcd", uint64(c.XRCD))
-		l.num("cq", uint64(c.CQ))
+		l.str(KeySRQType, "xrc")
+		l.num(KeyXRCD, uint64(c.XRCD))
+		l.num(KeyCQ, uint64(c.CQ))
 	}
 	return l.String()
 }
@@ -630,12 +630,12 @@ func FormatCreateSRQ(c *CreateSRQ) string {
 func FormatOpenXRCD(c *OpenXRCD) string {
 	var l textLine
 	if c.HasFD {
-		l.num("fd", uint64(c.FD))
+		l.num(KeyFD, uint64(c.FD))
 		if c.Create {
-			l.num("create", 1)
+			l.num(KeyCreate, 1)
 		}
 		if c.Excl {
-			l.num("excl", 1)
+			l.num(KeyExcl, 1)
 		}
 	}
 	return l.String()
@@ -644,10 +644,10 @@ func FormatOpenXRCD(c *OpenXRCD) string {
 // FormatCreateAH is the ah/new line of c.
 func FormatCreateAH(c *CreateAH) string {
 	var l textLine
-	l.num("pd", uint64(c.PD))
+	l.num(KeyPD, uint64(c.PD))
 	textFormatAV(&l, &c.AH)
 	if c.AH.PortNum != 0 {
-		l.num("port_num", uint64(c.AH.PortNum))
+		l.num(KeyPortNum, uint64(c.AH.PortNum))
 	}
 	return l.String()
 }
@@ -657,30 +657,30 @@ func FormatCreateAH(c *CreateAH) string {
 func FormatCreateQP(c *CreateQP) string {
 	var l textLine
 	if c.Type == TypeXRCRecv {
-		l.str("qp_type", c.Type.String())
-		l.num("xrcd", uint64(c.XRCD))
+		l.str(KeyQPType, c.Type.String())
+		l.num(KeyXRCD, uint64(c.XRCD))
 		if c.Open != 0 {
-			l.num("open", uint64(c.Open))
+			l.num(KeyOpen, uint64(c.Open))
 		}
 		return l.String()
 	}
-	l.num("pd", uint64(c.PD))
-	l.str("qp_type", c.Type.String())
-	l.num("send_cq", uint64(c.SendCQ))
+	l.num(KeyPD, uint64(c.PD))
+	l.str(KeyQPType, c.Type.String())
+	l.num(KeySendCQ, uint64(c.SendCQ))
 	if c.RecvCQ != 0 || c.Type != TypeXRCSend {
-		l.num("recv_cq", uint64(c.RecvCQ))
+		l.num(KeyRecvCQ, uint64(c.RecvCQ))
 	}
-	l.num("max_send_wr", uint64(c.Cap.MaxSendWR))
-	l.num("max_send_sge", uint64(c.Cap.MaxSendSGE))
-	l.num("max_inline_data", uint64(c.Cap.MaxInlineData))
+	l.num(KeyMaxSendWR, uint64(c.Cap.MaxSendWR))
+	l.num(KeyMaxSendSGE, uint64(c.Cap.MaxSendSGE))
+	l.num(KeyMaxInlineData, uint64(c.Cap.MaxInlineData))
 	if c.SRQ != 0 {
-		l.num("srq", uint64(c.SRQ))
+		l.num(KeySRQ, uint64(c.SRQ))
 	} else {
-		l.num("max_recv_wr", uint64(c.Cap.MaxRecvWR))
-		l.num("max_recv_sge", uint64(c.Cap.MaxRecvSGE))
+		l.num(KeyMaxRecvWR, uint64(c.Cap.MaxRecvWR))
+		l.num(KeyMaxRecvSGE, uint64(c.Cap.MaxRecvSGE))
 	}
 	if c.SQSigAll {
-		l.num("sq_sig_all", 1)
+		l.num(KeySQSigAll, 1)
 	}
 	return l.String()
 }

@@ -78,41 +78,41 @@ func fieldMTU(key string, p *MTU) textField {
 func (f *DeviceFile) fields() []textField {
 	a, u := &f.Attr, &f.PerUser
 	return []textField{
-		fieldText("fw_ver", &a.FwVer), fieldHex("node_guid", &a.NodeGUID), fieldHex("sys_image_guid", &a.SysImageGUID),
-		fieldU("max_mr_size", &a.MaxMRSize), fieldU("page_size_cap", &a.PageSizeCap),
-		fieldU("vendor_id", &a.VendorID), fieldU("vendor_part_id", &a.VendorPartID), fieldU("hw_ver", &a.HwVer),
-		fieldU("max_qp", &a.MaxQP), fieldU("max_qp_wr", &a.MaxQPWR), fieldU("device_cap_flags", &a.DeviceCapFlags),
-		fieldU("device_cap_flags_ex", &a.DeviceCapFlagsEx), fieldU("max_sge", &a.MaxSGE),
-		fieldU("max_sge_rd", &a.MaxSGERd), fieldU("max_cq", &a.MaxCQ), fieldU("max_cqe", &a.MaxCQE),
-		fieldU("max_mr", &a.MaxMR), fieldU("max_pd", &a.MaxPD), fieldU("max_qp_rd_atom", &a.MaxQPRdAtom),
-		fieldU("max_res_rd_atom", &a.MaxResRdAtom), fieldU("max_qp_init_rd_atom", &a.MaxQPInitRdAtom),
-		fieldWord("atomic_cap", &a.AtomicCap), fieldU("max_mw", &a.MaxMW), fieldU("max_ah", &a.MaxAH),
-		fieldU("max_srq", &a.MaxSRQ), fieldU("max_srq_wr", &a.MaxSRQWR), fieldU("max_srq_sge", &a.MaxSRQSGE),
-		fieldU("max_pkeys", &a.MaxPKeys), fieldU("local_ca_ack_delay", &a.LocalCAAckDelay),
-		fieldU("phys_port_cnt", &a.PhysPortCnt), fieldU("max_inline_data", &a.MaxInlineData),
-		fieldU("reserved_operations", &a.ReservedOps), fieldU("max_mcast_grp", &a.MaxMcastGrp),
-		fieldU("max_mcast_qp_attach", &a.MaxMcastQPAttach),
-		fieldU("max_total_mcast_qp_attach", &a.MaxTotalMcastQPAttach), fieldU("engines", &f.Engines),
-		fieldU("max_total_mr_bytes", &a.MaxTotalMRBytes), fieldU("hca_core_clock", &a.HCACoreClock),
-		fieldHex("completion_timestamp_mask", &a.CompletionTimestampMask),
-		fieldU("user_share", &f.UserShare), fieldU("max_qp_per_user", &u.QP), fieldU("max_cq_per_user", &u.CQ),
-		fieldU("max_mr_per_user", &u.MR), fieldU("max_pd_per_user", &u.PD), fieldU("max_mw_per_user", &u.MW),
-		fieldU("max_ah_per_user", &u.AH), fieldU("max_srq_per_user", &u.SRQ),
-		fieldU("max_total_mr_bytes_per_user", &u.TotalMRBytes), fieldU("max_mcast_grp_per_user", &u.McastGrp),
-		fieldU("max_total_mcast_qp_attach_per_user", &u.TotalMcastQPAttach),
-		fieldU("max_event_readers_per_user", &u.EventReaders), fieldU("max_captures_per_user", &u.Captures),
+		fieldText(KeyFwVer, &a.FwVer), fieldHex(KeyNodeGUID, &a.NodeGUID), fieldHex(KeySysImageGUID, &a.SysImageGUID),
+		fieldU(KeyMaxMRSize, &a.MaxMRSize), fieldU(KeyPageSizeCap, &a.PageSizeCap),
+		fieldU(KeyVendorID, &a.VendorID), fieldU(KeyVendorPartID, &a.VendorPartID), fieldU(KeyHwVer, &a.HwVer),
+		fieldU(KeyMaxQP, &a.MaxQP), fieldU(KeyMaxQPWR, &a.MaxQPWR), fieldU(KeyDeviceCapFlags, &a.DeviceCapFlags),
+		fieldU(KeyDeviceCapFlagsEx, &a.DeviceCapFlagsEx), fieldU(KeyMaxSGE, &a.MaxSGE),
+		fieldU(KeyMaxSGERd, &a.MaxSGERd), fieldU(KeyMaxCQ, &a.MaxCQ), fieldU(KeyMaxCQE, &a.MaxCQE),
+		fieldU(KeyMaxMR, &a.MaxMR), fieldU(KeyMaxPD, &a.MaxPD), fieldU(KeyMaxQPRdAtom, &a.MaxQPRdAtom),
+		fieldU(KeyMaxResRdAtom, &a.MaxResRdAtom), fieldU(KeyMaxQPInitRdAtom, &a.MaxQPInitRdAtom),
+		fieldWord(KeyAtomicCap, &a.AtomicCap), fieldU(KeyMaxMW, &a.MaxMW), fieldU(KeyMaxAH, &a.MaxAH),
+		fieldU(KeyMaxSRQ, &a.MaxSRQ), fieldU(KeyMaxSRQWR, &a.MaxSRQWR), fieldU(KeyMaxSRQSGE, &a.MaxSRQSGE),
+		fieldU(KeyMaxPkeys, &a.MaxPKeys), fieldU(KeyLocalCAAckDelay, &a.LocalCAAckDelay),
+		fieldU(KeyPhysPortCnt, &a.PhysPortCnt), fieldU(KeyMaxInlineData, &a.MaxInlineData),
+		fieldU(KeyReservedOperations, &a.ReservedOps), fieldU(KeyMaxMcastGrp, &a.MaxMcastGrp),
+		fieldU(KeyMaxMcastQPAttach, &a.MaxMcastQPAttach),
+		fieldU(KeyMaxTotalMcastQPAttach, &a.MaxTotalMcastQPAttach), fieldU(KeyEngines, &f.Engines),
+		fieldU(KeyMaxTotalMRBytes, &a.MaxTotalMRBytes), fieldU(KeyHCACoreClock, &a.HCACoreClock),
+		fieldHex(KeyCompletionTimestampMask, &a.CompletionTimestampMask),
+		fieldU(KeyUserShare, &f.UserShare), fieldU(KeyMaxQPPerUser, &u.QP), fieldU(KeyMaxCQPerUser, &u.CQ),
+		fieldU(KeyMaxMRPerUser, &u.MR), fieldU(KeyMaxPDPerUser, &u.PD), fieldU(KeyMaxMWPerUser, &u.MW),
+		fieldU(KeyMaxAHPerUser, &u.AH), fieldU(KeyMaxSRQPerUser, &u.SRQ),
+		fieldU(KeyMaxTotalMRBytesPerUser, &u.TotalMRBytes), fieldU(KeyMaxMcastGrpPerUser, &u.McastGrp),
+		fieldU(KeyMaxTotalMcastQPAttachPerUser, &u.TotalMcastQPAttach),
+		fieldU(KeyMaxEventReadersPerUser, &u.EventReaders), fieldU(KeyMaxCapturesPerUser, &u.Captures),
 	}
 }
 
 func (a *PortAttr) fields() []textField {
-	return []textField{fieldU("port_num", &a.PortNum), fieldWord("state", &a.State), fieldMTU("max_mtu", &a.MaxMTU),
-		fieldMTU("active_mtu", &a.ActiveMTU), fieldGID("gid", &a.GID), fieldU("lid", &a.LID),
-		fieldWord("link_layer", &a.LinkLayer), fieldU("gid_tbl_len", &a.GIDTblLen),
-		fieldU("pkey_tbl_len", &a.PKeyTblLen), fieldU("max_msg_sz", &a.MaxMsgSz)}
+	return []textField{fieldU(KeyPortNum, &a.PortNum), fieldWord(KeyState, &a.State), fieldMTU(KeyMaxMTU, &a.MaxMTU),
+		fieldMTU(KeyActiveMTU, &a.ActiveMTU), fieldGID(KeyGID, &a.GID), fieldU(KeyLID, &a.LID),
+		fieldWord(KeyLinkLayer, &a.LinkLayer), fieldU(KeyGIDTblLen, &a.GIDTblLen),
+		fieldU(KeyPKeyTblLen, &a.PKeyTblLen), fieldU(KeyMaxMsgSz, &a.MaxMsgSz)}
 }
 
 func (c *ClockFile) fields() []textField {
-	return []textField{fieldU("raw_clock", &c.RawClock), fieldU("wallclock_ns", &c.WallclockNS)}
+	return []textField{fieldU(KeyRawClock, &c.RawClock), fieldU(KeyWallclockNS, &c.WallclockNS)}
 }
 
 // FormatDeviceFile prints MOUNT/device.

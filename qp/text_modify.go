@@ -21,65 +21,65 @@ func FormatModify(a *Attr, mask AttrMask) string {
 		}
 		switch n.bit {
 		case MaskState:
-			l.str("qp_state", textFormatState(a.QPState))
+			l.str(KeyQPState, textFormatState(a.QPState))
 		case MaskCurState:
-			l.str("cur_qp_state", textFormatState(a.CurQPState))
+			l.str(KeyCurQPState, textFormatState(a.CurQPState))
 		case MaskEnSQDAsyncNotify:
 			if a.EnSQDAsyncNotify {
-				num("en_sqd_async_notify", 1)
+				num(KeyEnSQDAsyncNotify, 1)
 			} else {
-				num("en_sqd_async_notify", 0)
+				num(KeyEnSQDAsyncNotify, 0)
 			}
 		case MaskAccessFlags:
-			l.str("qp_access_flags", a.QPAccessFlags.String())
+			l.str(KeyQPAccessFlags, a.QPAccessFlags.String())
 		case MaskPKeyIndex:
-			num("pkey_index", uint64(a.PKeyIndex))
+			num(KeyPKeyIndex, uint64(a.PKeyIndex))
 		case MaskPort:
-			num("port_num", uint64(a.PortNum))
+			num(KeyPortNum, uint64(a.PortNum))
 		case MaskQKey:
-			num("qkey", uint64(a.QKey))
+			num(KeyQKey, uint64(a.QKey))
 		case MaskAV:
 			textFormatAV(&l, &a.AH)
 		case MaskPathMTU:
 			// Bytes, as attr prints it; an invalid MTU prints its enum
 			// number, which ParseModify refuses.
 			if a.PathMTU.Valid() {
-				num("path_mtu", uint64(a.PathMTU.Bytes()))
+				num(KeyPathMTU, uint64(a.PathMTU.Bytes()))
 			} else {
-				num("path_mtu", uint64(a.PathMTU))
+				num(KeyPathMTU, uint64(a.PathMTU))
 			}
 		case MaskTimeout:
-			num("timeout", uint64(a.Timeout))
+			num(KeyTimeout, uint64(a.Timeout))
 		case MaskRetryCnt:
-			num("retry_cnt", uint64(a.RetryCnt))
+			num(KeyRetryCnt, uint64(a.RetryCnt))
 		case MaskRNRRetry:
-			num("rnr_retry", uint64(a.RNRRetry))
+			num(KeyRNRRetry, uint64(a.RNRRetry))
 		case MaskRQPSN:
-			num("rq_psn", uint64(a.RQPSN))
+			num(KeyRQPSN, uint64(a.RQPSN))
 		case MaskMaxQPRdAtomic:
-			num("max_rd_atomic", uint64(a.MaxRdAtomic))
+			num(KeyMaxRdAtomic, uint64(a.MaxRdAtomic))
 		case MaskAltPath:
 			num("alt_port_num", uint64(a.AltPortNum))
 		case MaskMinRNRTimer:
-			num("min_rnr_timer", uint64(a.MinRNRTimer))
+			num(KeyMinRNRTimer, uint64(a.MinRNRTimer))
 		case MaskSQPSN:
-			num("sq_psn", uint64(a.SQPSN))
+			num(KeySQPSN, uint64(a.SQPSN))
 		case MaskMaxDestRdAtomic:
-			num("max_dest_rd_atomic", uint64(a.MaxDestRdAtomic))
+			num(KeyMaxDestRdAtomic, uint64(a.MaxDestRdAtomic))
 		case MaskPathMigState:
 			if int(a.PathMigState) < len(textMigNames) {
-				l.str("path_mig_state", textMigNames[a.PathMigState])
+				l.str(KeyPathMigState, textMigNames[a.PathMigState])
 			} else {
-				num("path_mig_state", uint64(a.PathMigState))
+				num(KeyPathMigState, uint64(a.PathMigState))
 			}
 		case MaskCap:
-			num("max_send_wr", uint64(a.Cap.MaxSendWR))
-			num("max_recv_wr", uint64(a.Cap.MaxRecvWR))
-			num("max_send_sge", uint64(a.Cap.MaxSendSGE))
-			num("max_recv_sge", uint64(a.Cap.MaxRecvSGE))
-			num("max_inline_data", uint64(a.Cap.MaxInlineData))
+			num(KeyMaxSendWR, uint64(a.Cap.MaxSendWR))
+			num(KeyMaxRecvWR, uint64(a.Cap.MaxRecvWR))
+			num(KeyMaxSendSGE, uint64(a.Cap.MaxSendSGE))
+			num(KeyMaxRecvSGE, uint64(a.Cap.MaxRecvSGE))
+			num(KeyMaxInlineData, uint64(a.Cap.MaxInlineData))
 		case MaskDestQPN:
-			num("dest_qp_num", uint64(a.DestQPNum))
+			num(KeyDestQPNum, uint64(a.DestQPNum))
 		case MaskRateLimit:
 			num("rate_limit", uint64(a.RateLimit))
 		}

@@ -127,40 +127,40 @@ func fieldCQWCFlags(key string, p *CQWCFlags) textField {
 	})}
 }
 
-func (a *PDAttr) fields() []textField { return []textField{fieldU("handle", &a.Handle)} }
+func (a *PDAttr) fields() []textField { return []textField{fieldU(KeyHandle, &a.Handle)} }
 
 func (a *MRAttr) fields() []textField {
-	return []textField{fieldU("pd", &a.PD), fieldU("length", &a.Length), fieldU("iova", &a.IOVA),
-		fieldAccess("access", &a.Access), fieldU("lkey", &a.LKey), fieldU("rkey", &a.RKey),
-		fieldBool("valid", &a.Valid), fieldU("mem_offset", &a.MemOffset), fieldWord("memory", &a.Memory)}
+	return []textField{fieldU(KeyPD, &a.PD), fieldU(KeyLength, &a.Length), fieldU(KeyIOVA, &a.IOVA),
+		fieldAccess(KeyAccess, &a.Access), fieldU(KeyLKey, &a.LKey), fieldU(KeyRKey, &a.RKey),
+		fieldBool(KeyValid, &a.Valid), fieldU(KeyMemOffset, &a.MemOffset), fieldWord(KeyMemory, &a.Memory)}
 }
 
 func (a *MWAttr) fields() []textField {
-	return []textField{fieldU("pd", &a.PD), fieldU("type", &a.Type), fieldU("rkey", &a.RKey),
-		fieldBool("bound", &a.Bound), fieldU("mr", &a.MR), fieldU("addr", &a.Addr), fieldU("length", &a.Length),
-		fieldAccess("access", &a.Access)}
+	return []textField{fieldU(KeyPD, &a.PD), fieldU(KeyType, &a.Type), fieldU(KeyRKey, &a.RKey),
+		fieldBool(KeyBound, &a.Bound), fieldU(KeyMR, &a.MR), fieldU(KeyAddr, &a.Addr), fieldU(KeyLength, &a.Length),
+		fieldAccess(KeyAccess, &a.Access)}
 }
 
 func (a *CQAttr) fields() []textField {
-	return []textField{fieldU("cqe", &a.CQE), fieldCQWCFlags("wc_flags", &a.WCFlags),
-		fieldBool("overflowed", &a.Overflowed), fieldU("pending", &a.Pending), fieldWord("armed", &a.Armed),
-		fieldU("overflows", &a.Overflows)}
+	return []textField{fieldU(KeyCQE, &a.CQE), fieldCQWCFlags(KeyWcFlags, &a.WCFlags),
+		fieldBool(KeyOverflowed, &a.Overflowed), fieldU(KeyPending, &a.Pending), fieldWord(KeyArmed, &a.Armed),
+		fieldU(KeyOverflows, &a.Overflows)}
 }
 
 func (a *SRQAttr) fields() []textField {
-	return []textField{fieldU("pd", &a.PD), fieldU("max_wr", &a.MaxWR), fieldU("max_sge", &a.MaxSGE),
-		fieldU("srq_limit", &a.SRQLimit), fieldU("pending", &a.Pending), fieldWord("srq_type", &a.SRQType),
-		fieldU("srq_num", &a.SRQNum), fieldU("cq", &a.CQ)}
+	return []textField{fieldU(KeyPD, &a.PD), fieldU(KeyMaxWR, &a.MaxWR), fieldU(KeyMaxSGE, &a.MaxSGE),
+		fieldU(KeySRQLimit, &a.SRQLimit), fieldU(KeyPending, &a.Pending), fieldWord(KeySRQType, &a.SRQType),
+		fieldU(KeySRQNum, &a.SRQNum), fieldU(KeyCQ, &a.CQ)}
 }
 
-func (a *XRCDAttr) fields() []textField { return []textField{fieldBool("shared", &a.Shared)} }
+func (a *XRCDAttr) fields() []textField { return []textField{fieldBool(KeyShared, &a.Shared)} }
 
 func (a *AHAttr) fields() []textField {
 	h := &a.AH
-	return []textField{fieldU("pd", &a.PD), fieldGID("dgid", &h.DGID), fieldU("sgid_index", &h.SGIDIndex),
-		fieldU("hop_limit", &h.HopLimit), fieldU("traffic_class", &h.TrafficClass),
-		fieldU("flow_label", &h.FlowLabel), fieldU("sl", &h.SL), fieldU("dlid", &h.DLID),
-		fieldU("port_num", &h.PortNum), fieldU("static_rate", &h.StaticRate)}
+	return []textField{fieldU(KeyPD, &a.PD), fieldGID(KeyDGID, &h.DGID), fieldU(KeySGIDIndex, &h.SGIDIndex),
+		fieldU(KeyHopLimit, &h.HopLimit), fieldU(KeyTrafficClass, &h.TrafficClass),
+		fieldU(KeyFlowLabel, &h.FlowLabel), fieldU(KeySL, &h.SL), fieldU(KeyDLID, &h.DLID),
+		fieldU(KeyPortNum, &h.PortNum), fieldU(KeyStaticRate, &h.StaticRate)}
 }
 
 // formatFields prints one key=value line a field.

@@ -124,3 +124,49 @@ mount_device() {
 	pp "$RDMAFS" mount --log "$work/daemon.log" "$@" "$M"
 	pp ls "$M"
 }
+
+# cm_pair SERVER_MOUNT CLIENT_MOUNT PORT "SERVER CMD" "CLIENT CMD": an
+# rdma_cm server program in the background on SERVER_MOUNT, its client on
+# CLIENT_MOUNT once the server's listener on PORT shows in cm/listeners
+# (or the server has exited); each bounded by TMO seconds (60), both must
+# exit 0, else their logs ($work/server.log, $work/client.log) are shown
+# and the script dies. Options, as variables on the call:
+#   FOREVER=1      the server never exits by itself (cmtime's): it is
+#                  stopped once the client is done
+#   PAIR_RETRY=FN  when the client fails and FN SERVER_MOUNT says the
+#                  failure is a race the caller knows (perftest's), the
+#                  server is stopped and cm_pair returns 75 (EX_TEMPFAIL):
+#                  the caller runs the pair again
+cm_pair() {
+	local sm=$1 cm=$2 port=$3 scmd=$4 ccmd=$5
+	# (not through a function: $! must be rdmafs exec, which becomes timeout)
+	# shellcheck disable=SC2086
+	"$RDMAFS" exec --mount "$sm" -- timeout "${TMO:-60}" $scmd >"$work/server.log" 2>&1 &
+	local spid=$!
+	for _ in $(seq 200); do
+		grep -q " port=$port " "$sm/cm/listeners" 2>/dev/null && break
+		kill -0 $spid 2>/dev/null || break
+		sleep 0.05
+	done
+	local rc=0 src=0
+	# shellcheck disable=SC2086
+	"$RDMAFS" exec --mount "$cm" -- timeout "${TMO:-60}" $ccmd >"$work/client.log" 2>&1 || rc=$?
+	if ((rc != 0)) && [[ -n "${PAIR_RETRY:-}" ]] && "$PAIR_RETRY" "$sm"; then
+		kill -TERM $spid 2>/dev/null || true
+		wait $spid || true
+		return 75
+	fi
+	if [[ -n "${FOREVER:-}" ]]; then
+		kill -TERM $spid 2>/dev/null || true # timeout passes it on
+		wait $spid || true
+	else
+		wait $spid || src=$?
+	fi
+	if ((rc != 0 || src != 0)); then
+		echo "--- server: $scmd (exit $src)"
+		cat "$work/server.log"
+		echo "--- client: $ccmd (exit $rc)"
+		cat "$work/client.log"
+		die "$ccmd: client exit $rc, server exit $src"
+	fi
+}

@@ -51,41 +51,6 @@ on() { # MOUNT PROG ARGS: an unmodified program on MOUNT's device
 	"$RDMAFS" exec --mount "$mnt" -- timeout "$TMO" "$@"
 }
 
-# pair SERVER_MOUNT CLIENT_MOUNT PORT "SERVER ARGS" "CLIENT ARGS": the
-# server in the background, the client once the server's listener shows in
-# cm/listeners; both must succeed. FOREVER=1: the server never exits by
-# itself (cmtime's), so it is stopped once the client is done.
-pair() {
-	local sm=$1 cm=$2 port=$3 sargs=$4 cargs=$5
-	# (not through on: $! must be rdmafs exec, which becomes timeout)
-	# shellcheck disable=SC2086
-	"$RDMAFS" exec --mount "$sm" -- timeout "$TMO" $sargs >"$work/server.log" 2>&1 &
-	local spid=$!
-	for _ in $(seq 200); do
-		grep -q " port=$port " "$sm/cm/listeners" 2>/dev/null && break
-		kill -0 $spid 2>/dev/null || break
-		sleep 0.05
-	done
-	local rc=0 src=0
-	# shellcheck disable=SC2086
-	on "$cm" $cargs >"$work/client.log" 2>&1 || rc=$?
-	if ((rc != 0)) && [[ -n "${PERFTEST_RACE:-}" ]] && lost_perftest_race "$sm"; then
-		kill -TERM $spid 2>/dev/null || true
-		wait $spid || true
-		return 75 # EX_TEMPFAIL: the caller runs the pair again
-	fi
-	if [[ -n "${FOREVER:-}" ]]; then
-		kill -TERM $spid 2>/dev/null || true # timeout passes it on
-		wait $spid || true
-	else
-		wait $spid || src=$?
-	fi
-	if ((rc != 0 || src != 0)); then
-		echo "--- client: $cargs (exit $rc)"; cat "$work/client.log"
-		echo "--- server: $sargs (exit $src)"; cat "$work/server.log"
-		die "$cargs failed"
-	fi
-}
 
 # perftest 4.5-0.17 (Debian's) sets up its test connection right after a
 # handshake on its first one: the server then makes and binds a listener
@@ -111,7 +76,7 @@ port=19100
 cmtools() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
 	local sm=$1 cm=$2 sa=$3
 	port=$((port + 1))
-	pair "$sm" "$cm" $port "rping -s -a $sa -C 10 -v -p $port" "rping -c -a $sa -C 10 -v -p $port"
+	cm_pair "$sm" "$cm" $port "rping -s -a $sa -C 10 -v -p $port" "rping -c -a $sa -C 10 -v -p $port"
 	n=$(grep -c "ping data: rdma-ping-" "$work/client.log" || true)
 	((n == 10)) || { cat "$work/client.log"; die "rping client printed $n pings, want 10"; }
 	expect server "server ping data: rdma-ping-9" "rping server saw no 10th ping"
@@ -120,24 +85,24 @@ cmtools() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
 	# -q: the programs create and move their QPs themselves
 	# (rdma_init_qp_attr, rdma_establish)
 	port=$((port + 1))
-	pair "$sm" "$cm" $port "rping -s -q -a $sa -C 10 -v -p $port" "rping -c -q -a $sa -C 10 -v -p $port"
+	cm_pair "$sm" "$cm" $port "rping -s -q -a $sa -C 10 -v -p $port" "rping -c -q -a $sa -C 10 -v -p $port"
 	expect client "ping data: rdma-ping-9" "rping -q client printed no 10th ping"
 	echo "rping -q -C 10 -v: 10 pings"
 
 	port=$((port + 1))
-	pair "$sm" "$cm" $port "ucmatose -p $port" "ucmatose -s $sa -p $port"
+	cm_pair "$sm" "$cm" $port "ucmatose -p $port" "ucmatose -s $sa -p $port"
 	expect client "^return status 0" "ucmatose client: no 'return status 0'"
 	expect server "^return status 0" "ucmatose server: no 'return status 0'"
 	echo "ucmatose: return status 0"
 
 	port=$((port + 1))
-	pair "$sm" "$cm" $port "ucmatose -p $port -c 4 -C 20 -S 512" "ucmatose -s $sa -p $port -c 4 -C 20 -S 512"
+	cm_pair "$sm" "$cm" $port "ucmatose -p $port -c 4 -C 20 -S 512" "ucmatose -s $sa -p $port -c 4 -C 20 -S 512"
 	expect client "^return status 0" "ucmatose -c 4 client failed"
 	echo "ucmatose -c 4 -C 20 -S 512: return status 0"
 
 	# -m: rdma_migrate_id to a new channel; -t/-a: TOS and ACK timeout
 	port=$((port + 1))
-	pair "$sm" "$cm" $port "ucmatose -p $port -m" "ucmatose -s $sa -p $port -m -t 32 -a 16"
+	cm_pair "$sm" "$cm" $port "ucmatose -p $port -m" "ucmatose -s $sa -p $port -m -t 32 -a 16"
 	expect client "migrating to new event channel" "ucmatose -m did not migrate"
 	expect client "^return status 0" "ucmatose -m -t -a client failed"
 	echo "ucmatose -m -t 32 -a 16: return status 0"
@@ -151,19 +116,19 @@ cmtools() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
 	echo "ucmatose without a listener: $(grep -m1 REJECTED "$work/client.log")"
 
 	# udaddy's port is fixed (7174)
-	pair "$sm" "$cm" 7174 "udaddy" "udaddy -s $sa"
+	cm_pair "$sm" "$cm" 7174 "udaddy" "udaddy -s $sa"
 	expect client "^return status 0" "udaddy client: no 'return status 0'"
 	expect server "^return status 0" "udaddy server: no 'return status 0'"
 	echo "udaddy: return status 0"
 
 	port=$((port + 1))
-	pair "$sm" "$cm" $port "rdma_server -p $port" "rdma_client -s $sa -p $port"
+	cm_pair "$sm" "$cm" $port "rdma_server -p $port" "rdma_client -s $sa -p $port"
 	expect client "rdma_client: end 0" "rdma_client: no 'end 0'"
 	expect server "rdma_server: end 0" "rdma_server: no 'end 0'"
 	echo "rdma_server/rdma_client: end 0"
 
 	port=$((port + 1))
-	FOREVER=1 pair "$sm" "$cm" $port "cmtime -p $port" "cmtime -s $sa -p $port -c 20"
+	FOREVER=1 cm_pair "$sm" "$cm" $port "cmtime -p $port" "cmtime -s $sa -p $port -c 20"
 	expect client "^connect +:" "cmtime printed no timings"
 	echo "cmtime -c 20: $(grep -E '^connect +:' "$work/client.log")"
 }
@@ -175,7 +140,7 @@ perftests() { # SERVER_MOUNT CLIENT_MOUNT SERVER_ADDR
 		for try in 1 2 3; do
 			NO_LISTENER_BEFORE=$(awk -F= '/^rejected_no_listener=/{print $2}' "$sm/cm/counters")
 			local rc=0
-			PERFTEST_RACE=1 pair "$sm" "$cm" $port "$prog -R -p $port" "$prog -R -p $port $sa" || rc=$?
+			PAIR_RETRY=lost_perftest_race cm_pair "$sm" "$cm" $port "$prog -R -p $port" "$prog -R -p $port $sa" || rc=$?
 			((rc == 75)) || break
 			echo "$prog -R: the client's REQ beat the server's listener (perftest's race, try $try); again"
 			port=$((port + 1))
@@ -206,10 +171,10 @@ if [[ -z "$quick" ]]; then
 	echo 'drop=0.05 seed=7' >"$MA/faults"
 	echo 'drop=0.05 seed=9' >"$MB/faults"
 	port=$((port + 1))
-	pair "$MA" "$MB" $port "rping -s -a $A_ADDR -C 50 -v -p $port" "rping -c -a $A_ADDR -C 50 -v -p $port"
+	cm_pair "$MA" "$MB" $port "rping -s -a $A_ADDR -C 50 -v -p $port" "rping -c -a $A_ADDR -C 50 -v -p $port"
 	expect client "ping data: rdma-ping-49" "rping with loss: no 50th ping"
 	port=$((port + 1))
-	pair "$MA" "$MB" $port "ucmatose -p $port -c 4" "ucmatose -s $A_ADDR -p $port -c 4"
+	cm_pair "$MA" "$MB" $port "ucmatose -p $port -c 4" "ucmatose -s $A_ADDR -p $port -c 4"
 	expect client "^return status 0" "ucmatose with loss failed"
 	echo "rping -C 50, ucmatose -c 4 with 5% loss: ok ($(grep -h '^fault_drops=' "$MA/faults" "$MB/faults" | tr '\n' ' '))"
 	echo off >"$MA/faults"
@@ -231,7 +196,7 @@ nosan() { # LOG: no sanitizer report in it
 }
 port=$((port + 1))
 RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
-	pair "$M" "$M" $port "rping -s -a 127.0.0.1 -C 10 -v -p $port" "rping -c -a 127.0.0.1 -C 10 -v -p $port"
+	cm_pair "$M" "$M" $port "rping -s -a 127.0.0.1 -C 10 -v -p $port" "rping -c -a 127.0.0.1 -C 10 -v -p $port"
 nosan client
 nosan server
 n=$(grep -c "ping data: rdma-ping-" "$work/client.log" || true)
@@ -239,11 +204,11 @@ n=$(grep -c "ping data: rdma-ping-" "$work/client.log" || true)
 echo "rping under ASan/UBSan: 10 pings, no report"
 port=$((port + 1))
 RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
-	pair "$M" "$M" $port "ucmatose -p $port" "ucmatose -s 127.0.0.1 -p $port"
+	cm_pair "$M" "$M" $port "ucmatose -p $port" "ucmatose -s 127.0.0.1 -p $port"
 nosan client
 nosan server
 expect client "^return status 0" "ucmatose under ASan failed"
-RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 pair "$M" "$M" 7174 "udaddy" "udaddy -s 127.0.0.1"
+RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 cm_pair "$M" "$M" 7174 "udaddy" "udaddy -s 127.0.0.1"
 nosan client
 nosan server
 expect client "^return status 0" "udaddy under ASan failed"

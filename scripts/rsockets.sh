@@ -57,32 +57,6 @@ counter() { # MOUNT NAME
 	awk -F= -v k="$2" '$1 == k {print $2}' "$1/counters"
 }
 
-# pair SERVER_MOUNT CLIENT_MOUNT PORT "SERVER CMD" "CLIENT CMD": the server
-# in the background, the client once the server listens (a listener in
-# cm/listeners for rsockets; after a short wait for TCP-shaped ones);
-# both must exit 0.
-pair() {
-	local sm=$1 cm=$2 port=$3 scmd=$4 ccmd=$5
-	# shellcheck disable=SC2086
-	"$RDMAFS" exec --mount "$sm" -- timeout "$TMO" $scmd >"$work/server.log" 2>&1 &
-	local spid=$!
-	for _ in $(seq 200); do
-		grep -q " port=$port " "$sm/cm/listeners" 2>/dev/null && break
-		kill -0 $spid 2>/dev/null || break
-		sleep 0.05
-	done
-	local rc=0 src=0
-	# shellcheck disable=SC2086
-	"$RDMAFS" exec --mount "$cm" -- timeout "$TMO" $ccmd >"$work/client.log" 2>&1 || rc=$?
-	wait $spid || src=$?
-	if ((rc != 0 || src != 0)); then
-		echo "--- server ($scmd)"
-		cat "$work/server.log"
-		echo "--- client ($ccmd)"
-		cat "$work/client.log"
-		die "client exit $rc, server exit $src"
-	fi
-}
 
 # rstream's sizes (its -S all table), each with a few transfers (-S all
 # itself runs 100,000 round trips at the small sizes: minutes here). The
@@ -100,7 +74,7 @@ streams() {
 		local mode=${MODES[i % 4]} c=10
 		i=$((i + 1))
 		((s >= 1048576)) && c=3
-		pair "$sm" "$cm" "$port" "rstream -b $sa -p $port $mode -T v -S $s -C $c" \
+		cm_pair "$sm" "$cm" "$port" "rstream -b $sa -p $port $mode -T v -S $s -C $c" \
 			"rstream -s $sa ${bind[*]} -p $port $mode -T v -S $s -C $c"
 		line=$(grep "^custom" "$work/client.log") || { cat "$work/client.log"; die "rstream $mode -S $s printed no result"; }
 		printf 'rstream %-10s -T v: %s\n' "$mode" "$line"
@@ -109,7 +83,7 @@ streams() {
 	for s in 64 100000 4194304; do
 		local mode=${MODES[i % 3]}
 		i=$((i + 1))
-		pair "$sm" "$cm" "$port" "riostream -b $sa -p $port $mode -T v -S $s -C 10" \
+		cm_pair "$sm" "$cm" "$port" "riostream -b $sa -p $port $mode -T v -S $s -C 10" \
 			"riostream -s $sa ${bind[*]} -p $port $mode -T v -S $s -C 10"
 		line=$(grep "^custom" "$work/client.log") || { cat "$work/client.log"; die "riostream $mode -S $s printed no result"; }
 		printf 'riostream %-8s -T v: %s\n' "$mode" "$line"
@@ -147,7 +121,7 @@ preloaded() {
 	local sm=$1 cm=$2 sa=$3 port=$4 bytes=30000000
 	local b0 b1
 	b0=$(counter "$sm" bytes_recv)
-	pair "$sm" "$cm" "$port" "env LD_PRELOAD=$PRELOAD $T/sock_echo server $sa $port $bytes" \
+	cm_pair "$sm" "$cm" "$port" "env LD_PRELOAD=$PRELOAD $T/sock_echo server $sa $port $bytes" \
 		"env LD_PRELOAD=$PRELOAD $T/sock_echo client $sa $port $bytes"
 	b1=$(counter "$sm" bytes_recv)
 	cat "$work/server.log" "$work/client.log"
@@ -155,7 +129,7 @@ preloaded() {
 	echo "sock_echo under librspreload.so: the server's device received +$((b1 - b0)) bytes"
 
 	b0=$(counter "$sm" bytes_recv)
-	pair "$sm" "$cm" "$port" "env LD_PRELOAD=$PRELOAD iperf3 -s -1 -B $sa -p $port" \
+	cm_pair "$sm" "$cm" "$port" "env LD_PRELOAD=$PRELOAD iperf3 -s -1 -B $sa -p $port" \
 		"env LD_PRELOAD=$PRELOAD iperf3 -c $sa -p $port -t 2"
 	b1=$(counter "$sm" bytes_recv)
 	local got
@@ -259,7 +233,7 @@ for args in "rstream -T b -T v -S 100000 -C 10" "rstream -T a -T v -S 1000 -C 20
 	prog=$1
 	shift
 	RDMAFS_LIBDIR=$work/asanlib LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0 \
-		pair "$M" "$M" 7491 "$prog -b 127.0.0.1 -p 7491 $*" "$prog -s 127.0.0.1 -p 7491 $*"
+		cm_pair "$M" "$M" 7491 "$prog -b 127.0.0.1 -p 7491 $*" "$prog -s 127.0.0.1 -p 7491 $*"
 	nosan client
 	nosan server
 	grep -q "^custom" "$work/client.log" || { cat "$work/client.log"; die "$args under ASan printed no result"; }

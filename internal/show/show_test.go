@@ -54,32 +54,14 @@ func (m *tmount) path(parts ...string) string {
 // create runs one transaction on KIND/new and returns the name.
 func (m *tmount) create(kind, line string) string {
 	m.t.Helper()
-	f, err := os.OpenFile(m.path(kind, "new"), os.O_RDWR, 0)
+	name, err := testmount.Create(m.path(kind, "new"), line)
 	if err != nil {
-		m.t.Fatal(err)
-	}
-	defer f.Close()
-	_, werr := f.Write([]byte(line + "\n"))
-	b := make([]byte, 4096)
-	n, _ := f.Read(b)
-	name := strings.TrimSpace(string(b[:n]))
-	if werr != nil {
-		m.t.Fatalf("%s/new %q: %v (%s)", kind, line, werr, name)
+		m.t.Fatalf("%s/new %q: %v (%s)", kind, line, err, name)
 	}
 	return name
 }
 
-func (m *tmount) write(s string, parts ...string) error {
-	f, err := os.OpenFile(m.path(parts...), os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write([]byte(s))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (m *tmount) write(s string, parts ...string) error { return testmount.Write(m.path(parts...), s) }
 
 func (m *tmount) must(s string, parts ...string) {
 	m.t.Helper()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"rdmafs/device"
@@ -84,4 +85,36 @@ func Rdmafs(t testing.TB) string {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// Write writes s to the file at path in one write, as a command of the
+// tree must be written, and closes it: the write's error, else the close's.
+func Write(path, s string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write([]byte(s))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Create runs one transaction on the new file at path: write the line,
+// read the answer (the new object's name, or the error's text with the
+// write's error).
+func Create(path, line string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	_, werr := f.Write([]byte(line + "\n"))
+	buf := make([]byte, 4096)
+	n, rerr := f.Read(buf)
+	if rerr != nil && werr == nil {
+		return "", rerr
+	}
+	return strings.TrimSuffix(string(buf[:n]), "\n"), werr
 }

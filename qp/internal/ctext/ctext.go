@@ -1,13 +1,14 @@
-// Package ctext writes the words of qp's text protocol that the C
-// libibverbs must match, and the rules it applies before the daemon sees a
-// request, as a C header: the events file's name of each ibv_event_type,
-// the names of QP states, types, migration states and access flags, every
-// key of a QP's attr file and modify command, which ibv_qp_attr_mask bits
-// a modify may set and which ones each state transition requires, which
-// QP types may post each send opcode, and the access, send and ibv_wr_*
-// flag sets the library masks a caller's flags with. Read from qp itself, so each
-// exists once and reaches C at the next go generate; qp's TestCTextFresh
-// fails until it does.
+// Package ctext writes the words of the daemon's text protocol that the C
+// libraries must match, and the rules libibverbs applies before the daemon
+// sees a request, as a C header: the events file's name of each
+// ibv_event_type, the names of QP states, types, migration states and
+// access flags, every key of the text lines libibverbs and librdmacm write
+// and read (qp.TextKeys and cm.TextKeys, as RDMAFS_KEY_ macros), which
+// ibv_qp_attr_mask bits a modify may set and which ones each state
+// transition requires, which QP types may post each send opcode, and the
+// access, send and ibv_wr_* flag sets the library masks a caller's flags
+// with. Read from qp and cm themselves, so each exists once and reaches C
+// at the next go generate; qp's TestCTextFresh fails until it does.
 //
 // Every table is indexed or keyed by the C enum's own names, and every
 // number qp uses is checked against the enum by a _Static_assert, so a
@@ -21,6 +22,7 @@ import (
 	"slices"
 	"strings"
 
+	"rdmafs/cm"
 	"rdmafs/qp"
 )
 
@@ -119,6 +121,14 @@ func (g *gen) flagsExpr(prefix string, v uint32, name func(bit uint32) string) s
 	return "(" + strings.Join(parts, " | ") + ")"
 }
 
+// Keys is every key the header defines an RDMAFS_KEY_ macro for: qp's and
+// the CM's, sorted, each once.
+func Keys() []string {
+	keys := append(qp.TextKeys(), cm.TextKeys()...)
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
 // Generate returns the header.
 func Generate() []byte {
 	var g gen
@@ -196,8 +206,16 @@ func Generate() []byte {
 	}
 	b.WriteString("};\n\n")
 
-	p("/* Every key of qp/N/attr and of a modify command on qp/N/ctl. */\n")
-	for _, k := range qp.AttrKeys() {
+	p(`/* Every key of the daemon's text lines a C library writes or reads: the
+ * requests of the new files, the commands of the ctl files, the attr
+ * files, MOUNT/device, port and clock, the events file, and the CM's
+ * cm/new, cm/I/ctl, cm/I/attr and event records (qp.TextKeys,
+ * cm.TextKeys). Write "pd=%%u" as
+ * RDMAFS_KEQ(PD) "%%u"; qp's TestCSourcesUseKeys fails on a key spelled by
+ * hand. */
+#define RDMAFS_KEQ(name) RDMAFS_KEY_##name "="
+`)
+	for _, k := range Keys() {
 		p("#define %s %q\n", enumName("RDMAFS_KEY_", k), k)
 	}
 	b.WriteString("\n")
