@@ -41,7 +41,7 @@ func TestConnectAcceptEstablishDisconnect(t *testing.T) {
 	l := ss.listen(PSTCP, 7471, "backlog=8")
 	c := cs.dial(PSTCP, "10.0.0.2", 7471)
 	if attrOf(c, "hop_limit") != "64" || attrOf(c, "dgid") != "::ffff:10.0.0.2" || attrOf(c, "path_mtu") != "1024" ||
-		attrOf(c, "packet_life_time") != "18" || attrOf(c, "src_addr") != "10.0.0.1" {
+		attrOf(c, "packet_life_time") != "16" || attrOf(c, "src_addr") != "10.0.0.1" {
 		t.Fatalf("route attr:\n%s", c.Attr())
 	}
 	cs.do(c, "connect qp_num=100 psn=5 private_data=abcd responder_resources=4 initiator_depth=2 rnr_retry_count=6")
@@ -278,7 +278,7 @@ func TestPeerVanished(t *testing.T) {
 	c := cs.dial(PSTCP, "10.0.0.9", 5)
 	cs.do(c, "connect qp_num=1")
 	per := c.requestTimeout()
-	if per != 6144*time.Millisecond {
+	if per != 4608*time.Millisecond {
 		t.Fatalf("REQ timeout %v", per)
 	}
 	for i := 0; i < maxCMRetries; i++ {

@@ -48,7 +48,7 @@
 // RTU; the passive side reports established when the RTU arrives (or on
 // notify). disconnect sends a DREQ; the peer reports disconnected
 // (dreq_rcvd) and its disconnect answers with the DREP; both report
-// disconnected, wait out the timewait (2^(packet life time + 1) * 4 us, 2 s
+// disconnected, wait out the timewait (2^(packet life time + 1) * 4 us, 0.5 s
 // on RoCE) and report timewait_exit. SIDR_REP status 0 completes a UD
 // connect with the remote QPN and Q_Key (established).
 //
@@ -58,7 +58,7 @@
 // label, a hash of the two ports (RoCEFlowLabel), which the REQ carries.
 //
 // Timing follows the kernel's CM and rdma_cm: a REQ, REP, DREQ waits
-// 2 * 2^(plt-8) ms + 2^(cmrt-8) ms (6.1 s with packet life time 18 and CM
+// 2 * 2^(plt-8) ms + 2^(cmrt-8) ms (4.6 s with packet life time 16 and CM
 // response timeout 20) and is sent at most 16 times; a SIDR_REQ waits
 // 2^(20-8) ms. An MRA stretches the wait to its service timeout. When the
 // sends run out the id is unreachable (-110); a DREQ nobody answers ends in

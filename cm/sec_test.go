@@ -273,12 +273,12 @@ func TestPeerTimeoutsBounded(t *testing.T) {
 	if got := id.timewait(); got != 8192*time.Millisecond {
 		t.Fatalf("timewait %v", got)
 	}
-	// rdma_cm's own values are untouched: 6.1 s and 2 s.
+	// rdma_cm's own values are untouched: 4.6 s and 0.5 s (packet life time 16).
 	id = &ID{route: Route{PacketLifeTime: roceLifeTime}, peerCMTimeout: cmResponseTimeout}
-	if got := id.requestTimeout(); got != 6144*time.Millisecond {
+	if got := id.requestTimeout(); got != 4608*time.Millisecond {
 		t.Fatalf("request timeout %v", got)
 	}
-	if got := id.timewait(); got != 2048*time.Millisecond {
+	if got := id.timewait(); got != 512*time.Millisecond {
 		t.Fatalf("timewait %v", got)
 	}
 }
