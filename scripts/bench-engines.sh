@@ -26,11 +26,11 @@ results=$work/results.tsv
 # record, median, jnum.
 source "$here/bench-lib.sh"
 
-"$RDMAFS" bench --help 2>&1 | grep -q -- '--threads' ||
+grep -q -- '--threads' <<<"$("$RDMAFS" bench --help 2>&1)" ||
 	die "$RDMAFS bench has no --threads: build this tree's rdmafs (unset RDMAFS, or put it first in PATH)"
 engines=$MAX_ENGINES
 have_engines=1
-if ! "$RDMAFS" mount --help 2>&1 | grep -q -- '--engines'; then
+if ! grep -q -- '--engines' <<<"$("$RDMAFS" mount --help 2>&1)"; then
 	have_engines=""
 	engines=1
 	echo "NOTE: $RDMAFS mount has no --engines flag yet: running engines=1 only (the daemon's default), MAX_ENGINES=$MAX_ENGINES ignored"

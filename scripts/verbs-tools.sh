@@ -42,8 +42,11 @@ on "$M" ibv_devinfo -v >"$work/devinfo.txt" || die "ibv_devinfo -v failed"
 for want in "hca_id:	rdmafs0" "PORT_ACTIVE" "link_layer:		InfiniBand" "GID\[  0\]:"; do
 	grep -q "$want" "$work/devinfo.txt" || die "ibv_devinfo -v lacks '$want'"
 done
-on "$MA" ibv_devinfo -v | grep -q "link_layer:		Ethernet" || die "a mount with --addr is not Ethernet"
-on "$MA" ibv_devinfo -v | grep -q "::ffff:$A_ADDR" || die "the RoCEv2 GID is missing"
+# Read whole, then matched: grep -q on a pipe can end ibv_devinfo's later
+# writes with SIGPIPE, which pipefail takes for a failure.
+on "$MA" ibv_devinfo -v >"$work/devinfo-a.txt" || die "ibv_devinfo -v failed on $MA"
+grep -q "link_layer:		Ethernet" "$work/devinfo-a.txt" || die "a mount with --addr is not Ethernet"
+grep -q "::ffff:$A_ADDR" "$work/devinfo-a.txt" || die "the RoCEv2 GID is missing"
 echo "ibv_devices, ibv_devinfo -v: ok"
 
 port=19000
