@@ -41,9 +41,11 @@ echo "== go test -race"
 # first), so that what the suite's half hour is spent on stays in view.
 export RDMAFS_SCRIPT_TIMES=$(mktemp)
 trap 'rm -f "$RDMAFS_SCRIPT_TIMES"' EXIT
-go test -race -count=1 -timeout 20m ./...
+rc=0
+go test -race -count=1 -timeout 20m ./... || rc=$?
 echo "== script times"
 sort -k2 -nr "$RDMAFS_SCRIPT_TIMES"
+((rc == 0)) || exit $rc
 # The engine's behavioural suite again: with the packets between a
 # device's own QPs on the link chain instead of the direct path
 # (-device.packets), and across RoCEv2, each test's device sending them
