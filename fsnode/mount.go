@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -129,6 +130,12 @@ func Mount(dir string, dev *device.Device, opts Options) (*Server, error) {
 		// No AttrTimeout: every node sets its own (attrTimeout), and
 		// text files none, which go-fuse would replace by this one.
 	}
+	// Symlinks resolved before the mount, as mountinfo will name dir:
+	// after it, any look at dir is a request to this server.
+	real := dir
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		real = r
+	}
 	srv, err := fs.Mount(dir, s.tree.root, fsOpts)
 	if err != nil {
 		return fail(fmt.Errorf("fsnode: mounting %s (needs root and /dev/fuse): %w", dir, err))
@@ -138,11 +145,49 @@ func Mount(dir string, dev *device.Device, opts Options) (*Server, error) {
 		srv.Unmount()
 		return fail(err)
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err == nil && unix.Major(st.Dev) == 0 {
-		s.connID = unix.Minor(st.Dev)
+	if info, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		s.connID = fuseConnID(string(info), real)
 	}
 	return s, nil
+}
+
+// fuseConnID is the FUSE connection of the newest FUSE mount on dir in a
+// mountinfo text: the minor of the mount's device, which names its
+// fusectl directory (0: none). It is read from mountinfo rather than by a
+// stat of dir, which would be a request to this very server: a daemon
+// killed while it waits for its own answer never exits (the kernel waits
+// uninterruptibly for an answer once the request was read), and its
+// mount hangs everyone who touches it.
+func fuseConnID(mountinfo, dir string) uint32 {
+	var id uint32
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 5 || !strings.HasPrefix(post, "fuse") || unescapeMountinfo(f[4]) != dir {
+			continue
+		}
+		maj, min, ok := strings.Cut(f[2], ":")
+		if n, err := strconv.ParseUint(min, 10, 32); ok && maj == "0" && err == nil {
+			id = uint32(n)
+		}
+	}
+	return id
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // probePassthrough registers a throwaway memfd as a backing file, the
