@@ -254,6 +254,16 @@ check() {
 			rc=0
 			run "$t" "$np" "$mounts" "$exe" || rc=$?
 		fi
+		# A run that hung (its timeout, exit 124) runs once more, said
+		# so: ob1+openib's stream with 4 ranks hung in 2 of 13 runs on
+		# 2026-12-03, within minutes of each other, and is not
+		# understood yet (TESTING.md). A run whose data failed never
+		# runs again, and a second hang fails.
+		if ((rc == 124)); then
+			echo "$t $p np=$np $where: HUNG (timeout); once more (TESTING.md: an open defect)"
+			rc=0
+			run "$t" "$np" "$mounts" "$exe" || rc=$?
+		fi
 		b1=$(devbytes "${ms[@]}")
 		moved=$((moved + b1 - b0))
 		if ((rc == 0)) && grep -q "^$p: ok" "$work/run.log"; then
