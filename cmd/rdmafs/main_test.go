@@ -313,6 +313,11 @@ func TestMountOverDeadMount(t *testing.T) {
 		}
 	}
 	waitMounted()
+	// Killed after its start-up has settled: a daemon killed while a
+	// request of its own to its own mount is in flight (a FLUSH at exit
+	// was seen on 2026-12-03, after the stat fixed in fsnode) never
+	// exits, and the mount hangs: an open defect (RELIABILITY.md).
+	time.Sleep(time.Second)
 	cmd.Process.Kill()
 	cmd.Wait()
 	var st unix.Statfs_t
