@@ -18,6 +18,7 @@ import (
 
 	"rdmafs/cm"
 	"rdmafs/device"
+	"rdmafs/internal/execview"
 )
 
 // Options configure a mount.
@@ -163,7 +164,7 @@ func fuseConnID(mountinfo, dir string) uint32 {
 	for _, line := range strings.Split(mountinfo, "\n") {
 		pre, post, ok := strings.Cut(line, " - ")
 		f := strings.Fields(pre)
-		if !ok || len(f) < 5 || !strings.HasPrefix(post, "fuse") || unescapeMountinfo(f[4]) != dir {
+		if !ok || len(f) < 5 || !strings.HasPrefix(post, "fuse") || execview.Unescape(f[4]) != dir {
 			continue
 		}
 		maj, min, ok := strings.Cut(f[2], ":")
@@ -172,22 +173,6 @@ func fuseConnID(mountinfo, dir string) uint32 {
 		}
 	}
 	return id
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // probePassthrough registers a throwaway memfd as a backing file, the

@@ -27,7 +27,4 @@ func TestFuseConnID(t *testing.T) {
 			t.Errorf("%s: %d, want %d", c.dir, got, c.want)
 		}
 	}
-	if got := unescapeMountinfo(`a\134b\011c\0`); got != "a\\b\tc\\0" {
-		t.Errorf("unescape: %q", got)
-	}
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"rdmafs/internal/execview"
 )
 
 // Packages are the Debian packages rdmafs exec's programs come from: the
@@ -101,7 +103,7 @@ func (e *Env) Mounts() ([]Mount, error) {
 		if !ok || len(f) < 5 || len(g) < 1 || g[0] != "fuse.rdmafs" {
 			continue
 		}
-		dir := unescapeMountinfo(f[4])
+		dir := execview.Unescape(f[4])
 		ms = append(ms, Mount{Dir: dir, Err: statBounded(filepath.Join(e.Root, dir, "device"))})
 	}
 	return ms, nil
@@ -116,25 +118,6 @@ func statBounded(p string) error {
 	case <-time.After(statTimeout):
 		return errors.New("no answer in 2 s (the daemon is hung)")
 	}
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func (e *Env) mounts() Result {

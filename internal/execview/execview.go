@@ -79,7 +79,7 @@ func Devices(mountinfo io.Reader, selection string, readable func(mount string) 
 		if len(f) < 5 || f[3] != "/" {
 			continue
 		}
-		mnt := unescape(f[4])
+		mnt := Unescape(f[4])
 		if !selected(mnt, selection) || dup(out, mnt) || !readable(mnt) {
 			continue
 		}
@@ -115,8 +115,9 @@ func selected(mnt, selection string) bool {
 	return false
 }
 
-// unescape undoes mountinfo's \ooo escapes.
-func unescape(s string) string {
+// Unescape undoes mountinfo's \ooo escapes (\040 for a space); fsnode
+// and doctor read mountinfo with it too.
+func Unescape(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		if s[i] == '\\' && i+4 <= len(s) {

@@ -74,3 +74,12 @@ func TestProbeHungMount(t *testing.T) {
 		f.Close()
 	}
 }
+
+func TestUnescape(t *testing.T) {
+	if got := Unescape(`a\134b\011c\0`); got != "a\\b\tc\\0" {
+		t.Errorf("unescape: %q", got)
+	}
+	if got := Unescape(`/tmp/with\040space`); got != "/tmp/with space" {
+		t.Errorf("unescape: %q", got)
+	}
+}
